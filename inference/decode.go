@@ -1,0 +1,642 @@
+package inference
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"time"
+)
+
+// Route says where a ranked docid came from.
+type Route string
+
+const (
+	// RouteCopy marks a docid copied from the in-context candidates after the [COPY] router token.
+	RouteCopy Route = "copy"
+	// RouteParametric marks a docid of the seen corpus generated from the model's memory.
+	RouteParametric Route = "parametric"
+)
+
+// ErrEmptyAllowedSet means no token was allowed at a decoding step (no candidates and no seen
+// corpus); decoding never falls through to unconstrained generation.
+var ErrEmptyAllowedSet = errors.New("no allowed tokens: empty context and empty seen corpus")
+
+// ErrClosed means the engine was closed.
+var ErrClosed = errors.New("engine closed")
+
+// Beam is one ranked docid.
+type Beam struct {
+	// DocID is the title generated.
+	DocID string
+	// Route is RouteCopy or RouteParametric.
+	Route Route
+	// Score is the docid's log-probability, renormalised over the allowed tokens at every step
+	// (MODEL_FORMAT.md, "Scores").
+	Score float64
+	// Candidate is the index of the candidate copied (RouteCopy), -1 for RouteParametric.
+	Candidate int
+}
+
+// Stats counts the work one Rank did.
+type Stats struct {
+	// ForwardRuns is the number of Model.Forward calls (prefill chunks included).
+	ForwardRuns int
+	// TokensFed is the number of tokens fed to the model, prompt included.
+	TokensFed int
+	// KVBytesMoved is the KV-cache bytes the model returned and the engine appended.
+	KVBytesMoved int64
+	// Prefill and Decode split the time spent in the model.
+	Prefill, Decode time.Duration
+}
+
+// Result is the outcome of Rank.
+type Result struct {
+	// Beams is the ranking, best first, at most Options.BeamWidth long.
+	Beams []Beam
+	// PCopy is the router probability p([COPY]) at step 0, renormalised over the step-0 allowed set.
+	PCopy float64
+	// InContext is the number of candidates, from the first, that were in the prompt.
+	InContext int
+	// PromptTokens is the prompt length in tokens.
+	PromptTokens int
+	// SummaryTokens[i] is the number of summary tokens of candidate i that were kept.
+	SummaryTokens []int
+	Stats         Stats
+}
+
+// Options control one Rank call.
+type Options struct {
+	// BeamWidth is the number of docids returned and the parametric beam width (default 10).
+	BeamWidth int
+	// MaxPromptTokens bounds the prompt (0: the manifest's max_context_tokens).
+	MaxPromptTokens int
+	// MaxSummaryTokens caps each summary (default 256).
+	MaxSummaryTokens int
+	// TitleOnly puts candidates in by title alone.
+	TitleOnly bool
+}
+
+// EngineOptions configure NewEngine.
+type EngineOptions struct {
+	// PrefillChunk is the number of prompt tokens per prefill Run (default 512). Smaller chunks bound the
+	// attention-mask buffer (chunk x prompt floats) and activation memory.
+	PrefillChunk int
+	// Logger receives debug lines; nil discards.
+	Logger *slog.Logger
+}
+
+// Engine ranks candidates with a model. It is safe for concurrent use: each call borrows one of the
+// models given to NewEngine (one per concurrent request) and waits for one when all are busy.
+type Engine struct {
+	man     *Manifest
+	tok     Tokenizer
+	prompts *PromptBuilder
+	global  *Trie
+	seen    []string
+	workers chan *worker
+	chunk   int
+	log     *slog.Logger
+}
+
+type worker struct {
+	model Model
+	cache *KVCache
+	mask  []float32
+	ids   []int64
+	pos   []int64
+	out   []int64
+}
+
+// NewEngine builds the global trie from the seen corpus and prepares one worker per model. The engine
+// owns the models and closes them in Close; it does not own tok.
+func NewEngine(man *Manifest, tok Tokenizer, models []Model, seen []string, opts EngineOptions) (*Engine, error) {
+	if len(models) == 0 {
+		return nil, errors.New("new engine: no models")
+	}
+	prompts, err := NewPromptBuilder(tok, man.Template)
+	if err != nil {
+		return nil, fmt.Errorf("new engine: %w", err)
+	}
+	seqs, err := docidSeqs(tok, seen, man.EndTokenID)
+	if err != nil {
+		return nil, fmt.Errorf("new engine: seen corpus: %w", err)
+	}
+	global, err := BuildTrie(seqs, man.EndTokenID)
+	if err != nil {
+		return nil, fmt.Errorf("new engine: seen corpus: %w", err)
+	}
+	e := &Engine{man: man, tok: tok, prompts: prompts, global: global, seen: seen,
+		workers: make(chan *worker, len(models)), chunk: cmp.Or(opts.PrefillChunk, 512), log: opts.Logger}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	for _, m := range models {
+		e.workers <- &worker{model: m, cache: NewKVCache(m.Spec(), 0)}
+	}
+	return e, nil
+}
+
+// docidSeqs tokenises docids into trie sequences (ids + end).
+func docidSeqs(tok Tokenizer, docids []string, end int64) ([][]int64, error) {
+	seqs := make([][]int64, len(docids))
+	for i, d := range docids {
+		ids, err := tok.Encode(d)
+		if err != nil {
+			return nil, fmt.Errorf("encode docid %q: %w", d, err)
+		}
+		if len(ids) == 0 {
+			return nil, fmt.Errorf("docid %d %q encodes to no tokens", i, d)
+		}
+		seqs[i] = append(ids, end)
+	}
+	return seqs, nil
+}
+
+// Manifest returns the loaded model's manifest.
+func (e *Engine) Manifest() *Manifest { return e.man }
+
+// SeenCorpus returns the docids the model was trained on (the global trie's docids).
+func (e *Engine) SeenCorpus() []string { return e.seen }
+
+// GlobalTrie returns the trie over the seen corpus.
+func (e *Engine) GlobalTrie() *Trie { return e.global }
+
+// Close closes every model once all in-flight calls have returned them. It is idempotent.
+func (e *Engine) Close() error {
+	var errs []error
+	for range cap(e.workers) {
+		w, ok := <-e.workers
+		if !ok {
+			return nil
+		}
+		errs = append(errs, w.model.Close())
+	}
+	close(e.workers)
+	return errors.Join(errs...)
+}
+
+// Rank runs the routed, trie-constrained search for query over cands (in BM25 order).
+func (e *Engine) Rank(ctx context.Context, query string, cands []Candidate, opts Options) (Result, error) {
+	opts.BeamWidth = cmp.Or(opts.BeamWidth, 10)
+	opts.MaxSummaryTokens = cmp.Or(opts.MaxSummaryTokens, 256)
+	if opts.MaxPromptTokens <= 0 || opts.MaxPromptTokens > e.man.MaxContextTokens {
+		opts.MaxPromptTokens = e.man.MaxContextTokens
+	}
+	prompt, err := e.prompts.Build(query, cands, PromptOptions{MaxTokens: opts.MaxPromptTokens, MaxSummaryTokens: opts.MaxSummaryTokens, TitleOnly: opts.TitleOnly})
+	if err != nil {
+		return Result{}, fmt.Errorf("rank: %w", err)
+	}
+	var w *worker
+	select {
+	case w = <-e.workers:
+		if w == nil {
+			return Result{}, fmt.Errorf("rank: %w", ErrClosed)
+		}
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("rank: wait for a model: %w", ctx.Err())
+	}
+	defer func() { e.workers <- w }()
+	d := decoding{e: e, w: w, opts: opts, prompt: prompt, cands: cands}
+	res, err := d.run(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("rank: %w", err)
+	}
+	return res, nil
+}
+
+// decoding is the state of one Rank call.
+type decoding struct {
+	e      *Engine
+	w      *worker
+	opts   Options
+	prompt Prompt
+	cands  []Candidate
+	stats  Stats
+	p      int // prompt length
+}
+
+func (d *decoding) run(ctx context.Context) (Result, error) {
+	e := d.e
+	d.p = len(d.prompt.IDs)
+	// Context trie over the in-context titles; a title repeated among the hits is one docid, credited
+	// to its first (best BM25) candidate.
+	var ctxDocs []string
+	var ctxCand []int
+	seenTitle := make(map[string]bool)
+	for i, c := range d.cands[:d.prompt.InContext] {
+		if !seenTitle[c.Title] {
+			seenTitle[c.Title] = true
+			ctxDocs = append(ctxDocs, c.Title)
+			ctxCand = append(ctxCand, i)
+		}
+	}
+	seqs, err := docidSeqs(e.tok, ctxDocs, e.man.EndTokenID)
+	if err != nil {
+		return Result{}, fmt.Errorf("context titles: %w", err)
+	}
+	ctxTrie, err := BuildTrie(seqs, e.man.EndTokenID)
+	if err != nil {
+		return Result{}, fmt.Errorf("context titles: %w", err)
+	}
+	// The cache must hold the prompt plus the larger of the copy tree and the parametric beams.
+	need := d.p + max(ctxTrie.Len()+1, d.opts.BeamWidth*e.global.Depth()+1)
+	if d.w.cache.Cap() < need {
+		d.w.cache = NewKVCache(d.w.model.Spec(), need)
+	}
+	d.w.cache.Reset()
+
+	start := time.Now()
+	z0, err := d.prefill(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	d.stats.Prefill = time.Since(start)
+	start = time.Now()
+
+	// Step 0: [COPY] or a first token of the global trie.
+	rootToks, _ := e.global.Children(0)
+	allowed := make([]int32, 0, len(rootToks)+1)
+	allowed = append(allowed, rootToks...)
+	copyID := int32(e.man.CopyTokenID)
+	if len(ctxDocs) > 0 {
+		allowed = append(allowed, copyID)
+	}
+	if len(allowed) == 0 {
+		return Result{}, ErrEmptyAllowedSet
+	}
+	lse0 := logSumExp(z0, allowed)
+	res := Result{InContext: d.prompt.InContext, PromptTokens: d.p, SummaryTokens: d.prompt.SummaryTokens}
+	var beams []Beam
+	if len(ctxDocs) > 0 {
+		lpCopy := float64(z0[copyID]) - lse0
+		res.PCopy = math.Exp(lpCopy)
+		copied, err := d.copyRoute(ctx, ctxTrie, lpCopy)
+		if err != nil {
+			return Result{}, err
+		}
+		for i, s := range copied {
+			beams = append(beams, Beam{DocID: ctxDocs[i], Route: RouteCopy, Score: s, Candidate: ctxCand[i]})
+		}
+		d.w.cache.Truncate(d.p)
+	}
+	if len(rootToks) > 0 {
+		param, err := d.parametricRoute(ctx, z0, lse0)
+		if err != nil {
+			return Result{}, err
+		}
+		beams = append(beams, param...)
+	}
+	d.stats.Decode = time.Since(start)
+	res.Beams = mergeBeams(beams, d.opts.BeamWidth)
+	res.Stats = d.stats
+	return res, nil
+}
+
+// prefill feeds the prompt in chunks and returns the logits after its last token.
+func (d *decoding) prefill(ctx context.Context) ([]float32, error) {
+	var logits []float32
+	for s := 0; s < d.p; s += d.e.chunk {
+		end := min(s+d.e.chunk, d.p)
+		n := end - s
+		past := d.w.cache.Len()
+		ids, pos := d.w.buffers(n)
+		copy(ids, d.prompt.IDs[s:end])
+		for i := range pos {
+			pos[i] = int64(s + i)
+		}
+		mask := d.w.maskBuf(n, past)
+		for i := range n {
+			row := mask[i*(past+n) : (i+1)*(past+n)]
+			clear(row[:past+i+1]) // causal: the past and the chunk up to itself
+		}
+		var err error
+		logits, err = d.forward(ctx, Step{IDs: ids, Positions: pos, Mask: mask, LogitsIndex: d.w.index(n - 1)})
+		if err != nil {
+			return nil, fmt.Errorf("prefill tokens %d-%d: %w", s, end, err)
+		}
+	}
+	return logits, nil
+}
+
+// copyRoute scores every context docid exactly: [COPY] and every trie token that leads somewhere are
+// fed in one Run as a token tree (each token attends to the prompt, its ancestors and itself, at
+// position prompt+depth), and logits are read at every branching node. It returns each docid's score.
+func (d *decoding) copyRoute(ctx context.Context, t *Trie, lpCopy float64) ([]float64, error) {
+	scores := make([]float64, 0, t.Len())
+	// Index the fed tokens: fed[node] is the new-token index of the token leading to node; the context
+	// trie's root is reached by [COPY] (index 0).
+	type fedNode struct {
+		node   NodeID
+		parent int // new-token index of the parent, -1 for [COPY]
+		depth  int
+	}
+	order := []fedNode{{node: 0, parent: -1}}
+	tokIDs := []int64{d.e.man.CopyTokenID}
+	branching := false
+	for i := 0; i < len(order); i++ {
+		toks, kids := t.Children(order[i].node)
+		if len(toks) > 1 {
+			branching = true
+		}
+		for j, tok := range toks {
+			if int64(tok) == d.e.man.EndTokenID {
+				continue // nothing follows an end token, so it need not be fed
+			}
+			order = append(order, fedNode{node: kids[j], parent: i, depth: order[i].depth + 1})
+			tokIDs = append(tokIDs, int64(tok))
+		}
+	}
+	if !branching {
+		// Every docid is forced after [COPY]: one docid, score lpCopy, no Run needed (jump-forward).
+		return []float64{lpCopy}, nil
+	}
+	n := len(order)
+	past := d.w.cache.Len()
+	ids, pos := d.w.buffers(n)
+	copy(ids, tokIDs)
+	mask := d.w.maskBuf(n, past)
+	var want []int64
+	rowOf := make(map[int]int) // new-token index -> logits row
+	for i, f := range order {
+		pos[i] = int64(d.p + f.depth)
+		row := mask[i*(past+n) : (i+1)*(past+n)]
+		clear(row[:d.p])
+		for a := i; a >= 0; a = order[a].parent {
+			row[past+a] = 0
+		}
+		if toks, _ := t.Children(f.node); len(toks) > 1 {
+			rowOf[i] = len(want)
+			want = append(want, int64(i))
+		}
+	}
+	logits, err := d.forward(ctx, Step{IDs: ids, Positions: pos, Mask: mask, LogitsIndex: want})
+	if err != nil {
+		return nil, fmt.Errorf("copy route: %w", err)
+	}
+	// Accumulate scores breadth first; leaves (after end tokens) carry the docid's score.
+	v := d.e.man.VocabSize
+	acc := make(map[NodeID]float64, n)
+	acc[0] = lpCopy
+	byDoc := make(map[int]float64)
+	for i, f := range order {
+		toks, kids := t.Children(f.node)
+		base := acc[f.node]
+		var z []float32
+		var lse float64
+		if r, ok := rowOf[i]; ok {
+			z = logits[r*v : (r+1)*v]
+			lse = logSumExp(z, toks)
+		}
+		for j, tok := range toks {
+			s := base
+			if z != nil {
+				s += float64(z[tok]) - lse
+			}
+			if doc := t.Doc(kids[j]); doc >= 0 {
+				byDoc[doc] = s
+			} else {
+				acc[kids[j]] = s
+			}
+		}
+	}
+	for doc := range len(byDoc) {
+		scores = append(scores, byDoc[doc])
+	}
+	return scores, nil
+}
+
+// beam is a live or finished hypothesis of the parametric route.
+type beam struct {
+	node    NodeID
+	score   float64
+	toks    []int32 // every token since the route began, end included once finished
+	fed     []int32 // cache positions of the tokens already fed, in order
+	pending int     // how many trailing toks are not fed yet
+}
+
+// parametricRoute runs width-W beam search over the global trie, with forced single-child chains
+// taken at no cost and fed together with the next branching token (jump-forward).
+func (d *decoding) parametricRoute(ctx context.Context, z0 []float32, lse0 float64) ([]Beam, error) {
+	W := d.opts.BeamWidth
+	g := d.e.global
+	toks, kids := g.Children(0)
+	live := make([]*beam, 0, len(toks))
+	for j, tok := range toks {
+		live = append(live, &beam{node: kids[j], score: float64(z0[tok]) - lse0, toks: []int32{tok}, pending: 1})
+	}
+	live = topBeams(live, W)
+	var finished []*beam
+	for len(live) > 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("parametric route: %w", err)
+		}
+		// Follow forced chains.
+		next := live[:0]
+		for _, b := range live {
+			for {
+				ct, ck := g.Children(b.node)
+				if len(ct) != 1 {
+					break
+				}
+				b.toks = append(b.toks, ct[0])
+				b.node = ck[0]
+				if int64(ct[0]) == d.e.man.EndTokenID {
+					break
+				}
+				b.pending++
+			}
+			if g.Doc(b.node) >= 0 {
+				finished = append(finished, b)
+			} else {
+				next = append(next, b)
+			}
+		}
+		live = next
+		if len(live) == 0 || (len(finished) >= W && live[0].score <= kthScore(finished, W)) {
+			break
+		}
+		logits, err := d.feedBeams(ctx, live)
+		if err != nil {
+			return nil, fmt.Errorf("parametric route: %w", err)
+		}
+		v := d.e.man.VocabSize
+		var pool []*beam
+		for i, b := range live {
+			z := logits[i*v : (i+1)*v]
+			ct, ck := g.Children(b.node)
+			lse := logSumExp(z, ct)
+			for j, tok := range ct {
+				nb := &beam{node: ck[j], score: b.score + float64(z[tok]) - lse,
+					toks: append(slices.Clip(b.toks), tok), fed: b.fed, pending: 1}
+				pool = append(pool, nb)
+			}
+		}
+		live = live[:0]
+		for _, b := range topBeams(pool, W) {
+			if g.Doc(b.node) >= 0 {
+				b.pending = 0
+				finished = append(finished, b)
+			} else {
+				live = append(live, b)
+			}
+		}
+	}
+	finished = topBeams(finished, W)
+	out := make([]Beam, len(finished))
+	for i, b := range finished {
+		out[i] = Beam{DocID: d.e.seen[g.Doc(b.node)], Route: RouteParametric, Score: b.score, Candidate: -1}
+	}
+	return out, nil
+}
+
+// feedBeams feeds every live beam's pending tokens in one Run (each attends to the prompt, its fed
+// ancestors and its own pending tokens) and returns one logits row per beam.
+func (d *decoding) feedBeams(ctx context.Context, live []*beam) ([]float32, error) {
+	n := 0
+	for _, b := range live {
+		n += b.pending
+	}
+	past := d.w.cache.Len()
+	ids, pos := d.w.buffers(n)
+	mask := d.w.maskBuf(n, past)
+	want := d.w.out[:0]
+	k := 0
+	for _, b := range live {
+		first := k
+		depth0 := len(b.toks) - b.pending
+		for j := range b.pending {
+			ids[k] = int64(b.toks[depth0+j])
+			pos[k] = int64(d.p + depth0 + j)
+			row := mask[k*(past+n) : (k+1)*(past+n)]
+			clear(row[:d.p])
+			for _, a := range b.fed {
+				row[a] = 0
+			}
+			clear(row[past+first : past+k+1])
+			k++
+		}
+		fed := make([]int32, len(b.fed), len(b.fed)+b.pending)
+		copy(fed, b.fed)
+		for j := range b.pending {
+			fed = append(fed, int32(past+first+j))
+		}
+		b.fed, b.pending = fed, 0
+		want = append(want, int64(k-1))
+	}
+	d.w.out = want
+	return d.forward(ctx, Step{IDs: ids, Positions: pos, Mask: mask, LogitsIndex: want})
+}
+
+// forward runs one model step and keeps the counters.
+func (d *decoding) forward(ctx context.Context, s Step) ([]float32, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	logits, err := d.w.model.Forward(ctx, s, d.w.cache)
+	if err != nil {
+		return nil, err
+	}
+	if want := len(s.LogitsIndex) * d.e.man.VocabSize; len(logits) != want {
+		return nil, fmt.Errorf("model returned %d logits, want %d", len(logits), want)
+	}
+	spec := d.w.model.Spec()
+	d.stats.ForwardRuns++
+	d.stats.TokensFed += len(s.IDs)
+	d.stats.KVBytesMoved += int64(len(s.IDs) * 2 * spec.NumLayers * spec.NumKVHeads * spec.HeadDim * 4)
+	return logits, nil
+}
+
+// buffers returns reusable ids and positions slices of length n.
+func (w *worker) buffers(n int) (ids, pos []int64) {
+	if cap(w.ids) < n {
+		w.ids, w.pos = make([]int64, n), make([]int64, n)
+	}
+	return w.ids[:n], w.pos[:n]
+}
+
+// maskBuf returns a reusable n x (past+n) mask with every entry masked.
+func (w *worker) maskBuf(n, past int) []float32 {
+	size := n * (past + n)
+	if cap(w.mask) < size {
+		w.mask = make([]float32, size)
+	}
+	m := w.mask[:size]
+	for i := range m {
+		m[i] = MaskedValue
+	}
+	return m
+}
+
+// index returns a one-element logits index.
+func (w *worker) index(i int) []int64 {
+	w.out = append(w.out[:0], int64(i))
+	return w.out
+}
+
+// logSumExp returns log(sum(exp(z[t]))) over the tokens t, in float64.
+func logSumExp(z []float32, toks []int32) float64 {
+	m := math.Inf(-1)
+	for _, t := range toks {
+		m = max(m, float64(z[t]))
+	}
+	if math.IsInf(m, -1) {
+		return m
+	}
+	s := 0.0
+	for _, t := range toks {
+		s += math.Exp(float64(z[t]) - m)
+	}
+	return m + math.Log(s)
+}
+
+// compareBeams orders by score descending, then token sequence ascending.
+func compareBeams(a, b *beam) int {
+	if c := cmp.Compare(b.score, a.score); c != 0 {
+		return c
+	}
+	return slices.Compare(a.toks, b.toks)
+}
+
+// topBeams sorts bs best first and keeps at most k.
+func topBeams(bs []*beam, k int) []*beam {
+	slices.SortFunc(bs, compareBeams)
+	return bs[:min(k, len(bs))]
+}
+
+// kthScore returns the k-th best score of bs (len(bs) >= k).
+func kthScore(bs []*beam, k int) float64 {
+	s := make([]float64, len(bs))
+	for i, b := range bs {
+		s[i] = b.score
+	}
+	slices.Sort(s)
+	return s[len(s)-k]
+}
+
+// mergeBeams joins both routes: a docid in both keeps its better score and that route; the result is
+// ordered by score descending, then docid, and cut to k.
+func mergeBeams(bs []Beam, k int) []Beam {
+	best := make(map[string]int, len(bs))
+	var out []Beam
+	for _, b := range bs {
+		if i, ok := best[b.DocID]; ok {
+			if b.Score > out[i].Score {
+				out[i] = b
+			}
+			continue
+		}
+		best[b.DocID] = len(out)
+		out = append(out, b)
+	}
+	slices.SortFunc(out, func(a, b Beam) int {
+		if c := cmp.Compare(b.Score, a.Score); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.DocID, b.DocID)
+	})
+	return out[:min(k, len(out))]
+}

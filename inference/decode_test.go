@@ -1,0 +1,242 @@
+package inference
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func newTestEngine(t *testing.T, seen []string, fn func([]int64) []float32) (*Engine, *fakeModel) {
+	t.Helper()
+	m := &fakeModel{logitsFn: fn}
+	e, err := NewEngine(fakeManifest(), fakeTokenizer{}, []Model{m}, seen, EngineOptions{PrefillChunk: 16})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, e.Close()) })
+	return e, m
+}
+
+// bruteScores scores every docid of a route by walking its trie with a full logits call per branching
+// node: the definition the engine must meet exactly.
+func bruteScores(t *testing.T, fn func([]int64) []float32, prefix []int64, docids []string, base float64) map[string]float64 {
+	t.Helper()
+	seqs, err := docidSeqs(fakeTokenizer{}, docids, fakeEnd)
+	require.NoError(t, err)
+	tr, err := BuildTrie(seqs, fakeEnd)
+	require.NoError(t, err)
+	out := make(map[string]float64)
+	for i, seq := range seqs {
+		s, n := base, NodeID(0)
+		for j, tok := range seq {
+			toks, _ := tr.Children(n)
+			if len(toks) > 1 {
+				z := fn(append(slices.Clone(prefix), seq[:j]...))
+				s += float64(z[tok]) - logSumExp(z, toks)
+			}
+			n, _ = tr.Child(n, tok)
+		}
+		out[docids[i]] = s
+	}
+	return out
+}
+
+func TestRankMatchesBruteForce(t *testing.T) {
+	seen := []string{"Paris", "Parma", "Lyon", "Lyons", "Oslo", "Porto"}
+	for _, tc := range []struct {
+		name  string
+		cands []Candidate
+	}{
+		{"copy and parametric", []Candidate{{Title: "Berlin", Summary: "capital of Germany"}, {Title: "Bern", Summary: "Swiss city"}, {Title: "Bergen", Summary: "Norway"}, {Title: "Rome"}}},
+		{"duplicate hits", []Candidate{{Title: "Berlin", Summary: "a"}, {Title: "Berlin", Summary: "b"}, {Title: "Bonn", Summary: "c"}}},
+		{"title is a prefix of another", []Candidate{{Title: "Lyon", Summary: "x"}, {Title: "Lyonnais", Summary: "y"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, _ := newTestEngine(t, seen, hashLogits)
+			res, err := e.Rank(t.Context(), "which city", tc.cands, Options{BeamWidth: 20})
+			require.NoError(t, err)
+
+			prompt, err := e.prompts.Build("which city", tc.cands, PromptOptions{MaxTokens: 4096, MaxSummaryTokens: 256})
+			require.NoError(t, err)
+			var ctxDocs []string
+			for _, c := range tc.cands {
+				if !slices.Contains(ctxDocs, c.Title) {
+					ctxDocs = append(ctxDocs, c.Title)
+				}
+			}
+			z0 := hashLogits(prompt.IDs)
+			rootToks, _ := e.global.Children(0)
+			lse0 := logSumExp(z0, append(slices.Clone(rootToks), fakeCopy))
+			want := bruteScores(t, hashLogits, append(slices.Clone(prompt.IDs), fakeCopy), ctxDocs, float64(z0[fakeCopy])-lse0)
+			// Parametric scores: the first token is scored against the step-0 set, the rest within the trie.
+			param := bruteScores(t, hashLogits, prompt.IDs, seen, 0)
+			seqs, _ := docidSeqs(fakeTokenizer{}, seen, fakeEnd)
+			for i, d := range seen {
+				tok := seqs[i][0]
+				firstWithinTrie := float64(z0[tok]) - logSumExp(z0, rootToks)
+				param[d] += float64(z0[tok]) - lse0 - firstWithinTrie*boolf(len(rootToks) > 1)
+				if s, ok := want[d]; !ok || param[d] > s {
+					want[d] = param[d]
+				}
+			}
+			require.Len(t, res.Beams, len(want))
+			require.InDelta(t, math.Exp(float64(z0[fakeCopy])-lse0), res.PCopy, 1e-9)
+			for i, b := range res.Beams {
+				require.InDelta(t, want[b.DocID], b.Score, 1e-9, "beam %d %s", i, b.DocID)
+				if i > 0 {
+					require.GreaterOrEqual(t, res.Beams[i-1].Score, b.Score)
+				}
+				wantRoute := RouteParametric
+				if slices.Contains(ctxDocs, b.DocID) && (!slices.Contains(seen, b.DocID) || b.Route == RouteCopy) {
+					wantRoute = RouteCopy
+				}
+				require.Equal(t, wantRoute, b.Route, b.DocID)
+				if b.Route == RouteCopy {
+					require.Equal(t, b.DocID, tc.cands[b.Candidate].Title)
+					require.Equal(t, slices.IndexFunc(tc.cands, func(c Candidate) bool { return c.Title == b.DocID }), b.Candidate, "first hit is credited")
+				} else {
+					require.Equal(t, -1, b.Candidate)
+				}
+			}
+		})
+	}
+}
+
+func boolf(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// biased returns logits that favour the token sequence of answer after the prompt ends with "A:\n".
+func biased(answer []int64) func([]int64) []float32 {
+	return func(seq []int64) []float32 {
+		z := make([]float32, fakeVocab)
+		anchor := slices.Index(seq, int64('A')+2)
+		done := len(seq) - anchor - 3 // tokens after "A:\n"
+		for i := len(seq) - 1; i >= 0; i-- {
+			if seq[i] == int64('A')+2 && i+2 < len(seq) && seq[i+1] == int64(':')+2 {
+				done = len(seq) - i - 3
+				break
+			}
+		}
+		if done >= 0 && done < len(answer) {
+			z[answer[done]] = 10
+		}
+		return z
+	}
+}
+
+func TestRankRoutes(t *testing.T) {
+	seen := []string{"Paris", "Lyon", "Oslo"}
+	cands := []Candidate{{Title: "Berlin", Summary: "s"}, {Title: "Bern", Summary: "s"}}
+	enc := func(s string) []int64 { ids, _ := fakeTokenizer{}.Encode(s); return append(ids, fakeEnd) }
+
+	t.Run("copy route", func(t *testing.T) {
+		e, _ := newTestEngine(t, seen, biased(append([]int64{fakeCopy}, enc("Bern")...)))
+		res, err := e.Rank(t.Context(), "q", cands, Options{BeamWidth: 3})
+		require.NoError(t, err)
+		require.Equal(t, "Bern", res.Beams[0].DocID)
+		require.Equal(t, RouteCopy, res.Beams[0].Route)
+		require.Equal(t, 1, res.Beams[0].Candidate)
+		require.Greater(t, res.PCopy, 0.99)
+		require.Len(t, res.Beams, 3)
+	})
+	t.Run("parametric route", func(t *testing.T) {
+		e, _ := newTestEngine(t, seen, biased(enc("Oslo")))
+		res, err := e.Rank(t.Context(), "q", cands, Options{BeamWidth: 3})
+		require.NoError(t, err)
+		require.Equal(t, Beam{DocID: "Oslo", Route: RouteParametric, Score: res.Beams[0].Score, Candidate: -1}, res.Beams[0])
+		require.Less(t, res.PCopy, 0.01)
+	})
+	t.Run("empty context is parametric only", func(t *testing.T) {
+		e, _ := newTestEngine(t, seen, hashLogits)
+		res, err := e.Rank(t.Context(), "q", nil, Options{BeamWidth: 10})
+		require.NoError(t, err)
+		require.Len(t, res.Beams, 3)
+		require.Zero(t, res.PCopy)
+		for _, b := range res.Beams {
+			require.Equal(t, RouteParametric, b.Route)
+		}
+	})
+	t.Run("no seen corpus is copy only", func(t *testing.T) {
+		e, _ := newTestEngine(t, nil, hashLogits)
+		res, err := e.Rank(t.Context(), "q", cands, Options{BeamWidth: 10})
+		require.NoError(t, err)
+		require.Equal(t, 1.0, res.PCopy)
+		require.Len(t, res.Beams, 2)
+	})
+	t.Run("empty allowed set is an error", func(t *testing.T) {
+		e, _ := newTestEngine(t, nil, hashLogits)
+		_, err := e.Rank(t.Context(), "q", nil, Options{})
+		require.ErrorIs(t, err, ErrEmptyAllowedSet)
+	})
+}
+
+func TestRankForcedPathsSkipRuns(t *testing.T) {
+	// One candidate and one seen docid: both routes are forced after step 0, so the only Run is the
+	// prefill (one chunk).
+	e, m := newTestEngine(t, []string{"Oslo"}, hashLogits)
+	res, err := e.Rank(t.Context(), "q", []Candidate{{Title: "Bern"}}, Options{BeamWidth: 4})
+	require.NoError(t, err)
+	require.Len(t, res.Beams, 2)
+	chunks := (res.PromptTokens + 15) / 16
+	require.Equal(t, chunks, res.Stats.ForwardRuns)
+	require.Equal(t, chunks, m.calls)
+	require.InDelta(t, 1.0, math.Exp(res.Beams[0].Score)+math.Exp(res.Beams[1].Score), 1e-9, "the two routes split the step-0 mass")
+}
+
+func TestRankTiesAreOrderedByDocID(t *testing.T) {
+	flat := func([]int64) []float32 { return make([]float32, fakeVocab) }
+	e, _ := newTestEngine(t, []string{"b", "a", "c"}, flat)
+	res, err := e.Rank(t.Context(), "q", []Candidate{{Title: "e"}, {Title: "d"}}, Options{BeamWidth: 10})
+	require.NoError(t, err)
+	var got []string
+	for _, b := range res.Beams {
+		got = append(got, b.DocID)
+	}
+	require.Equal(t, []string{"a", "b", "c", "d", "e"}, got)
+}
+
+func TestRankHundredCandidatesAndBudget(t *testing.T) {
+	var cands []Candidate
+	for i := range 100 {
+		cands = append(cands, Candidate{Title: fmt.Sprintf("Doc %03d", i), Summary: fmt.Sprintf("summary of document number %d", i)})
+	}
+	e, _ := newTestEngine(t, []string{"Seen one", "Seen two"}, hashLogits)
+	res, err := e.Rank(t.Context(), "q", cands, Options{BeamWidth: 10})
+	require.NoError(t, err)
+	require.Equal(t, 100, res.InContext)
+	require.Len(t, res.Beams, 10)
+	// Prefill chunks, one copy-route Run for all 100 titles, and one parametric Run: "Seen one" and
+	// "Seen two" share the chain "Seen " and then branch, after which each is forced to its end.
+	require.Equal(t, (res.PromptTokens+15)/16+2, res.Stats.ForwardRuns)
+
+	small, err := e.Rank(t.Context(), "q", cands, Options{BeamWidth: 10, MaxPromptTokens: 400})
+	require.NoError(t, err)
+	require.Less(t, small.InContext, 100)
+	require.LessOrEqual(t, small.PromptTokens, 400)
+	for _, b := range small.Beams {
+		if b.Route == RouteCopy {
+			require.Less(t, b.Candidate, small.InContext, "only in-context candidates can be copied")
+		}
+	}
+}
+
+func TestRankContextErrors(t *testing.T) {
+	e, m := newTestEngine(t, []string{"Oslo", "Orlando"}, hashLogits)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := e.Rank(ctx, "q", nil, Options{})
+	require.ErrorIs(t, err, context.Canceled)
+
+	m.failAt = m.calls + 1
+	_, err = e.Rank(t.Context(), "q", nil, Options{})
+	require.ErrorContains(t, err, "scripted failure")
+	// The engine recovers for the next request.
+	_, err = e.Rank(t.Context(), "q", nil, Options{})
+	require.NoError(t, err)
+}

@@ -1,0 +1,178 @@
+package inference
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+)
+
+// FormatVersion is the model directory format this package reads (MODEL_FORMAT.md).
+const FormatVersion = 1
+
+// Template holds the prompt pieces of the paper's Appendix A.1 template. {i}, {summary}, {title} and
+// {query} are substituted verbatim.
+type Template struct {
+	Header             string `json:"header"`
+	Candidate          string `json:"candidate"`
+	CandidateTitleOnly string `json:"candidate_title_only"`
+	Query              string `json:"query"`
+}
+
+// Manifest describes a model directory; see MODEL_FORMAT.md for each field's meaning.
+type Manifest struct {
+	FormatVersion    int      `json:"format_version"`
+	Name             string   `json:"name"`
+	Config           string   `json:"config"`
+	Backbone         string   `json:"backbone"`
+	ModelVersion     string   `json:"model_version"`
+	DataVersion      string   `json:"data_version"`
+	ONNX             string   `json:"onnx"`
+	ONNXQuantized    string   `json:"onnx_quantized"`
+	Tokenizer        string   `json:"tokenizer"`
+	SeenDocIDs       string   `json:"seen_docids"`
+	VocabSize        int      `json:"vocab_size"`
+	NumLayers        int      `json:"num_layers"`
+	NumKVHeads       int      `json:"num_kv_heads"`
+	HeadDim          int      `json:"head_dim"`
+	KVDType          string   `json:"kv_dtype"`
+	MaxContextTokens int      `json:"max_context_tokens"`
+	CopyTokenID      int64    `json:"copy_token_id"`
+	EndTokenID       int64    `json:"end_token_id"`
+	Template         Template `json:"template"`
+
+	// Dir is the directory the manifest was read from (not part of the file).
+	Dir string `json:"-"`
+}
+
+// Spec returns the model shapes the manifest declares.
+func (m *Manifest) Spec() Spec {
+	return Spec{VocabSize: m.VocabSize, NumLayers: m.NumLayers, NumKVHeads: m.NumKVHeads, HeadDim: m.HeadDim}
+}
+
+// Path returns the absolute path of a file named in the manifest.
+func (m *Manifest) Path(name string) string { return filepath.Join(m.Dir, name) }
+
+// ErrBadModelDir means a model directory breaks the MODEL_FORMAT.md contract.
+var ErrBadModelDir = errors.New("bad model directory")
+
+// LoadManifest reads and validates dir/manifest.json, reporting every broken field at once.
+func LoadManifest(dir string) (*Manifest, error) {
+	path := filepath.Join(dir, "manifest.json")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load model %s: %w: %w", dir, ErrBadModelDir, err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	m := &Manifest{Dir: dir}
+	if err := dec.Decode(m); err != nil {
+		return nil, fmt.Errorf("load model: %s: %w: %w", path, ErrBadModelDir, err)
+	}
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("load model: %s: %w: %w", path, ErrBadModelDir, err)
+	}
+	return m, nil
+}
+
+func (m *Manifest) validate() error {
+	var errs []error
+	bad := func(field string, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("field %q: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if m.FormatVersion != FormatVersion {
+		bad("format_version", "is %d, this build reads %d", m.FormatVersion, FormatVersion)
+	}
+	files := []struct{ field, name string }{{"onnx", m.ONNX}, {"tokenizer", m.Tokenizer}, {"seen_docids", m.SeenDocIDs}}
+	for _, f := range files {
+		field, name := f.field, f.name
+		if name == "" {
+			bad(field, "missing")
+		} else if _, err := os.Stat(m.Path(name)); err != nil {
+			bad(field, "file %s: %v", name, err)
+		}
+	}
+	if m.ONNXQuantized != "" {
+		if _, err := os.Stat(m.Path(m.ONNXQuantized)); err != nil {
+			bad("onnx_quantized", "file %s: %v", m.ONNXQuantized, err)
+		}
+	}
+	sizes := []struct {
+		field string
+		v     int
+	}{{"vocab_size", m.VocabSize}, {"num_layers", m.NumLayers}, {"num_kv_heads", m.NumKVHeads}, {"head_dim", m.HeadDim}, {"max_context_tokens", m.MaxContextTokens}}
+	for _, sz := range sizes {
+		field, v := sz.field, sz.v
+		if v <= 0 {
+			bad(field, "must be positive, got %d", v)
+		}
+	}
+	if m.KVDType != "float32" {
+		bad("kv_dtype", "must be \"float32\", got %q", m.KVDType)
+	}
+	if m.CopyTokenID < 0 || int(m.CopyTokenID) >= m.VocabSize {
+		bad("copy_token_id", "%d outside the vocabulary [0,%d)", m.CopyTokenID, m.VocabSize)
+	}
+	if m.EndTokenID < 0 || int(m.EndTokenID) >= m.VocabSize {
+		bad("end_token_id", "%d outside the vocabulary [0,%d)", m.EndTokenID, m.VocabSize)
+	}
+	if m.CopyTokenID == m.EndTokenID {
+		bad("end_token_id", "equals copy_token_id %d", m.CopyTokenID)
+	}
+	checks := []struct{ field, value string }{
+		{"template.header", m.Template.Header},
+		{"template.candidate", m.Template.Candidate},
+		{"template.candidate_title_only", m.Template.CandidateTitleOnly},
+		{"template.query", m.Template.Query},
+	}
+	for _, c := range checks {
+		if c.value == "" {
+			bad(c.field, "missing")
+		}
+	}
+	if strings.Count(m.Template.Candidate, "{summary}") != 1 || !strings.Contains(m.Template.Candidate, "{title}") {
+		bad("template.candidate", "must contain {summary} once and {title}")
+	}
+	if !strings.Contains(m.Template.CandidateTitleOnly, "{title}") {
+		bad("template.candidate_title_only", "must contain {title}")
+	}
+	if !strings.Contains(m.Template.Query, "{query}") {
+		bad("template.query", "must contain {query}")
+	}
+	return errors.Join(errs...)
+}
+
+// ReadDocIDs reads a seen-corpus file: one docid per line, UTF-8, no empty lines, no duplicates.
+func ReadDocIDs(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read docids: %w", err)
+	}
+	defer f.Close()
+	var ids []string
+	seen := make(map[string]int)
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		s := sc.Text()
+		switch {
+		case s == "":
+			return nil, fmt.Errorf("read docids: %s:%d: empty docid", path, line)
+		case !utf8.ValidString(s):
+			return nil, fmt.Errorf("read docids: %s:%d: invalid UTF-8", path, line)
+		}
+		if prev, ok := seen[s]; ok {
+			return nil, fmt.Errorf("read docids: %s:%d: docid %q repeats line %d", path, line, s, prev)
+		}
+		seen[s] = line
+		ids = append(ids, s)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read docids: %s: %w", path, err)
+	}
+	return ids, nil
+}

@@ -1,0 +1,153 @@
+package inference
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Candidate is one BM25 hit offered to the model: its docid (title) and stored compressed summary.
+// An empty Summary puts the candidate in the prompt by title alone.
+type Candidate struct {
+	Title   string
+	Summary string
+}
+
+// PromptOptions bound a prompt.
+type PromptOptions struct {
+	// MaxTokens is the prompt's token budget (header, candidates and query together).
+	MaxTokens int
+	// MaxSummaryTokens caps each summary, in tokens (the paper compresses to at most 256).
+	MaxSummaryTokens int
+	// TitleOnly puts every candidate in by title alone (the stage-3 title-context format).
+	TitleOnly bool
+}
+
+// Prompt is a tokenised prompt and what went into it.
+type Prompt struct {
+	// IDs is the prompt's token ids.
+	IDs []int64
+	// InContext is how many candidates, from the first, are in the prompt; later ones were dropped
+	// because not even their title fitted the budget.
+	InContext int
+	// SummaryTokens[i] is how many summary tokens of candidate i were kept.
+	SummaryTokens []int
+}
+
+// PromptBuilder tokenises prompts with the manifest's template, following MODEL_FORMAT.md's
+// tokenisation rules exactly (segments encoded separately), so the ids match what training produced.
+type PromptBuilder struct {
+	tok      Tokenizer
+	tmpl     Template
+	header   []int64
+	sumLeft  string // candidate template before {summary}, with {i} still in
+	sumRight string // candidate template after {summary}, with {title} still in
+}
+
+// NewPromptBuilder prepares a builder; it encodes the fixed header once.
+func NewPromptBuilder(tok Tokenizer, tmpl Template) (*PromptBuilder, error) {
+	header, err := tok.Encode(tmpl.Header)
+	if err != nil {
+		return nil, fmt.Errorf("encode prompt header: %w", err)
+	}
+	left, right, ok := strings.Cut(tmpl.Candidate, "{summary}")
+	if !ok {
+		return nil, fmt.Errorf("prompt template: candidate has no {summary}")
+	}
+	return &PromptBuilder{tok: tok, tmpl: tmpl, header: header, sumLeft: left, sumRight: right}, nil
+}
+
+// candidateIDs holds a candidate's encoded pieces: the block around the summary, and the summary.
+type candidateIDs struct {
+	left, summary, right []int64 // with a summary: left + summary[:k] + right
+	titleOnly            []int64 // without one
+}
+
+func (c *candidateIDs) overhead() int {
+	if c.titleOnly != nil {
+		return len(c.titleOnly)
+	}
+	return len(c.left) + len(c.right)
+}
+
+// Build tokenises query and candidates (in their given, BM25, order) under opts. Candidates are taken
+// from the first while their block without summary fits; the remaining room is shared by the summaries
+// with one cap c, the largest with sum(min(len_i, c)) <= room and c <= MaxSummaryTokens.
+func (b *PromptBuilder) Build(query string, cands []Candidate, opts PromptOptions) (Prompt, error) {
+	queryIDs, err := b.tok.Encode(strings.ReplaceAll(b.tmpl.Query, "{query}", query))
+	if err != nil {
+		return Prompt{}, fmt.Errorf("encode query: %w", err)
+	}
+	used := len(b.header) + len(queryIDs)
+	if used > opts.MaxTokens {
+		return Prompt{}, fmt.Errorf("prompt of header and query is %d tokens, budget %d: %w", used, opts.MaxTokens, ErrContextFull)
+	}
+	enc := make([]candidateIDs, 0, len(cands))
+	for i, c := range cands {
+		var ce candidateIDs
+		num := strconv.Itoa(i + 1)
+		if opts.TitleOnly || c.Summary == "" {
+			s := strings.NewReplacer("{i}", num, "{title}", c.Title).Replace(b.tmpl.CandidateTitleOnly)
+			if ce.titleOnly, err = b.tok.Encode(s); err != nil {
+				return Prompt{}, fmt.Errorf("encode candidate %d: %w", i, err)
+			}
+		} else {
+			if ce.left, err = b.tok.Encode(strings.ReplaceAll(b.sumLeft, "{i}", num)); err != nil {
+				return Prompt{}, fmt.Errorf("encode candidate %d: %w", i, err)
+			}
+			if ce.summary, err = b.tok.Encode(c.Summary); err != nil {
+				return Prompt{}, fmt.Errorf("encode candidate %d summary: %w", i, err)
+			}
+			if ce.right, err = b.tok.Encode(strings.ReplaceAll(b.sumRight, "{title}", c.Title)); err != nil {
+				return Prompt{}, fmt.Errorf("encode candidate %d: %w", i, err)
+			}
+		}
+		if used+ce.overhead() > opts.MaxTokens {
+			break
+		}
+		used += ce.overhead()
+		enc = append(enc, ce)
+	}
+	lens := make([]int, len(enc))
+	for i := range enc {
+		lens[i] = len(enc[i].summary)
+	}
+	limit := summaryCap(lens, opts.MaxTokens-used, opts.MaxSummaryTokens)
+	p := Prompt{IDs: make([]int64, 0, opts.MaxTokens), InContext: len(enc), SummaryTokens: make([]int, len(enc))}
+	p.IDs = append(p.IDs, b.header...)
+	for i, ce := range enc {
+		if ce.titleOnly != nil {
+			p.IDs = append(p.IDs, ce.titleOnly...)
+			continue
+		}
+		k := min(len(ce.summary), limit)
+		p.SummaryTokens[i] = k
+		p.IDs = append(p.IDs, ce.left...)
+		p.IDs = append(p.IDs, ce.summary[:k]...)
+		p.IDs = append(p.IDs, ce.right...)
+	}
+	p.IDs = append(p.IDs, queryIDs...)
+	return p, nil
+}
+
+// summaryCap returns the largest c <= maxCap with sum(min(lens[i], c)) <= room (water-filling), by
+// binary search on c; the sum is monotone in c.
+func summaryCap(lens []int, room, maxCap int) int {
+	total := func(c int) int {
+		s := 0
+		for _, l := range lens {
+			s += min(l, c)
+		}
+		return s
+	}
+	lo, hi := 0, max(maxCap, 0)
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if total(mid) <= room {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}

@@ -1,0 +1,74 @@
+package inference
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestSummaryCap(t *testing.T) {
+	tests := []struct {
+		lens        []int
+		room, limit int
+		want        int
+	}{
+		{[]int{10, 10}, 100, 256, 256},  // everything fits: the cap stays at the limit
+		{[]int{10, 10}, 100, 4, 4},      // the configured cap binds
+		{[]int{30, 5, 30}, 45, 256, 20}, // water-filling: 20+5+20 = 45
+		{[]int{30, 5, 30}, 44, 256, 19}, // one less room, one less each for the long ones
+		{[]int{7}, 0, 256, 0},
+		{nil, 10, 256, 256},
+	}
+	for _, tc := range tests {
+		require.Equal(t, tc.want, summaryCap(tc.lens, tc.room, tc.limit), "%+v", tc)
+	}
+}
+
+func TestPromptBuild(t *testing.T) {
+	b, err := NewPromptBuilder(fakeTokenizer{}, fakeManifest().Template)
+	require.NoError(t, err)
+	enc := func(s string) []int64 { ids, _ := fakeTokenizer{}.Encode(s); return ids }
+	cands := []Candidate{{Title: "Alpha", Summary: strings.Repeat("a", 40)}, {Title: "Beta", Summary: "bb"}, {Title: "Gamma", Summary: strings.Repeat("g", 40)}}
+	fixed := len(enc("H:\n")) + len(enc("Q: q\nA:\n"))
+	over := func(i int, title string) int {
+		return len(enc("["+string(rune('1'+i))+"] ")) + len(enc("\nT: "+title+"\n"))
+	}
+	overhead := over(0, "Alpha") + over(1, "Beta") + over(2, "Gamma")
+
+	t.Run("all fit", func(t *testing.T) {
+		p, err := b.Build("q", cands, PromptOptions{MaxTokens: 1000, MaxSummaryTokens: 256})
+		require.NoError(t, err)
+		require.Equal(t, 3, p.InContext)
+		require.Equal(t, []int{40, 2, 40}, p.SummaryTokens)
+		want := enc("H:\n[1] " + cands[0].Summary + "\nT: Alpha\n[2] bb\nT: Beta\n[3] " + cands[2].Summary + "\nT: Gamma\nQ: q\nA:\n")
+		require.Equal(t, want, p.IDs)
+	})
+	t.Run("summaries share the room", func(t *testing.T) {
+		p, err := b.Build("q", cands, PromptOptions{MaxTokens: fixed + overhead + 2 + 2*15, MaxSummaryTokens: 256})
+		require.NoError(t, err)
+		require.Equal(t, 3, p.InContext)
+		require.Equal(t, []int{15, 2, 15}, p.SummaryTokens)
+		require.Len(t, p.IDs, fixed+overhead+32)
+	})
+	t.Run("candidates that do not fit are dropped, never silently", func(t *testing.T) {
+		p, err := b.Build("q", cands, PromptOptions{MaxTokens: fixed + over(0, "Alpha") + over(1, "Beta"), MaxSummaryTokens: 256})
+		require.NoError(t, err)
+		require.Equal(t, 2, p.InContext)
+		require.Equal(t, []int{0, 0}, p.SummaryTokens)
+	})
+	t.Run("title only", func(t *testing.T) {
+		p, err := b.Build("q", cands[:2], PromptOptions{MaxTokens: 1000, MaxSummaryTokens: 256, TitleOnly: true})
+		require.NoError(t, err)
+		require.Equal(t, enc("H:\n[1] T: Alpha\n[2] T: Beta\nQ: q\nA:\n"), p.IDs)
+	})
+	t.Run("missing summary uses the title", func(t *testing.T) {
+		p, err := b.Build("q", []Candidate{{Title: "Alpha"}}, PromptOptions{MaxTokens: 1000, MaxSummaryTokens: 256})
+		require.NoError(t, err)
+		require.Equal(t, enc("H:\n[1] T: Alpha\nQ: q\nA:\n"), p.IDs)
+	})
+	t.Run("query over budget", func(t *testing.T) {
+		_, err := b.Build(strings.Repeat("x", 100), cands, PromptOptions{MaxTokens: 50, MaxSummaryTokens: 256})
+		require.ErrorIs(t, err, ErrContextFull)
+	})
+}

@@ -1,0 +1,153 @@
+//go:build tokenizers
+
+package tok
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// modelDir is the model directory whose tokenizer and golden vectors the tests use: $ICICLE_MODEL_DIR, or
+// models/tiny at the repository root (written by training/).
+func modelDir(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv("ICICLE_MODEL_DIR")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "models", "tiny")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
+		t.Skipf("no model fixture at %s (%v): produce models/tiny with training/ or set ICICLE_MODEL_DIR", dir, err)
+	}
+	return dir
+}
+
+func tokenizerPath(t testing.TB, dir string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	require.NoError(t, err)
+	var m struct {
+		Tokenizer string `json:"tokenizer"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &m), "manifest.json")
+	if m.Tokenizer == "" {
+		m.Tokenizer = "tokenizer.json"
+	}
+	return filepath.Join(dir, m.Tokenizer)
+}
+
+type goldenLine struct {
+	Text string  `json:"text"`
+	IDs  []int64 `json:"ids"`
+}
+
+func readGolden(t testing.TB, dir string) []goldenLine {
+	t.Helper()
+	path := filepath.Join(dir, "golden", "tokenize.jsonl")
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		t.Skipf("no %s: training/ writes it with the fixture", path)
+	}
+	require.NoError(t, err)
+	defer f.Close()
+	var lines []goldenLine
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
+	for n := 1; sc.Scan(); n++ {
+		var g goldenLine
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &g), "%s:%d", path, n)
+		lines = append(lines, g)
+	}
+	require.NoError(t, sc.Err())
+	require.NotEmpty(t, lines, path)
+	return lines
+}
+
+func load(t testing.TB) (*Tokenizer, []goldenLine) {
+	t.Helper()
+	dir := modelDir(t)
+	golden := readGolden(t, dir)
+	tk, err := Load(tokenizerPath(t, dir))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, tk.Close()) })
+	return tk, golden
+}
+
+func TestEncodeGolden(t *testing.T) {
+	tk, golden := load(t)
+	for i, g := range golden {
+		t.Run(fmt.Sprintf("%d", i), func(t *testing.T) {
+			got, err := tk.Encode(g.Text)
+			require.NoError(t, err)
+			require.NotNil(t, got)
+			if len(g.IDs) == 0 {
+				require.Empty(t, got, "text %q", g.Text)
+				return
+			}
+			require.Equal(t, g.IDs, got, "text %q", g.Text)
+		})
+	}
+}
+
+func TestEncodeConcurrent(t *testing.T) {
+	tk, golden := load(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			for range 50 {
+				for _, g := range golden {
+					got, err := tk.Encode(g.Text)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if len(got) != len(g.IDs) {
+						errs <- fmt.Errorf("text %q: %d ids, want %d", g.Text, len(got), len(g.IDs))
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+func TestEncodeRejectsNUL(t *testing.T) {
+	tk, _ := load(t)
+	_, err := tk.Encode("a\x00b")
+	require.ErrorIs(t, err, ErrNULByte)
+}
+
+func TestCloseIdempotent(t *testing.T) {
+	dir := modelDir(t)
+	tk, err := Load(tokenizerPath(t, dir))
+	require.NoError(t, err)
+	require.Positive(t, tk.VocabSize())
+	require.NoError(t, tk.Close())
+	require.NoError(t, tk.Close())
+	_, err = tk.Encode("x")
+	require.ErrorIs(t, err, ErrClosed)
+	require.Zero(t, tk.VocabSize())
+}
+
+func TestLoadErrors(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nope.json")
+	_, err := Load(missing)
+	require.ErrorContains(t, err, "nope.json")
+
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	require.NoError(t, os.WriteFile(bad, []byte("{not json"), 0o600))
+	_, err = Load(bad)
+	require.ErrorContains(t, err, "bad.json")
+}
