@@ -1,0 +1,316 @@
+package config
+
+import (
+	"math"
+	"net/url"
+	"time"
+)
+
+// Config is the whole sidecar configuration. Each section maps to one YAML mapping and one
+// ICICLE_<SECTION>_ prefix of environment variables.
+type Config struct {
+	// Server is the HTTP server and the per-request limits.
+	Server Server `yaml:"server"`
+	// Elasticsearch is the connection to the cluster that serves the BM25 hits.
+	Elasticsearch Elasticsearch `yaml:"elasticsearch"`
+	// Model is the ONNX model directory and the ONNX Runtime session options.
+	Model Model `yaml:"model"`
+	// Decode is the prompt building and routed beam search.
+	Decode Decode `yaml:"decode"`
+	// Breaker is the circuit breaker around the model; while open, responses fall back to BM25.
+	Breaker Breaker `yaml:"breaker"`
+	// Policy decides when a model answer is used and when the response falls back.
+	Policy Policy `yaml:"policy"`
+	// Concurrency bounds the model calls in flight and the queue in front of them.
+	Concurrency Concurrency `yaml:"concurrency"`
+	// AB is the A/B experiment between BM25 (A) and the model (B).
+	AB AB `yaml:"ab"`
+	// Log is the slog handler.
+	Log Log `yaml:"log"`
+	// Metrics is the Prometheus endpoint.
+	Metrics Metrics `yaml:"metrics"`
+
+	// fromEnv maps a YAML key ("server.addr") to the environment variable Load took its value from, so
+	// that Validate can name the variable. Nil when nothing came from the environment.
+	fromEnv map[string]string
+}
+
+// Server configures the HTTP server and the limits on each request.
+type Server struct {
+	// Addr is the listen address, host:port. Default ":8080".
+	Addr string `yaml:"addr"`
+	// ReadHeaderTimeout bounds reading the request headers (http.Server.ReadHeaderTimeout). Default 5s.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// ReadTimeout bounds reading the whole request, body included (http.Server.ReadTimeout). Default 10s.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds the time from the end of the headers to the end of the response
+	// (http.Server.WriteTimeout); it must exceed RequestTimeout. Default 30s.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// ShutdownTimeout bounds the graceful shutdown on SIGINT/SIGTERM before connections are closed.
+	// Default 15s.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// MaxBodyBytes is the largest request body accepted, in bytes; larger bodies get 413. Default 4 MiB
+	// (4194304).
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// RequestTimeout is the whole budget of one request (Elasticsearch, model and response), applied with
+	// context.WithTimeout. Default 2s.
+	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// ESBudgetFraction is the share of RequestTimeout given to Elasticsearch; the model gets what is left.
+	// Exclusive range (0, 1). Default 0.3.
+	ESBudgetFraction float64 `yaml:"es_budget_fraction"`
+	// MaxQueryChars is the longest query accepted, in characters (runes); longer queries get 400.
+	// Default 1024.
+	MaxQueryChars int `yaml:"max_query_chars"`
+	// MaxHits is the most hits accepted in a request body; more get 400. Only the top
+	// Decode.MaxCandidates of them reach the model. Default 1000.
+	MaxHits int `yaml:"max_hits"`
+}
+
+// Elasticsearch configures the go-elasticsearch client. Set either APIKey or Username/Password, not both.
+type Elasticsearch struct {
+	// Addresses are the node URLs, http or https. Environment: comma-separated. Must be empty when CloudID
+	// is set (a CloudID given while Addresses is still the default clears the default). Default
+	// ["http://127.0.0.1:9200"].
+	Addresses []string `yaml:"addresses"`
+	// APIKey is a base64 encoded API key ("id:api_key" encoded). Default "" (none).
+	APIKey string `yaml:"api_key"`
+	// Username is the basic-auth user; needs Password. Default "" (none).
+	Username string `yaml:"username"`
+	// Password is the basic-auth password; needs Username. Default "" (none).
+	Password string `yaml:"password"`
+	// CACert is the path of a PEM file with the CA certificate(s) to trust. Default "" (system roots).
+	CACert string `yaml:"ca_cert"`
+	// CertFingerprint is the hex SHA-256 fingerprint of the node's certificate (colons allowed), pinned
+	// instead of a CA. Default "" (none).
+	CertFingerprint string `yaml:"cert_fingerprint"`
+	// CloudID is the Elastic Cloud deployment id; replaces Addresses. Default "" (none).
+	CloudID string `yaml:"cloud_id"`
+	// Index is the index (or alias) searched for BM25 hits and docid resolution. Default "icicle-docs".
+	Index string `yaml:"index"`
+	// RequestTimeout bounds one HTTP request to Elasticsearch; the request budget may cut it shorter.
+	// Default 5s.
+	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// MaxRetries is how many times a failed request is retried on another node; 0 disables retries.
+	// Default 3.
+	MaxRetries int `yaml:"max_retries"`
+}
+
+// Model configures the model directory (see inference/MODEL_FORMAT.md) and the ONNX Runtime session.
+type Model struct {
+	// Dir is the model directory holding manifest.json, model.onnx, tokenizer.json and seen_docids.txt.
+	// Default "models/tiny".
+	Dir string `yaml:"dir"`
+	// Quantized loads model.int8.onnx (int8 dynamically quantised MatMul weights) instead of model.onnx.
+	// Default false.
+	Quantized bool `yaml:"quantized"`
+	// Provider is the ONNX Runtime execution provider: "cpu" or "cuda". Default "cpu".
+	Provider string `yaml:"provider"`
+	// IntraOpThreads is the ONNX Runtime intra-op thread count; 0 leaves the runtime default (one per
+	// physical core). Default 0.
+	IntraOpThreads int `yaml:"intra_op_threads"`
+	// InterOpThreads is the ONNX Runtime inter-op thread count; 0 leaves the runtime default. Default 1.
+	InterOpThreads int `yaml:"inter_op_threads"`
+	// ORTLibrary is the path of libonnxruntime.so. Default "": the ICICLE_ORT_LIB environment variable
+	// (Load copies it here when neither YAML nor ICICLE_MODEL_ORT_LIBRARY set a path), else the standard
+	// library locations.
+	ORTLibrary string `yaml:"ort_library"`
+	// KVCacheTokens is the capacity of the KV cache, in tokens (prompt plus every branch decoded); it must
+	// exceed Decode.MaxPromptTokens when both are set. Default 0: the manifest's max_context_tokens + 512.
+	KVCacheTokens int `yaml:"kv_cache_tokens"`
+}
+
+// Decode configures prompt building and the routed beam search.
+type Decode struct {
+	// BeamWidth is the number of beams kept, and of docids returned by the model, 1..100. Default 10.
+	BeamWidth int `yaml:"beam_width"`
+	// MaxCandidates is how many of the top BM25 hits go into the prompt, 1..100. Default 100.
+	MaxCandidates int `yaml:"max_candidates"`
+	// MaxSummaryTokens is the longest summary of one candidate in the prompt, in tokens; longer summaries
+	// are truncated in tokens. Default 256.
+	MaxSummaryTokens int `yaml:"max_summary_tokens"`
+	// MaxPromptTokens is the longest prompt, in tokens; candidates that do not fit are dropped from the
+	// end. Default 0: the manifest's max_context_tokens.
+	MaxPromptTokens int `yaml:"max_prompt_tokens"`
+	// TitleOnly builds candidate blocks from titles alone (the manifest's candidate_title_only template).
+	// Default false.
+	TitleOnly bool `yaml:"title_only"`
+}
+
+// Breaker configures the circuit breaker (gobreaker) around the model. Only model failures and inference
+// timeouts count; client cancellations do not.
+type Breaker struct {
+	// ConsecutiveFailures is how many failures in a row open the breaker. Default 5.
+	ConsecutiveFailures int `yaml:"consecutive_failures"`
+	// Interval is the cyclic period after which a closed breaker clears its counts; 0 never clears them.
+	// Default 60s.
+	Interval time.Duration `yaml:"interval"`
+	// OpenTimeout is how long the breaker stays open before letting trial requests through (half-open).
+	// Default 30s.
+	OpenTimeout time.Duration `yaml:"open_timeout"`
+	// HalfOpenMaxRequests is how many trial requests a half-open breaker lets through. Default 1.
+	HalfOpenMaxRequests int `yaml:"half_open_max_requests"`
+}
+
+// Policy values for Policy.Mode.
+const (
+	// PolicyModel reranks with the model and falls back to BM25 on doubt.
+	PolicyModel = "model"
+	// PolicyFusion merges the model's ranking with BM25 by reciprocal rank fusion.
+	PolicyFusion = "fusion"
+	// PolicyBM25 never calls the model: the response is the BM25 order.
+	PolicyBM25 = "bm25"
+)
+
+// Policy decides how a model answer is used. On doubt (a threshold below is not met) the response falls
+// back to BM25, with the fallback stated in the body.
+type Policy struct {
+	// Mode is "model", "fusion" or "bm25" (the Policy* constants). Default "model".
+	Mode string `yaml:"mode"`
+	// MinCopyProb is the least router probability p([COPY]), 0..1, for a model answer to be used.
+	// Default 0 (always used).
+	MinCopyProb float64 `yaml:"min_copy_prob"`
+	// MinTopScore is the least score of the top beam (a log-probability, so <= 0) for a model answer to be
+	// used. YAML "-.inf", environment "-inf". Default -Inf (no threshold).
+	MinTopScore float64 `yaml:"min_top_score"`
+	// FusionK is the reciprocal rank fusion constant k in 1/(k + rank), rank from 1; used in "fusion"
+	// mode. Default 60.
+	FusionK int `yaml:"fusion_k"`
+}
+
+// Concurrency bounds the model: a request waits in a queue for one of MaxInflight slots.
+type Concurrency struct {
+	// MaxInflight is how many requests may run the model at once. Default 2.
+	MaxInflight int `yaml:"max_inflight"`
+	// QueueSize is how many requests may wait for a slot; a request finding the queue full falls back
+	// at once. 0 disables the queue. Default 8.
+	QueueSize int `yaml:"queue_size"`
+	// QueueTimeout is the longest wait for a slot before falling back; part of Server.RequestTimeout, so it
+	// must be shorter. Default 200ms.
+	QueueTimeout time.Duration `yaml:"queue_timeout"`
+}
+
+// AB values for AB.Mode.
+const (
+	// ABSplit assigns each key to arm A (BM25) or B (model).
+	ABSplit = "split"
+	// ABInterleave answers with a team-draft interleaving of both arms' rankings.
+	ABInterleave = "interleave"
+)
+
+// AB configures the A/B experiment between BM25 (arm A) and the model (arm B).
+type AB struct {
+	// Enabled turns the experiment on. Default false.
+	Enabled bool `yaml:"enabled"`
+	// SplitB is the share of keys sent to arm B in "split" mode, 0..1. Default 0.5.
+	SplitB float64 `yaml:"split_b"`
+	// Mode is "split" or "interleave" (the AB* constants). Default "split".
+	Mode string `yaml:"mode"`
+	// KeyHeader is the request header whose value is hashed to pick the arm; a valid HTTP header name.
+	// Default "X-ICICLE-AB-Key".
+	KeyHeader string `yaml:"key_header"`
+	// ImpressionLog is the path of a JSONL file that impressions are appended to. Default "" (off).
+	ImpressionLog string `yaml:"impression_log"`
+}
+
+// Log configures the slog handler built in cmd/.
+type Log struct {
+	// Level is "debug", "info", "warn" or "error". Default "info".
+	Level string `yaml:"level"`
+	// Format is "text" or "json". Default "text".
+	Format string `yaml:"format"`
+}
+
+// Metrics configures the Prometheus endpoint.
+type Metrics struct {
+	// Enabled serves the metrics. Default true.
+	Enabled bool `yaml:"enabled"`
+	// Path is the URL path of the metrics endpoint; starts with "/". Default "/metrics".
+	Path string `yaml:"path"`
+}
+
+// Default returns the configuration used when neither a file nor the environment says otherwise. Each
+// call returns a fresh value (no slices shared between calls).
+func Default() Config {
+	return Config{
+		Server: Server{
+			Addr:              ":8080",
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       10 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			ShutdownTimeout:   15 * time.Second,
+			MaxBodyBytes:      4 << 20,
+			RequestTimeout:    2 * time.Second,
+			ESBudgetFraction:  0.3,
+			MaxQueryChars:     1024,
+			MaxHits:           1000,
+		},
+		Elasticsearch: Elasticsearch{
+			Addresses:      []string{"http://127.0.0.1:9200"},
+			Index:          "icicle-docs",
+			RequestTimeout: 5 * time.Second,
+			MaxRetries:     3,
+		},
+		Model: Model{
+			Dir:            "models/tiny",
+			Provider:       "cpu",
+			InterOpThreads: 1,
+		},
+		Decode: Decode{
+			BeamWidth:        10,
+			MaxCandidates:    100,
+			MaxSummaryTokens: 256,
+		},
+		Breaker: Breaker{
+			ConsecutiveFailures: 5,
+			Interval:            60 * time.Second,
+			OpenTimeout:         30 * time.Second,
+			HalfOpenMaxRequests: 1,
+		},
+		Policy: Policy{
+			Mode:        PolicyModel,
+			MinTopScore: math.Inf(-1),
+			FusionK:     60,
+		},
+		Concurrency: Concurrency{
+			MaxInflight:  2,
+			QueueSize:    8,
+			QueueTimeout: 200 * time.Millisecond,
+		},
+		AB: AB{
+			SplitB:    0.5,
+			Mode:      ABSplit,
+			KeyHeader: "X-ICICLE-AB-Key",
+		},
+		Log: Log{
+			Level:  "info",
+			Format: "text",
+		},
+		Metrics: Metrics{
+			Enabled: true,
+			Path:    "/metrics",
+		},
+	}
+}
+
+// Redacted returns a copy of c fit for logging: the API key and password become "REDACTED" and a
+// password inside an address URL becomes "xxxxx".
+func (c Config) Redacted() Config {
+	const mask = "REDACTED"
+	if c.Elasticsearch.APIKey != "" {
+		c.Elasticsearch.APIKey = mask
+	}
+	if c.Elasticsearch.Password != "" {
+		c.Elasticsearch.Password = mask
+	}
+	if c.Elasticsearch.Addresses != nil {
+		addrs := make([]string, len(c.Elasticsearch.Addresses))
+		for i, a := range c.Elasticsearch.Addresses {
+			addrs[i] = a
+			if u, err := url.Parse(a); err == nil && u.User != nil {
+				addrs[i] = u.Redacted()
+			}
+		}
+		c.Elasticsearch.Addresses = addrs
+	}
+	return c
+}

@@ -1,0 +1,535 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/defaults.golden.yaml")
+
+// envMap returns an env lookup function backed by m.
+func envMap(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		return v, ok
+	}
+}
+
+// fieldErrors flattens err (joined and wrapped) into its FieldErrors, in order.
+func fieldErrors(t *testing.T, err error) []*FieldError {
+	t.Helper()
+	var out []*FieldError
+	var walk func(error)
+	walk = func(e error) {
+		if fe, ok := e.(*FieldError); ok {
+			out = append(out, fe)
+			return
+		}
+		switch u := e.(type) {
+		case interface{ Unwrap() []error }:
+			for _, x := range u.Unwrap() {
+				walk(x)
+			}
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		}
+	}
+	walk(err)
+	return out
+}
+
+func keys(fes []*FieldError) []string {
+	out := make([]string, len(fes))
+	for i, fe := range fes {
+		out[i] = fe.Key
+	}
+	return out
+}
+
+func marshal(t *testing.T, v any) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	require.NoError(t, enc.Encode(v))
+	require.NoError(t, enc.Close())
+	return buf.Bytes()
+}
+
+func TestDefaultValidates(t *testing.T) {
+	require.NoError(t, Default().Validate())
+}
+
+func TestDefaultIsFresh(t *testing.T) {
+	a := Default()
+	a.Elasticsearch.Addresses[0] = "http://changed:9200"
+	require.Equal(t, "http://127.0.0.1:9200", Default().Elasticsearch.Addresses[0])
+}
+
+// TestDefaultsGolden pins the fully defaulted configuration as YAML; run with -update after changing a
+// default on purpose.
+func TestDefaultsGolden(t *testing.T) {
+	golden := filepath.Join("testdata", "defaults.golden.yaml")
+	got := marshal(t, Default())
+	if *update {
+		require.NoError(t, os.WriteFile(golden, got, 0o644))
+	}
+	want, err := os.ReadFile(golden)
+	require.NoError(t, err, "run go test ./config -run TestDefaultsGolden -update")
+	require.Equal(t, string(want), string(got), "defaults changed: rerun with -update if intended")
+
+	// The rendering loads back to the same value.
+	cfg, err := Load(golden, nil)
+	require.NoError(t, err)
+	require.Equal(t, Default(), cfg)
+}
+
+// keyPaths lists every key path of a YAML document ("server", "server.addr", ...).
+func keyPaths(t *testing.T, data []byte) []string {
+	t.Helper()
+	var root yaml.Node
+	require.NoError(t, yaml.Unmarshal(data, &root))
+	ix := yamlIndex{keys: map[int][]string{}, values: map[int][]string{}, all: map[string]bool{}}
+	ix.walk(&root, "")
+	var out []string
+	for k := range ix.all {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestExampleIsDefault(t *testing.T) {
+	cfg, err := Load("example.yaml", nil)
+	require.NoError(t, err)
+	require.Equal(t, Default(), cfg)
+
+	data, err := os.ReadFile("example.yaml")
+	require.NoError(t, err)
+	require.Equal(t, keyPaths(t, marshal(t, Default())), keyPaths(t, data), "example.yaml must show every key")
+}
+
+func TestLoadGood(t *testing.T) {
+	want := map[string]func(c *Config){
+		"full.good.yaml": func(c *Config) {
+			c.Server = Server{
+				Addr: "0.0.0.0:9090", ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second,
+				WriteTimeout: 10 * time.Second, ShutdownTimeout: 20 * time.Second, MaxBodyBytes: 1 << 20,
+				RequestTimeout: 1500 * time.Millisecond, ESBudgetFraction: 0.25, MaxQueryChars: 512, MaxHits: 200,
+			}
+			c.Elasticsearch = Elasticsearch{
+				Addresses: []string{"https://es-1.internal:9200", "https://es-2.internal:9200"},
+				APIKey:    "aWQ6YXBpX2tleQ==", CACert: "/etc/icicle/ca.pem",
+				CertFingerprint: "AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89",
+				Index:           "nq-docs", RequestTimeout: 3 * time.Second, MaxRetries: 0,
+			}
+			c.Model = Model{
+				Dir: "/models/nq", Quantized: true, Provider: "cuda", IntraOpThreads: 4, InterOpThreads: 0,
+				ORTLibrary: "/opt/ort/lib/libonnxruntime.so", KVCacheTokens: 8192,
+			}
+			c.Decode = Decode{BeamWidth: 20, MaxCandidates: 50, MaxSummaryTokens: 128, MaxPromptTokens: 4096, TitleOnly: true}
+			c.Breaker = Breaker{ConsecutiveFailures: 3, Interval: 0, OpenTimeout: time.Minute, HalfOpenMaxRequests: 2}
+			c.Policy = Policy{Mode: PolicyFusion, MinCopyProb: 0.2, MinTopScore: -12.5, FusionK: 10}
+			c.Concurrency = Concurrency{MaxInflight: 4, QueueSize: 0, QueueTimeout: 100 * time.Millisecond}
+			c.AB = AB{Enabled: true, SplitB: 0.1, Mode: ABInterleave, KeyHeader: "X-Session-Id",
+				ImpressionLog: "/var/log/icicle/impressions.jsonl"}
+			c.Log = Log{Level: "debug", Format: "json"}
+			c.Metrics = Metrics{Enabled: false, Path: "/internal/metrics"}
+		},
+		"minimal.good.yaml": func(c *Config) {
+			c.Elasticsearch.Addresses = []string{"http://elasticsearch:9200"}
+			c.Model.Dir = "/models/tiny"
+		},
+		"cloud.good.yaml": func(c *Config) {
+			c.Elasticsearch.Addresses = nil
+			c.Elasticsearch.CloudID = "icicle:ZXUtd2VzdC0xLmF3cy5mb3VuZC5pbyRhYmMkZGVm"
+			c.Elasticsearch.Username = "icicle"
+			c.Elasticsearch.Password = "s3cret"
+		},
+		"empty.good.yaml": func(*Config) {},
+	}
+	files, err := filepath.Glob(filepath.Join("testdata", "*.good.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, path := range files {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			edit, ok := want[filepath.Base(path)]
+			require.True(t, ok, "add an expectation for %s to TestLoadGood", path)
+			expected := Default()
+			edit(&expected)
+
+			got, err := Load(path, nil)
+			require.NoError(t, err)
+			require.Equal(t, expected, got)
+		})
+	}
+}
+
+func TestLoadBad(t *testing.T) {
+	// Every problem is reported at once, in file (decoding) or field (validation) order.
+	want := map[string][]string{
+		"unknown_key.bad.yaml": {"server.adress", "model.quantised", "metric"},
+		"wrong_type.bad.yaml": {
+			"server.read_timeout", "server.max_hits", "server.es_budget_fraction", "elasticsearch.addresses",
+			"model.quantized", "model.dir", "decode", "breaker.interval",
+		},
+		"bad_values.bad.yaml": {
+			"server.addr", "server.request_timeout", "server.es_budget_fraction", "server.max_hits",
+			"elasticsearch.addresses[1]", "elasticsearch.api_key", "elasticsearch.cert_fingerprint",
+			"elasticsearch.index", "elasticsearch.max_retries",
+			"model.provider",
+			"decode.beam_width", "decode.max_candidates", "model.kv_cache_tokens",
+			"breaker.consecutive_failures", "breaker.open_timeout",
+			"policy.mode", "policy.min_copy_prob", "policy.min_top_score",
+			"concurrency.max_inflight",
+			"ab.split_b", "ab.mode", "ab.key_header",
+			"log.level", "log.format",
+			"metrics.path",
+		},
+		"duplicate_key.bad.yaml": {"decode.beam_width"},
+		"two_documents.bad.yaml": nil, // not a field error: the message names the problem
+		"syntax.bad.yaml":        nil,
+	}
+	files, err := filepath.Glob(filepath.Join("testdata", "*.bad.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, path := range files {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			wantKeys, ok := want[filepath.Base(path)]
+			require.True(t, ok, "add an expectation for %s to TestLoadBad", path)
+
+			cfg, err := Load(path, nil)
+			require.Error(t, err)
+			require.Zero(t, cfg.Server.Addr, "a failed Load returns the zero Config")
+			require.Contains(t, err.Error(), path, "the error names the file")
+			require.Equal(t, wantKeys, nilIfEmpty(keys(fieldErrors(t, err))), "error:\n%v", err)
+		})
+	}
+}
+
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
+
+func TestLoadBadMessages(t *testing.T) {
+	tests := []struct {
+		file string
+		want []string // substrings of the error text: the key, the line and the bad value
+	}{
+		{"unknown_key.bad.yaml", []string{`server.adress (line 3): unknown key "adress"`, `metric (line 10): unknown key "metric"`}},
+		{"wrong_type.bad.yaml", []string{"server.read_timeout (line 2)", "`lots`", `such as "2s"`}},
+		{"bad_values.bad.yaml", []string{
+			`elasticsearch.addresses[1]: want an http or https URL such as "http://127.0.0.1:9200", got "ftp://files.internal"`,
+			`decode.beam_width: must be between 1 and 100, got 0`,
+			`model.provider: must be one of ["cpu" "cuda"], got "tpu"`,
+			`server.request_timeout: must be shorter than server.write_timeout (30s)`,
+		}},
+		{"duplicate_key.bad.yaml", []string{`decode.beam_width (line 3): duplicate key "beam_width" (first at line 2)`}},
+		{"two_documents.bad.yaml", []string{"line 3: more than one YAML document"}},
+		{"syntax.bad.yaml", []string{"parse yaml: yaml: line"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			_, err := Load(filepath.Join("testdata", tt.file), nil)
+			require.Error(t, err)
+			for _, w := range tt.want {
+				require.ErrorContains(t, err, w)
+			}
+		})
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"), nil)
+	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func TestLoadEnv(t *testing.T) {
+	tests := []struct {
+		name    string
+		file    string // "" for none
+		env     map[string]string
+		check   func(t *testing.T, c Config)
+		errKeys []string // want a Load error with exactly these FieldError keys
+		errEnvs []string // and these variables named
+	}{
+		{
+			name: "typed values",
+			env: map[string]string{
+				"ICICLE_SERVER_ADDR":               ":9999",
+				"ICICLE_SERVER_REQUEST_TIMEOUT":    "1500ms",
+				"ICICLE_SERVER_MAX_BODY_BYTES":     "1024",
+				"ICICLE_SERVER_ES_BUDGET_FRACTION": "0.5",
+				"ICICLE_ELASTICSEARCH_ADDRESSES":   " http://a:9200, ,https://b:9200 ",
+				"ICICLE_MODEL_DIR":                 "/models/x",
+				"ICICLE_MODEL_QUANTIZED":           "true",
+				"ICICLE_POLICY_MIN_TOP_SCORE":      "-inf",
+				"ICICLE_METRICS_ENABLED":           "0",
+			},
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, ":9999", c.Server.Addr)
+				require.Equal(t, 1500*time.Millisecond, c.Server.RequestTimeout)
+				require.EqualValues(t, 1024, c.Server.MaxBodyBytes)
+				require.InDelta(t, 0.5, c.Server.ESBudgetFraction, 0)
+				require.Equal(t, []string{"http://a:9200", "https://b:9200"}, c.Elasticsearch.Addresses)
+				require.Equal(t, "/models/x", c.Model.Dir)
+				require.True(t, c.Model.Quantized)
+				require.True(t, math.IsInf(c.Policy.MinTopScore, -1))
+				require.False(t, c.Metrics.Enabled)
+			},
+		},
+		{
+			name: "environment overrides YAML",
+			file: "full.good.yaml",
+			env:  map[string]string{"ICICLE_DECODE_BEAM_WIDTH": "3", "ICICLE_LOG_LEVEL": "warn"},
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, 3, c.Decode.BeamWidth)
+				require.Equal(t, "warn", c.Log.Level)
+				require.Equal(t, 50, c.Decode.MaxCandidates, "YAML values without a variable stay")
+			},
+		},
+		{
+			name:  "empty variable counts as unset",
+			file:  "minimal.good.yaml",
+			env:   map[string]string{"ICICLE_MODEL_DIR": "", "ICICLE_DECODE_BEAM_WIDTH": ""},
+			check: func(t *testing.T, c Config) { require.Equal(t, "/models/tiny", c.Model.Dir) },
+		},
+		{
+			name:  "ICICLE_ORT_LIB fills an empty ort_library",
+			env:   map[string]string{"ICICLE_ORT_LIB": "/lib/ort.so"},
+			check: func(t *testing.T, c Config) { require.Equal(t, "/lib/ort.so", c.Model.ORTLibrary) },
+		},
+		{
+			name:  "ICICLE_MODEL_ORT_LIBRARY wins over ICICLE_ORT_LIB",
+			env:   map[string]string{"ICICLE_ORT_LIB": "/lib/a.so", "ICICLE_MODEL_ORT_LIBRARY": "/lib/b.so"},
+			check: func(t *testing.T, c Config) { require.Equal(t, "/lib/b.so", c.Model.ORTLibrary) },
+		},
+		{
+			name:  "YAML ort_library wins over ICICLE_ORT_LIB",
+			file:  "full.good.yaml",
+			env:   map[string]string{"ICICLE_ORT_LIB": "/lib/a.so"},
+			check: func(t *testing.T, c Config) { require.Equal(t, "/opt/ort/lib/libonnxruntime.so", c.Model.ORTLibrary) },
+		},
+		{
+			name: "cloud id from the environment clears the default addresses",
+			env:  map[string]string{"ICICLE_ELASTICSEARCH_CLOUD_ID": "x:eQ=="},
+			check: func(t *testing.T, c Config) {
+				require.Empty(t, c.Elasticsearch.Addresses)
+				require.Equal(t, "x:eQ==", c.Elasticsearch.CloudID)
+			},
+		},
+		{
+			name:    "cloud id and explicit addresses conflict",
+			file:    "minimal.good.yaml",
+			env:     map[string]string{"ICICLE_ELASTICSEARCH_CLOUD_ID": "x:eQ=="},
+			errKeys: []string{"elasticsearch.addresses"},
+			errEnvs: []string{""},
+		},
+		{
+			name: "unparseable variables, all named",
+			env: map[string]string{
+				"ICICLE_SERVER_READ_TIMEOUT": "10",
+				"ICICLE_DECODE_BEAM_WIDTH":   "ten",
+				"ICICLE_MODEL_QUANTIZED":     "maybe",
+				"ICICLE_AB_SPLIT_B":          "half",
+			},
+			errKeys: []string{"server.read_timeout", "model.quantized", "decode.beam_width", "ab.split_b"},
+			errEnvs: []string{"ICICLE_SERVER_READ_TIMEOUT", "ICICLE_MODEL_QUANTIZED", "ICICLE_DECODE_BEAM_WIDTH", "ICICLE_AB_SPLIT_B"},
+		},
+		{
+			name:    "YAML and environment errors together",
+			file:    "unknown_key.bad.yaml",
+			env:     map[string]string{"ICICLE_DECODE_BEAM_WIDTH": "ten"},
+			errKeys: []string{"server.adress", "model.quantised", "metric", "decode.beam_width"},
+			errEnvs: []string{"", "", "", "ICICLE_DECODE_BEAM_WIDTH"},
+		},
+		{
+			name: "invalid values name their variable",
+			file: "minimal.good.yaml",
+			env: map[string]string{
+				"ICICLE_DECODE_BEAM_WIDTH":       "0",
+				"ICICLE_ELASTICSEARCH_ADDRESSES": "http://ok:9200,elasticsearch:9200",
+			},
+			errKeys: []string{"elasticsearch.addresses[1]", "decode.beam_width"},
+			errEnvs: []string{"ICICLE_ELASTICSEARCH_ADDRESSES", "ICICLE_DECODE_BEAM_WIDTH"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := ""
+			if tt.file != "" {
+				path = filepath.Join("testdata", tt.file)
+			}
+			cfg, err := Load(path, envMap(tt.env))
+			if tt.errKeys != nil {
+				require.Error(t, err)
+				fes := fieldErrors(t, err)
+				require.Equal(t, tt.errKeys, keys(fes), "error:\n%v", err)
+				envs := make([]string, len(fes))
+				for i, fe := range fes {
+					envs[i] = fe.Env
+					if fe.Env != "" {
+						require.ErrorContains(t, err, fe.Env)
+					}
+				}
+				require.Equal(t, tt.errEnvs, envs)
+				return
+			}
+			require.NoError(t, err)
+			tt.check(t, cfg)
+		})
+	}
+}
+
+func TestLoadNoFileNoEnvIsDefault(t *testing.T) {
+	cfg, err := Load("", nil)
+	require.NoError(t, err)
+	require.Equal(t, Default(), cfg)
+
+	cfg, err = Load("", envMap(nil))
+	require.NoError(t, err)
+	require.Equal(t, Default(), cfg)
+}
+
+func TestEnvVars(t *testing.T) {
+	names := EnvVars()
+	require.True(t, slices.IsSorted(names))
+	require.Len(t, names, len(slices.Compact(slices.Clone(names))), "no duplicates")
+	for _, want := range []string{
+		"ICICLE_SERVER_ADDR", "ICICLE_ELASTICSEARCH_ADDRESSES", "ICICLE_MODEL_DIR", "ICICLE_MODEL_ORT_LIBRARY",
+		"ICICLE_ORT_LIB", "ICICLE_AB_KEY_HEADER", "ICICLE_SERVER_ES_BUDGET_FRACTION", "ICICLE_METRICS_PATH",
+	} {
+		require.Contains(t, names, want)
+	}
+
+	// Every variable is read and parsed: setting each to a valid rendering of its default parses, and
+	// each key of the YAML rendering has exactly one variable.
+	var c Config
+	fields := leaves(&c)
+	require.Len(t, names, len(fields)+1) // + ICICLE_ORT_LIB
+	yamlKeys := keyPaths(t, marshal(t, Default()))
+	for _, f := range fields {
+		require.Contains(t, yamlKeys, f.key)
+		require.True(t, strings.HasPrefix(f.env, EnvPrefix))
+	}
+
+	defaults := Default()
+	env := map[string]string{}
+	for _, f := range leaves(&defaults) {
+		var s string
+		switch v := f.v.Interface().(type) {
+		case time.Duration:
+			s = v.String()
+		case []string:
+			s = strings.Join(v, ",")
+		case string:
+			s = v
+		default:
+			var buf bytes.Buffer
+			require.NoError(t, yaml.NewEncoder(&buf).Encode(v))
+			s = strings.TrimSpace(buf.String())
+			if s == "-.inf" {
+				s = "-inf"
+			}
+		}
+		env[f.env] = s
+	}
+	cfg, err := Load("", envMap(env))
+	require.NoError(t, err)
+	want := Default()
+	require.Equal(t, want.Server, cfg.Server)
+	require.Equal(t, want.Policy, cfg.Policy)
+	require.Equal(t, want.Elasticsearch, cfg.Elasticsearch)
+	require.Len(t, cfg.fromEnv, len(env)-countEmpty(env))
+}
+
+func countEmpty(m map[string]string) int {
+	n := 0
+	for _, v := range m {
+		if v == "" {
+			n++
+		}
+	}
+	return n
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(c *Config)
+		want []string // FieldError keys; nil for valid
+	}{
+		{"defaults", func(*Config) {}, nil},
+		{"cloud id with no addresses", func(c *Config) { c.Elasticsearch.Addresses = nil; c.Elasticsearch.CloudID = "x:eQ==" }, nil},
+		{"no addresses", func(c *Config) { c.Elasticsearch.Addresses = nil }, []string{"elasticsearch.addresses"}},
+		{"cloud id and addresses", func(c *Config) { c.Elasticsearch.CloudID = "x:eQ==" }, []string{"elasticsearch.addresses"}},
+		{"address without scheme", func(c *Config) { c.Elasticsearch.Addresses = []string{"localhost:9200"} }, []string{"elasticsearch.addresses[0]"}},
+		{"password without user", func(c *Config) { c.Elasticsearch.Password = "x" }, []string{"elasticsearch.username"}},
+		{"user without password", func(c *Config) { c.Elasticsearch.Username = "x" }, []string{"elasticsearch.password"}},
+		{"api key and basic auth", func(c *Config) {
+			c.Elasticsearch.APIKey, c.Elasticsearch.Username, c.Elasticsearch.Password = "k", "u", "p"
+		}, []string{"elasticsearch.api_key"}},
+		{"fingerprint without colons", func(c *Config) { c.Elasticsearch.CertFingerprint = strings.Repeat("0a", 32) }, nil},
+		{"index pattern", func(c *Config) { c.Elasticsearch.Index = "docs-*" }, nil},
+		{"queue timeout beyond the request", func(c *Config) { c.Concurrency.QueueTimeout = 2 * time.Second }, []string{"concurrency.queue_timeout"}},
+		{"kv cache equal to the prompt", func(c *Config) { c.Model.KVCacheTokens, c.Decode.MaxPromptTokens = 1024, 1024 }, []string{"model.kv_cache_tokens"}},
+		{"kv cache larger than the prompt", func(c *Config) { c.Model.KVCacheTokens, c.Decode.MaxPromptTokens = 1536, 1024 }, nil},
+		{"NaN thresholds", func(c *Config) { c.Policy.MinTopScore, c.Policy.MinCopyProb = math.NaN(), math.NaN() },
+			[]string{"policy.min_copy_prob", "policy.min_top_score"}},
+		{"negative durations", func(c *Config) { c.Server.ReadTimeout, c.Breaker.Interval = -time.Second, -time.Second },
+			[]string{"server.read_timeout", "breaker.interval"}},
+		{"zero budget fraction", func(c *Config) { c.Server.ESBudgetFraction = 0 }, []string{"server.es_budget_fraction"}},
+		{"empty header", func(c *Config) { c.AB.KeyHeader = "" }, []string{"ab.key_header"}},
+		{"upper-case level", func(c *Config) { c.Log.Level = "INFO" }, []string{"log.level"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.edit(&c)
+			err := c.Validate()
+			if tt.want == nil {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			require.Equal(t, tt.want, keys(fieldErrors(t, err)), "error:\n%v", err)
+		})
+	}
+}
+
+func TestFieldErrorAs(t *testing.T) {
+	c := Default()
+	c.Decode.BeamWidth = 0
+	var fe *FieldError
+	require.True(t, errors.As(c.Validate(), &fe))
+	require.Equal(t, "decode.beam_width", fe.Key)
+	require.Equal(t, "decode.beam_width: must be between 1 and 100, got 0", fe.Error())
+	fe.Env, fe.Line = "ICICLE_DECODE_BEAM_WIDTH", 7
+	require.Equal(t, "decode.beam_width (env ICICLE_DECODE_BEAM_WIDTH) (line 7): must be between 1 and 100, got 0", fe.Error())
+}
+
+func TestRedacted(t *testing.T) {
+	c := Default()
+	c.Elasticsearch.APIKey = "secret-key"
+	c.Elasticsearch.Password = "secret-pass"
+	c.Elasticsearch.Addresses = []string{"https://u:secret-url@es:9200", "http://es2:9200"}
+	r := c.Redacted()
+	out := string(marshal(t, r))
+	require.NotContains(t, out, "secret")
+	require.Equal(t, []string{"https://u:xxxxx@es:9200", "http://es2:9200"}, r.Elasticsearch.Addresses)
+	require.Equal(t, "https://u:secret-url@es:9200", c.Elasticsearch.Addresses[0], "the original is untouched")
+}

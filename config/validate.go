@@ -1,0 +1,198 @@
+package config
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Validate checks every field and every relation between fields and returns all the problems at once,
+// joined with errors.Join, each a *FieldError naming the key (and the environment variable when Load
+// took the value from one) and the bad value. It returns nil for a usable configuration.
+func (c Config) Validate() error {
+	v := validator{env: c.fromEnv}
+
+	s := c.Server
+	if _, port, err := net.SplitHostPort(s.Addr); err != nil || port == "" {
+		v.add("server.addr", "want host:port such as \":8080\", got %q", s.Addr)
+	}
+	v.positive("server.read_header_timeout", s.ReadHeaderTimeout)
+	v.positive("server.read_timeout", s.ReadTimeout)
+	v.positive("server.write_timeout", s.WriteTimeout)
+	v.positive("server.shutdown_timeout", s.ShutdownTimeout)
+	v.atLeast("server.max_body_bytes", s.MaxBodyBytes, 1)
+	v.positive("server.request_timeout", s.RequestTimeout)
+	if s.RequestTimeout > 0 && s.WriteTimeout > 0 && s.RequestTimeout >= s.WriteTimeout {
+		v.add("server.request_timeout", "must be shorter than server.write_timeout (%s) or the response cannot be written, got %s",
+			s.WriteTimeout, s.RequestTimeout)
+	}
+	if !(s.ESBudgetFraction > 0 && s.ESBudgetFraction < 1) {
+		v.add("server.es_budget_fraction", "must be between 0 and 1, both excluded (the model needs the rest), got %v", s.ESBudgetFraction)
+	}
+	v.atLeast("server.max_query_chars", int64(s.MaxQueryChars), 1)
+	v.atLeast("server.max_hits", int64(s.MaxHits), 1)
+
+	es := c.Elasticsearch
+	switch {
+	case es.CloudID != "" && len(es.Addresses) > 0:
+		v.add("elasticsearch.addresses", "must be empty when elasticsearch.cloud_id is set, got %q", es.Addresses)
+	case es.CloudID == "" && len(es.Addresses) == 0:
+		v.add("elasticsearch.addresses", "must list at least one URL unless elasticsearch.cloud_id is set")
+	}
+	for i, a := range es.Addresses {
+		u, err := url.Parse(a)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.addAt("elasticsearch.addresses", fmt.Sprintf("elasticsearch.addresses[%d]", i),
+				"want an http or https URL such as \"http://127.0.0.1:9200\", got %q", a)
+		}
+	}
+	if es.APIKey != "" && (es.Username != "" || es.Password != "") {
+		v.add("elasticsearch.api_key", "set either api_key or username/password, not both")
+	}
+	if (es.Username == "") != (es.Password == "") {
+		if es.Username == "" {
+			v.add("elasticsearch.username", "must be set when elasticsearch.password is set")
+		} else {
+			v.add("elasticsearch.password", "must be set when elasticsearch.username (%q) is set", es.Username)
+		}
+	}
+	if fp := es.CertFingerprint; fp != "" {
+		raw, err := hex.DecodeString(strings.ReplaceAll(fp, ":", ""))
+		if err != nil || len(raw) != 32 {
+			v.add("elasticsearch.cert_fingerprint", "want a hex SHA-256 fingerprint (64 hex digits, colons allowed), got %q", fp)
+		}
+	}
+	if es.Index == "" {
+		v.add("elasticsearch.index", "must not be empty")
+	} else if es.Index != strings.ToLower(es.Index) || strings.ContainsAny(es.Index, " \t\n\"\\/<>|?#") {
+		v.add("elasticsearch.index", "want an Elasticsearch index or alias name (lower case, no spaces or \\/<>|?#\"), got %q", es.Index)
+	}
+	v.positive("elasticsearch.request_timeout", es.RequestTimeout)
+	v.atLeast("elasticsearch.max_retries", int64(es.MaxRetries), 0)
+
+	m := c.Model
+	if m.Dir == "" {
+		v.add("model.dir", "must not be empty")
+	}
+	v.oneOf("model.provider", m.Provider, "cpu", "cuda")
+	v.atLeast("model.intra_op_threads", int64(m.IntraOpThreads), 0)
+	v.atLeast("model.inter_op_threads", int64(m.InterOpThreads), 0)
+	v.atLeast("model.kv_cache_tokens", int64(m.KVCacheTokens), 0)
+
+	d := c.Decode
+	v.between("decode.beam_width", d.BeamWidth, 1, 100)
+	v.between("decode.max_candidates", d.MaxCandidates, 1, 100)
+	v.atLeast("decode.max_summary_tokens", int64(d.MaxSummaryTokens), 1)
+	v.atLeast("decode.max_prompt_tokens", int64(d.MaxPromptTokens), 0)
+	if m.KVCacheTokens > 0 && d.MaxPromptTokens > 0 && m.KVCacheTokens <= d.MaxPromptTokens {
+		v.add("model.kv_cache_tokens", "must exceed decode.max_prompt_tokens (%d) to leave room for the answer, got %d",
+			d.MaxPromptTokens, m.KVCacheTokens)
+	}
+
+	b := c.Breaker
+	v.atLeast("breaker.consecutive_failures", int64(b.ConsecutiveFailures), 1)
+	if b.Interval < 0 {
+		v.add("breaker.interval", "must not be negative (0 never clears the counts), got %s", b.Interval)
+	}
+	v.positive("breaker.open_timeout", b.OpenTimeout)
+	v.atLeast("breaker.half_open_max_requests", int64(b.HalfOpenMaxRequests), 1)
+
+	p := c.Policy
+	v.oneOf("policy.mode", p.Mode, PolicyModel, PolicyFusion, PolicyBM25)
+	if !(p.MinCopyProb >= 0 && p.MinCopyProb <= 1) {
+		v.add("policy.min_copy_prob", "must be between 0 and 1, got %v", p.MinCopyProb)
+	}
+	if math.IsNaN(p.MinTopScore) || p.MinTopScore > 0 {
+		v.add("policy.min_top_score", "must be <= 0 (scores are log-probabilities; -.inf disables it), got %v", p.MinTopScore)
+	}
+	v.atLeast("policy.fusion_k", int64(p.FusionK), 0)
+
+	q := c.Concurrency
+	v.atLeast("concurrency.max_inflight", int64(q.MaxInflight), 1)
+	v.atLeast("concurrency.queue_size", int64(q.QueueSize), 0)
+	v.positive("concurrency.queue_timeout", q.QueueTimeout)
+	if q.QueueTimeout > 0 && s.RequestTimeout > 0 && q.QueueTimeout >= s.RequestTimeout {
+		v.add("concurrency.queue_timeout", "must be shorter than server.request_timeout (%s), got %s", s.RequestTimeout, q.QueueTimeout)
+	}
+
+	ab := c.AB
+	if !(ab.SplitB >= 0 && ab.SplitB <= 1) {
+		v.add("ab.split_b", "must be between 0 and 1, got %v", ab.SplitB)
+	}
+	v.oneOf("ab.mode", ab.Mode, ABSplit, ABInterleave)
+	if !isToken(ab.KeyHeader) {
+		v.add("ab.key_header", "want an HTTP header name such as \"X-ICICLE-AB-Key\", got %q", ab.KeyHeader)
+	}
+
+	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+	v.oneOf("log.format", c.Log.Format, "text", "json")
+
+	if !strings.HasPrefix(c.Metrics.Path, "/") {
+		v.add("metrics.path", "want a URL path starting with \"/\", got %q", c.Metrics.Path)
+	}
+
+	return errors.Join(v.errs...)
+}
+
+// validator collects FieldErrors, naming the environment variable of each key that came from one.
+type validator struct {
+	env  map[string]string
+	errs []error
+}
+
+func (v *validator) add(key, format string, args ...any) {
+	v.addAt(key, key, format, args...)
+}
+
+// addAt reports a problem at path (a list item such as "elasticsearch.addresses[1]") of the field key.
+func (v *validator) addAt(key, path, format string, args ...any) {
+	v.errs = append(v.errs, &FieldError{Key: path, Env: v.env[key], Msg: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) positive(key string, d time.Duration) {
+	if d <= 0 {
+		v.add(key, "must be a positive duration such as \"2s\", got %s", d)
+	}
+}
+
+func (v *validator) atLeast(key string, n, lo int64) {
+	if n < lo {
+		v.add(key, "must be at least %d, got %d", lo, n)
+	}
+}
+
+func (v *validator) between(key string, n, lo, hi int) {
+	if n < lo || n > hi {
+		v.add(key, "must be between %d and %d, got %d", lo, hi, n)
+	}
+}
+
+func (v *validator) oneOf(key, s string, allowed ...string) {
+	for _, a := range allowed {
+		if s == a {
+			return
+		}
+	}
+	v.add(key, "must be one of %q, got %q", allowed, s)
+}
+
+// isToken reports whether s is a valid HTTP header name (an RFC 9110 token).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		case strings.ContainsRune("!#$%&'*+-.^_`|~", r):
+		default:
+			return false
+		}
+	}
+	return true
+}
