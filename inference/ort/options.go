@@ -1,0 +1,30 @@
+package ort
+
+// Execution providers accepted in Options.Provider.
+const (
+	// ProviderCPU runs the model on the CPU; it is the default.
+	ProviderCPU = "cpu"
+	// ProviderCUDA runs the model on an NVIDIA GPU. It needs the CUDA build of ONNX Runtime
+	// (scripts/ort.sh --gpu) and CUDA 12 with cuDNN 9 on the loader path; when the provider cannot be
+	// set up, Load falls back to the CPU and logs a warning.
+	ProviderCUDA = "cuda"
+)
+
+// Options tunes a Model's ONNX Runtime session. The zero value is valid: ONNX Runtime's default thread
+// counts on the CPU.
+type Options struct {
+	// Threads is the number of intra-op threads (parallelism inside one operator, e.g. a MatMul).
+	// Default 0: ONNX Runtime's choice (one per physical core).
+	Threads int
+	// InterOpThreads is the number of threads running independent operators in parallel. Default 0:
+	// ONNX Runtime's choice (sequential execution, so it rarely matters for a decoder).
+	InterOpThreads int
+	// Provider is ProviderCPU or ProviderCUDA. Default "": ProviderCPU.
+	Provider string
+	// CUDADevice is the GPU ordinal used with ProviderCUDA. Default 0.
+	CUDADevice int
+	// NoSpin stops intra-op threads from spinning while they wait for work. Spinning lowers latency
+	// between decode steps but keeps cores busy while idle; set NoSpin when the sidecar shares cores with
+	// Elasticsearch. Default false (ONNX Runtime spins).
+	NoSpin bool
+}
