@@ -1,0 +1,88 @@
+// Command icicle is the ICICLE sidecar: it serves the reranking API next to Elasticsearch (serve),
+// loads corpora into the index (ingest), and compares the sidecar with plain BM25 on labelled queries
+// (compare). This package only wires: config -> adapter, inference, plugin.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/config"
+)
+
+const usage = `usage: icicle <command> [flags]
+
+commands:
+  serve     run the sidecar HTTP server
+  ingest    bulk-index a BEIR corpus (JSONL, optionally .gz) into Elasticsearch
+  compare   run labelled queries through BM25 and the sidecar and print a side-by-side table
+
+Run "icicle <command> -h" for the command's flags. Configuration: -config FILE (YAML), then
+ICICLE_* environment variables; see config/example.yaml.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
+	case "serve":
+		err = serve(ctx, args)
+	case "ingest":
+		err = ingest(ctx, args)
+	case "compare":
+		err = compare(ctx, args, os.Stdout)
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "icicle: unknown command %q\n\n%s", cmd, usage)
+		os.Exit(2)
+	}
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(os.Stderr, "icicle %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+// loadConfig reads -config (may be empty) and the environment.
+func loadConfig(path string) (config.Config, error) {
+	cfg, err := config.Load(path, os.LookupEnv)
+	if err != nil {
+		return config.Config{}, fmt.Errorf("load config: %w", err)
+	}
+	return cfg, nil
+}
+
+// newLogger builds the process logger from the log section.
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(strings.ToUpper(c.Level)))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// newAdapter builds the Elasticsearch adapter from its config section.
+func newAdapter(c config.Elasticsearch, log *slog.Logger) (*adapter.Adapter, error) {
+	return adapter.New(adapter.Options{
+		Addresses: c.Addresses, CloudID: c.CloudID, APIKey: c.APIKey, Username: c.Username, Password: c.Password,
+		CACertPath: c.CACert, CertFingerprint: c.CertFingerprint, Index: c.Index,
+		RequestTimeout: c.RequestTimeout, MaxRetries: c.MaxRetries,
+	}, log)
+}

@@ -1,0 +1,283 @@
+package plugin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gin-gonic/gin"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/inference"
+)
+
+// rerank serves POST /v1/rerank: the caller's BM25 hits, reranked.
+func (s *Server) rerank(c *gin.Context) {
+	start := time.Now()
+	var req RerankRequest
+	if err := s.decode(c, &req); err != nil {
+		s.fail(c, "rerank", err)
+		return
+	}
+	if err := s.checkQuery(req.Query, req.Size); err != nil {
+		s.fail(c, "rerank", err)
+		return
+	}
+	if len(req.Hits) > s.opts.MaxHits {
+		s.fail(c, "rerank", &InputError{Field: "hits", Problem: fmt.Sprintf("%d hits, at most %d accepted", len(req.Hits), s.opts.MaxHits)})
+		return
+	}
+	hits, err := hitsFromES(req.Hits)
+	if err != nil {
+		s.fail(c, "rerank", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.RequestTimeout)
+	defer cancel()
+	resp, err := s.rank(ctx, req.Query, hits, req.Size, 0)
+	if err != nil {
+		s.fail(c, "rerank", err)
+		return
+	}
+	s.respond(c, "rerank", start, resp)
+}
+
+// search serves POST /v1/search: BM25 over new documents by the sidecar, then the same as rerank.
+func (s *Server) search(c *gin.Context) {
+	start := time.Now()
+	var req SearchRequest
+	if err := s.decode(c, &req); err != nil {
+		s.fail(c, "search", err)
+		return
+	}
+	if err := s.checkQuery(req.Query, req.Size); err != nil {
+		s.fail(c, "search", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.RequestTimeout)
+	defer cancel()
+	esCtx, esCancel := context.WithTimeout(ctx, time.Duration(float64(s.opts.RequestTimeout)*s.opts.ESBudgetFraction))
+	esStart := time.Now()
+	hits, err := s.es.SearchNew(esCtx, req.Query, s.opts.MaxCandidates)
+	esCancel()
+	esDur := time.Since(esStart)
+	s.metrics.stage.WithLabelValues("es").Observe(esDur.Seconds())
+	if err != nil {
+		if c.Request.Context().Err() != nil {
+			err = c.Request.Context().Err()
+		}
+		s.fail(c, "search", fmt.Errorf("search new documents: %w: %w", ErrUpstream, err))
+		return
+	}
+	resp, err := s.rank(ctx, req.Query, hits, req.Size, esDur)
+	if err != nil {
+		s.fail(c, "search", err)
+		return
+	}
+	s.respond(c, "search", start, resp)
+}
+
+// decode reads a JSON body within the size limit, naming the field of a type error.
+func (s *Server) decode(c *gin.Context, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		return fmt.Errorf("read body: %w", err)
+	}
+	if !utf8.Valid(body) {
+		return &InputError{Field: "body", Problem: "invalid UTF-8"}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return &InputError{Field: te.Field, Problem: fmt.Sprintf("must be %s, got JSON %s", te.Type, te.Value)}
+		}
+		return &InputError{Field: "body", Problem: "invalid JSON: " + err.Error()}
+	}
+	if dec.More() {
+		return &InputError{Field: "body", Problem: "trailing data after the JSON object"}
+	}
+	return nil
+}
+
+func (s *Server) checkQuery(q string, size int) error {
+	switch n := utf8.RuneCountInString(q); {
+	case strings.TrimSpace(q) == "":
+		return &InputError{Field: "query", Problem: "required"}
+	case n > s.opts.MaxQueryChars:
+		return &InputError{Field: "query", Problem: fmt.Sprintf("%d characters, at most %d", n, s.opts.MaxQueryChars)}
+	}
+	if size < 0 || size > 100 {
+		return &InputError{Field: "size", Problem: fmt.Sprintf("%d outside 0..100", size)}
+	}
+	return nil
+}
+
+// hitsFromES reads the title (docid) and summary out of each hit's _source.
+func hitsFromES(in []ESHit) ([]adapter.Hit, error) {
+	hits := make([]adapter.Hit, len(in))
+	for i, h := range in {
+		field := func(f string) string { return "hits[" + strconv.Itoa(i) + "]" + f }
+		if len(h.Source) == 0 {
+			return nil, &InputError{Field: field("._source"), Problem: "required"}
+		}
+		var src HitSource
+		if err := json.Unmarshal(h.Source, &src); err != nil {
+			return nil, &InputError{Field: field("._source"), Problem: "must be an object with string title and summary: " + err.Error()}
+		}
+		if src.Title == nil || strings.TrimSpace(*src.Title) == "" {
+			return nil, &InputError{Field: field("._source.title"), Problem: "required (the title is the docid)"}
+		}
+		hits[i] = adapter.Hit{ID: h.ID, DocID: *src.Title, Title: *src.Title, Rank: i + 1}
+		if src.DocID != nil && *src.DocID != "" {
+			hits[i].DocID = *src.DocID
+		}
+		if src.Summary != nil {
+			hits[i].Summary = *src.Summary
+		}
+		if h.Score != nil {
+			hits[i].Score = *h.Score
+		}
+	}
+	return hits, nil
+}
+
+// rank runs the model over hits and builds the response, falling back to the BM25 order when the model
+// fails, is slow, is shed or is doubted. Only a client cancellation is returned as an error.
+func (s *Server) rank(ctx context.Context, query string, hits []adapter.Hit, size int, esDur time.Duration) (Response, error) {
+	size = min(cmp0(size, s.opts.Decode.BeamWidth), 100)
+	resp := Response{RequestID: "", HitsReceived: len(hits), Model: s.opts.Model.Name}
+	resp.Timings.ES = ms(esDur)
+	cands := hits[:min(len(hits), s.opts.MaxCandidates)]
+	resp.CandidatesTruncated = len(hits) > len(cands)
+	in := make([]inference.Candidate, len(cands))
+	for i, h := range cands {
+		in[i] = inference.Candidate{Title: h.DocID, Summary: h.Summary}
+		if h.Summary == "" || s.opts.Decode.TitleOnly {
+			resp.TitleOnlyCandidates++
+		}
+	}
+	fallback := func(reason string) (Response, error) {
+		s.metrics.fallbacks.WithLabelValues(reason).Inc()
+		resp.Mode, resp.FallbackReason = ModeBM25Fallback, reason
+		resp.Results = bm25Results(hits, size)
+		return resp, nil
+	}
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	default:
+		return fallback("overloaded")
+	}
+	modelStart := time.Now()
+	res, err := s.breaker.Execute(func() (inference.Result, error) { return s.model.Rank(ctx, query, in, s.opts.Decode) })
+	resp.Timings.Model = ms(time.Since(modelStart))
+	s.metrics.stage.WithLabelValues("model").Observe(time.Since(modelStart).Seconds())
+	switch {
+	case err == nil:
+	case errors.Is(err, context.Canceled):
+		return Response{}, err
+	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
+		return fallback("breaker_open")
+	case errors.Is(err, context.DeadlineExceeded):
+		s.log.Warn("model timed out", "err", err)
+		return fallback("model_timeout")
+	default:
+		s.log.Error("model failed", "err", err)
+		return fallback("model_error")
+	}
+	resp.CandidatesInContext = res.InContext
+	s.metrics.inContext.Observe(float64(res.InContext))
+	resp.RouterProb = &res.PCopy
+	if len(res.Beams) == 0 || res.PCopy < s.opts.MinCopyProb && res.Beams[0].Route == inference.RouteCopy || res.Beams[0].Score < s.opts.MinTopScore {
+		return fallback("low_confidence")
+	}
+	s.metrics.routes.WithLabelValues(string(res.Beams[0].Route)).Inc()
+	resp.Mode = ModeReranked
+	resp.Results = s.modelResults(ctx, res.Beams[:min(size, len(res.Beams))], cands, hits)
+	return resp, nil
+}
+
+// modelResults turns beams into results: copied docids are their context hits; parametric docids are
+// resolved to their stored documents in one Elasticsearch request.
+func (s *Server) modelResults(ctx context.Context, beams []inference.Beam, cands, hits []adapter.Hit) []Result {
+	byDocID := make(map[string]int, len(hits))
+	for i, h := range hits {
+		if _, ok := byDocID[h.DocID]; !ok {
+			byDocID[h.DocID] = i
+		}
+	}
+	var missing []string
+	for _, b := range beams {
+		if _, ok := byDocID[b.DocID]; !ok && b.Route == inference.RouteParametric {
+			missing = append(missing, b.DocID)
+		}
+	}
+	var resolved map[string]adapter.Hit
+	if len(missing) > 0 {
+		var err error
+		if resolved, err = s.es.Resolve(ctx, missing); err != nil {
+			s.log.Warn("resolve parametric docids", "docids", len(missing), "err", err)
+		}
+	}
+	out := make([]Result, 0, len(beams))
+	for i, b := range beams {
+		r := Result{Rank: i + 1, DocID: b.DocID, Title: b.DocID, Score: b.Score, Provenance: FromParametric}
+		if b.Route == inference.RouteCopy {
+			r.Provenance = FromCopy
+		}
+		if j, ok := byDocID[b.DocID]; ok {
+			h := hits[j]
+			r.ID, r.Title, r.Summary, r.Resolved = h.ID, h.Title, h.Summary, true
+			r.BM25Rank = ptr(j + 1)
+		} else if h, ok := resolved[b.DocID]; ok {
+			r.ID, r.Title, r.Summary, r.Resolved = h.ID, h.Title, h.Summary, true
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func bm25Results(hits []adapter.Hit, size int) []Result {
+	out := make([]Result, 0, min(size, len(hits)))
+	for i, h := range hits[:min(size, len(hits))] {
+		out = append(out, Result{Rank: i + 1, ID: h.ID, DocID: h.DocID, Title: h.Title, Summary: h.Summary,
+			Score: h.Score, Provenance: FromBM25, BM25Rank: ptr(i + 1), Resolved: true})
+	}
+	return out
+}
+
+func (s *Server) respond(c *gin.Context, endpoint string, start time.Time, resp Response) {
+	resp.RequestID = requestID(c)
+	resp.Timings.Total = ms(time.Since(start))
+	s.metrics.requests.WithLabelValues(endpoint, "200", string(resp.Mode)).Inc()
+	s.metrics.duration.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
+	s.log.Info("ranked", "request_id", resp.RequestID, "endpoint", endpoint, "mode", resp.Mode,
+		"reason", resp.FallbackReason, "hits", resp.HitsReceived, "in_context", resp.CandidatesInContext, "took_ms", resp.Timings.Total)
+	c.JSON(http.StatusOK, resp)
+}
+
+func (s *Server) fail(c *gin.Context, endpoint string, err error) {
+	writeError(c, s.log, err)
+	s.metrics.requests.WithLabelValues(endpoint, strconv.Itoa(c.Writer.Status()), "error").Inc()
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func ptr[T any](v T) *T { return &v }
+
+func cmp0(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,168 @@
+package plugin
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/inference"
+)
+
+// Searcher is what the handlers need from Elasticsearch.
+type Searcher interface {
+	// SearchNew returns the BM25 top k over new (unseen) documents, with title and summary.
+	SearchNew(ctx context.Context, query string, k int) ([]adapter.Hit, error)
+	// Resolve finds the documents of docids (titles) in one request; missing ones are absent.
+	Resolve(ctx context.Context, docids []string) (map[string]adapter.Hit, error)
+	// Check reports the cluster's version and whether the index is usable.
+	Check(ctx context.Context) (adapter.ClusterInfo, error)
+}
+
+// Reranker is what the handlers need from the model.
+type Reranker interface {
+	// Rank runs the routed decode over the candidates (BM25 order).
+	Rank(ctx context.Context, query string, cands []inference.Candidate, opts inference.Options) (inference.Result, error)
+}
+
+// ModelInfo describes the loaded model for /v1/model and the responses.
+type ModelInfo struct {
+	Name         string `json:"name"`
+	Config       string `json:"config"`
+	Backbone     string `json:"backbone"`
+	ModelVersion string `json:"model_version"`
+	DataVersion  string `json:"data_version"`
+	SeenDocIDs   int    `json:"seen_docids"`
+	Dir          string `json:"dir"`
+}
+
+// Options configure the server; cmd/icicle fills them from config.
+type Options struct {
+	MaxBodyBytes     int64
+	RequestTimeout   time.Duration
+	ESBudgetFraction float64
+	MaxQueryChars    int
+	MaxHits          int
+	MaxCandidates    int
+	Decode           inference.Options
+	// MaxInflight and QueueSize bound concurrent model calls; a request finding no room is shed to BM25.
+	MaxInflight, QueueSize int
+	// Breaker settings: ConsecutiveFailures open it, OpenTimeout until half-open, HalfOpenMaxRequests
+	// trial requests, Interval clears the closed counts.
+	ConsecutiveFailures  int
+	OpenTimeout          time.Duration
+	HalfOpenMaxRequests  int
+	BreakerCountInterval time.Duration
+	// MinCopyProb and MinTopScore make the response fall back to BM25 on doubt.
+	MinCopyProb float64
+	MinTopScore float64
+	Model       ModelInfo
+	Logger      *slog.Logger
+	// Registry receives the metrics; nil creates a private one.
+	Registry *prometheus.Registry
+}
+
+// Server serves the sidecar API.
+type Server struct {
+	es      Searcher
+	model   Reranker
+	opts    Options
+	log     *slog.Logger
+	breaker *gobreaker.CircuitBreaker[inference.Result]
+	slots   chan struct{}
+	metrics *metrics
+	router  *gin.Engine
+}
+
+// New builds the server and its routes.
+func New(es Searcher, model Reranker, opts Options) *Server {
+	opts.MaxCandidates = cmp.Or(opts.MaxCandidates, 100)
+	opts.Decode.BeamWidth = cmp.Or(opts.Decode.BeamWidth, 10)
+	opts.MaxInflight = cmp.Or(opts.MaxInflight, 2)
+	opts.ConsecutiveFailures = cmp.Or(opts.ConsecutiveFailures, 5)
+	opts.HalfOpenMaxRequests = cmp.Or(opts.HalfOpenMaxRequests, 1)
+	s := &Server{es: es, model: model, opts: opts, log: opts.Logger, slots: make(chan struct{}, opts.MaxInflight+opts.QueueSize)}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	s.metrics = newMetrics(reg)
+	s.breaker = gobreaker.NewCircuitBreaker[inference.Result](gobreaker.Settings{
+		Name:        "model",
+		MaxRequests: uint32(opts.HalfOpenMaxRequests),
+		Interval:    opts.BreakerCountInterval,
+		Timeout:     opts.OpenTimeout,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= uint32(opts.ConsecutiveFailures) },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			s.log.Warn("model breaker state changed", "from", from.String(), "to", to.String())
+			s.metrics.breakerState.Set(float64(to))
+		},
+		// A client that went away says nothing about the model's health.
+		IsSuccessful: func(err error) bool { return err == nil || errors.Is(err, context.Canceled) },
+	})
+
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.Use(s.recoverer, s.requestID)
+	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	r.GET("/readyz", s.ready)
+	r.GET("/v1/model", func(c *gin.Context) { c.JSON(http.StatusOK, s.opts.Model) })
+	r.POST("/v1/rerank", s.rerank)
+	r.POST("/v1/search", s.search)
+	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	s.router = r
+	return s
+}
+
+// Handler returns the HTTP handler.
+func (s *Server) Handler() http.Handler { return s.router }
+
+func (s *Server) ready(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := s.es.Check(ctx); err != nil {
+		s.log.Warn("not ready: elasticsearch", "err", err)
+		c.JSON(http.StatusServiceUnavailable, gin.H{"ready": false, "elasticsearch": "unreachable"})
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"ready": true, "model": s.opts.Model.Name, "breaker": s.breaker.State().String()})
+}
+
+func (s *Server) requestID(c *gin.Context) {
+	id := c.GetHeader("X-Request-ID")
+	if id == "" || len(id) > 64 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		id = hex.EncodeToString(b[:])
+	}
+	c.Set("request_id", id)
+	c.Header("X-Request-ID", id)
+	c.Next()
+}
+
+func requestID(c *gin.Context) string { return c.GetString("request_id") }
+
+// recoverer turns a panic in a handler into a logged 500, keeping the process alive.
+func (s *Server) recoverer(c *gin.Context) {
+	defer func() {
+		if r := recover(); r != nil {
+			writeError(c, s.log, fmt.Errorf("panic: %v", r))
+			c.Abort()
+		}
+	}()
+	c.Next()
+}

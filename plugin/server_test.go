@@ -1,0 +1,245 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/inference"
+)
+
+// fakeSearcher is an Elasticsearch stand-in for handler tests; each method is a function field.
+type fakeSearcher struct {
+	searchNew func(ctx context.Context, q string, k int) ([]adapter.Hit, error)
+	resolve   func(ctx context.Context, ids []string) (map[string]adapter.Hit, error)
+}
+
+func (f *fakeSearcher) SearchNew(ctx context.Context, q string, k int) ([]adapter.Hit, error) {
+	return f.searchNew(ctx, q, k)
+}
+
+func (f *fakeSearcher) Resolve(ctx context.Context, ids []string) (map[string]adapter.Hit, error) {
+	if f.resolve == nil {
+		out := make(map[string]adapter.Hit)
+		for _, id := range ids {
+			out[id] = adapter.Hit{ID: "es-" + id, DocID: id, Title: id, Summary: "stored " + id}
+		}
+		return out, nil
+	}
+	return f.resolve(ctx, ids)
+}
+
+func (f *fakeSearcher) Check(context.Context) (adapter.ClusterInfo, error) {
+	return adapter.ClusterInfo{}, nil
+}
+
+// fakeReranker scripts the model's answer.
+type fakeReranker struct {
+	rank func(ctx context.Context, q string, cands []inference.Candidate) (inference.Result, error)
+}
+
+func (f *fakeReranker) Rank(ctx context.Context, q string, cands []inference.Candidate, _ inference.Options) (inference.Result, error) {
+	return f.rank(ctx, q, cands)
+}
+
+func threeHits() []adapter.Hit {
+	return []adapter.Hit{
+		{ID: "1", DocID: "Alpha", Title: "Alpha", Summary: "a", Score: 3, Rank: 1},
+		{ID: "2", DocID: "Beta", Title: "Beta", Summary: "b", Score: 2, Rank: 2},
+		{ID: "3", DocID: "Gamma", Title: "Gamma", Score: 1, Rank: 3},
+	}
+}
+
+// copyBeta answers Beta by the copy route, then a parametric seen document.
+func copyBeta(_ context.Context, _ string, cands []inference.Candidate) (inference.Result, error) {
+	return inference.Result{PCopy: 0.9, InContext: len(cands), Beams: []inference.Beam{
+		{DocID: "Beta", Route: inference.RouteCopy, Score: -0.1, Candidate: 1},
+		{DocID: "Seen Doc", Route: inference.RouteParametric, Score: -2.5, Candidate: -1},
+	}}, nil
+}
+
+func newTestServer(t *testing.T, es *fakeSearcher, m *fakeReranker, mod func(*Options)) *Server {
+	t.Helper()
+	opts := Options{MaxBodyBytes: 1 << 20, RequestTimeout: time.Second, ESBudgetFraction: 0.3, MaxQueryChars: 100,
+		MaxHits: 1000, MaxCandidates: 100, MaxInflight: 2, QueueSize: 2, ConsecutiveFailures: 2, OpenTimeout: time.Hour,
+		MinTopScore: -1e9, Model: ModelInfo{Name: "fake"}}
+	if mod != nil {
+		mod(&opts)
+	}
+	return New(es, m, opts)
+}
+
+func do(t *testing.T, s *Server, method, path, body string) (int, map[string]any, http.Header) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequestWithContext(t.Context(), method, path, strings.NewReader(body))
+	s.Handler().ServeHTTP(rec, req)
+	var out map[string]any
+	if rec.Body.Len() > 0 && strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") {
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out), rec.Body.String())
+	}
+	return rec.Code, out, rec.Header()
+}
+
+func rerankBody(hits []adapter.Hit, query string) string {
+	var es []string
+	for _, h := range hits {
+		src := map[string]any{"title": h.Title}
+		if h.Summary != "" {
+			src["summary"] = h.Summary
+		}
+		b, _ := json.Marshal(map[string]any{"_id": h.ID, "_score": h.Score, "_source": src})
+		es = append(es, string(b))
+	}
+	q, _ := json.Marshal(query)
+	return fmt.Sprintf(`{"query": %s, "hits": [%s]}`, q, strings.Join(es, ","))
+}
+
+func TestRerankModes(t *testing.T) {
+	es := &fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }}
+	t.Run("reranked with provenance", func(t *testing.T) {
+		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, nil)
+		code, body, _ := do(t, s, "POST", "/v1/rerank", rerankBody(threeHits(), "q"))
+		require.Equal(t, http.StatusOK, code, body)
+		require.Equal(t, "reranked", body["mode"])
+		require.EqualValues(t, 3, body["candidates_in_context"])
+		require.EqualValues(t, 1, body["title_only_candidates"], "Gamma has no summary")
+		res := body["results"].([]any)
+		require.Len(t, res, 2)
+		first, second := res[0].(map[string]any), res[1].(map[string]any)
+		require.Equal(t, "copy", first["provenance"])
+		require.Equal(t, "2", first["id"])
+		require.EqualValues(t, 2, first["bm25_rank"])
+		require.Equal(t, "parametric", second["provenance"])
+		require.Equal(t, "es-Seen Doc", second["id"], "resolved in Elasticsearch")
+		require.NotContains(t, second, "bm25_rank")
+		require.InDelta(t, 0.9, body["router_prob"], 1e-9)
+	})
+	t.Run("search runs BM25 first", func(t *testing.T) {
+		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, nil)
+		code, body, _ := do(t, s, "POST", "/v1/search", `{"query":"q","size":1}`)
+		require.Equal(t, http.StatusOK, code, body)
+		require.Len(t, body["results"], 1)
+	})
+	t.Run("model error falls back to BM25, then the breaker opens", func(t *testing.T) {
+		calls := 0
+		m := &fakeReranker{rank: func(context.Context, string, []inference.Candidate) (inference.Result, error) {
+			calls++
+			return inference.Result{}, errors.New("onnx exploded")
+		}}
+		s := newTestServer(t, es, m, nil)
+		for i, want := range []string{"model_error", "model_error", "breaker_open", "breaker_open"} {
+			code, body, _ := do(t, s, "POST", "/v1/rerank", rerankBody(threeHits(), "q"))
+			require.Equal(t, http.StatusOK, code)
+			require.Equal(t, "bm25_fallback", body["mode"])
+			require.Equal(t, want, body["fallback_reason"], "request %d", i)
+			res := body["results"].([]any)
+			require.Equal(t, "Alpha", res[0].(map[string]any)["docid"], "BM25 order")
+			require.Equal(t, "bm25", res[0].(map[string]any)["provenance"])
+			require.NotContains(t, body, "onnx exploded")
+		}
+		require.Equal(t, 2, calls, "an open breaker does not call the model")
+	})
+	t.Run("model timeout falls back", func(t *testing.T) {
+		m := &fakeReranker{rank: func(ctx context.Context, _ string, _ []inference.Candidate) (inference.Result, error) {
+			<-ctx.Done()
+			return inference.Result{}, ctx.Err()
+		}}
+		s := newTestServer(t, es, m, func(o *Options) { o.RequestTimeout = 20 * time.Millisecond })
+		code, body, _ := do(t, s, "POST", "/v1/rerank", rerankBody(threeHits(), "q"))
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, "model_timeout", body["fallback_reason"])
+	})
+	t.Run("low confidence falls back", func(t *testing.T) {
+		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.MinTopScore = -0.01 })
+		_, body, _ := do(t, s, "POST", "/v1/rerank", rerankBody(threeHits(), "q"))
+		require.Equal(t, "low_confidence", body["fallback_reason"])
+	})
+	t.Run("overload sheds to BM25", func(t *testing.T) {
+		release := make(chan struct{})
+		started := make(chan struct{}, 1)
+		m := &fakeReranker{rank: func(ctx context.Context, q string, c []inference.Candidate) (inference.Result, error) {
+			started <- struct{}{}
+			<-release
+			return copyBeta(ctx, q, c)
+		}}
+		s := newTestServer(t, es, m, func(o *Options) { o.MaxInflight, o.QueueSize = 1, 0 })
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			do(t, s, "POST", "/v1/rerank", rerankBody(threeHits(), "q"))
+		}()
+		<-started
+		_, body, _ := do(t, s, "POST", "/v1/rerank", rerankBody(threeHits(), "q"))
+		require.Equal(t, "overloaded", body["fallback_reason"])
+		close(release)
+		<-done
+	})
+}
+
+func TestRerankBadInput(t *testing.T) {
+	es := &fakeSearcher{}
+	s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.MaxHits = 3; o.MaxBodyBytes = 2000 })
+	tests := []struct {
+		name, body string
+		code       int
+		field      string
+	}{
+		{"invalid json", `{"query": `, 400, "body"},
+		{"wrong type", `{"query": 42}`, 400, "query"},
+		{"missing query", `{"hits": []}`, 400, "query"},
+		{"query too long", `{"query": "` + strings.Repeat("x", 101) + `"}`, 400, "query"},
+		{"hit without title", `{"query": "q", "hits": [{"_id": "1", "_source": {"summary": "s"}}]}`, 400, "hits[0]._source.title"},
+		{"hit without source", `{"query": "q", "hits": [{"_id": "1"}]}`, 400, "hits[0]._source"},
+		{"too many hits", rerankBody(append(threeHits(), threeHits()...), "q"), 400, "hits"},
+		{"invalid utf-8", "{\"query\": \"\xff\"}", 400, "body"},
+		{"bad size", `{"query": "q", "size": 500}`, 400, "size"},
+		{"body too large", `{"query": "` + strings.Repeat("x", 3000) + `"}`, 413, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body, _ := do(t, s, "POST", "/v1/rerank", tc.body)
+			require.Equal(t, tc.code, code, body)
+			if tc.field != "" {
+				require.Equal(t, tc.field, body["field"], body)
+			} else {
+				require.NotContains(t, body, "field")
+			}
+			require.NotEmpty(t, body["error"])
+		})
+	}
+}
+
+func TestSearchElasticsearchDown(t *testing.T) {
+	es := &fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) {
+		return nil, errors.New("dial tcp 127.0.0.1:9200: connection refused")
+	}}
+	s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, nil)
+	code, body, hdr := do(t, s, "POST", "/v1/search", `{"query":"q"}`)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "1", hdr.Get("Retry-After"))
+	require.NotContains(t, body["error"], "connection refused", "internal text stays in the log")
+}
+
+func TestHealthAndMetrics(t *testing.T) {
+	s := newTestServer(t, &fakeSearcher{}, &fakeReranker{rank: copyBeta}, nil)
+	code, _, _ := do(t, s, "GET", "/healthz", "")
+	require.Equal(t, 200, code)
+	code, body, _ := do(t, s, "GET", "/readyz", "")
+	require.Equal(t, 200, code)
+	require.Equal(t, true, body["ready"])
+	do(t, s, "POST", "/v1/rerank", rerankBody(threeHits(), "q"))
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "GET", "/metrics", nil))
+	require.Contains(t, rec.Body.String(), `icicle_requests_total{endpoint="rerank",mode="reranked",status="200"} 1`)
+	require.Contains(t, rec.Body.String(), `icicle_routes_total{route="copy"} 1`)
+}

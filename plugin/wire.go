@@ -1,0 +1,113 @@
+package plugin
+
+import "encoding/json"
+
+// Mode says how a response was ranked.
+type Mode string
+
+const (
+	// ModeReranked is the model's ranking.
+	ModeReranked Mode = "reranked"
+	// ModeFused is a reciprocal rank fusion of the model's ranking and BM25.
+	ModeFused Mode = "fused"
+	// ModeBM25Fallback is the BM25 order, because the model failed, was too slow, was shed or was doubted.
+	ModeBM25Fallback Mode = "bm25_fallback"
+	// ModeBM25 is the BM25 order because the policy or the A/B arm asked for it.
+	ModeBM25 Mode = "bm25"
+)
+
+// Provenance says where one result came from.
+type Provenance string
+
+const (
+	// FromCopy is a context hit the model copied after [COPY].
+	FromCopy Provenance = "copy"
+	// FromParametric is a seen-corpus document the model generated from memory.
+	FromParametric Provenance = "parametric"
+	// FromBM25 is a hit placed by its BM25 rank.
+	FromBM25 Provenance = "bm25"
+)
+
+// ESHit is one hit as Elasticsearch returns it in hits.hits.
+type ESHit struct {
+	ID     string          `json:"_id"`
+	Index  string          `json:"_index,omitempty"`
+	Score  *float64        `json:"_score"`
+	Source json.RawMessage `json:"_source"`
+}
+
+// HitSource is the part of _source the sidecar reads. Title is the docid.
+type HitSource struct {
+	Title   *string `json:"title"`
+	Summary *string `json:"summary"`
+	DocID   *string `json:"docid"`
+}
+
+// RerankRequest is the body of POST /v1/rerank.
+type RerankRequest struct {
+	// Query is the user's query text.
+	Query string `json:"query"`
+	// Hits are the caller's BM25 hits over new documents, best first, as Elasticsearch returned them.
+	Hits []ESHit `json:"hits"`
+	// Size is how many results to return (default: the beam width).
+	Size int `json:"size"`
+}
+
+// SearchRequest is the body of POST /v1/search.
+type SearchRequest struct {
+	// Query is the user's query text.
+	Query string `json:"query"`
+	// Size is how many results to return (default: the beam width).
+	Size int `json:"size"`
+}
+
+// Result is one ranked document.
+type Result struct {
+	Rank       int        `json:"rank"`
+	ID         string     `json:"id,omitempty"`
+	DocID      string     `json:"docid"`
+	Title      string     `json:"title"`
+	Summary    string     `json:"summary,omitempty"`
+	Score      float64    `json:"score"`
+	Provenance Provenance `json:"provenance"`
+	// BM25Rank is the 1-based rank among the BM25 hits, absent for a parametric document not among them.
+	BM25Rank *int `json:"bm25_rank,omitempty"`
+	// Resolved is false when a parametric docid could not be found in Elasticsearch.
+	Resolved bool `json:"resolved"`
+}
+
+// Timings are the stages of one request, in milliseconds.
+type Timings struct {
+	ES    float64 `json:"es_ms"`
+	Model float64 `json:"model_ms"`
+	Total float64 `json:"total_ms"`
+}
+
+// Response is the body of a successful /v1/rerank or /v1/search.
+type Response struct {
+	RequestID string `json:"request_id"`
+	Mode      Mode   `json:"mode"`
+	// FallbackReason says why Mode is bm25_fallback: model_error, model_timeout, breaker_open, overloaded,
+	// low_confidence.
+	FallbackReason string `json:"fallback_reason,omitempty"`
+	// HitsReceived is the number of BM25 hits the ranking started from.
+	HitsReceived int `json:"hits_received"`
+	// CandidatesInContext is how many of them were in the model's prompt.
+	CandidatesInContext int `json:"candidates_in_context"`
+	// CandidatesTruncated is true when hits beyond decode.max_candidates never reached the model.
+	CandidatesTruncated bool `json:"candidates_truncated,omitempty"`
+	// TitleOnlyCandidates counts hits without a summary that went in by title alone.
+	TitleOnlyCandidates int `json:"title_only_candidates,omitempty"`
+	// RouterProb is p([COPY]) at the first decoding step; absent when the model did not run.
+	RouterProb *float64 `json:"router_prob,omitempty"`
+	Results    []Result `json:"results"`
+	Timings    Timings  `json:"timings"`
+	Model      string   `json:"model,omitempty"`
+}
+
+// ErrorBody is the body of every non-2xx response.
+type ErrorBody struct {
+	Error     string `json:"error"`
+	Field     string `json:"field,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+}
