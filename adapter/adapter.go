@@ -1,0 +1,306 @@
+package adapter
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elastic/go-elasticsearch/v8"
+	"github.com/elastic/go-elasticsearch/v8/esapi"
+)
+
+// DefaultIndex is the index name used when Options.Index is empty.
+const DefaultIndex = "icicle-docs"
+
+// Options configures an Adapter. Only Addresses (or CloudID) is normally set; with the zero value the
+// adapter talks to http://localhost:9200 without authentication.
+type Options struct {
+	// Addresses are the base URLs of the cluster's HTTP endpoints, e.g. "http://127.0.0.1:9200".
+	// Default: http://localhost:9200 (or $ELASTICSEARCH_URL, as go-elasticsearch reads it) when CloudID is empty.
+	Addresses []string
+	// CloudID is an Elastic Cloud deployment id; it replaces Addresses. Default: empty.
+	CloudID string
+	// APIKey is a base64 "id:key" API key sent as "Authorization: ApiKey ...". Default: none.
+	APIKey string
+	// Username and Password are HTTP basic-auth credentials, ignored when APIKey is set. Default: none.
+	Username string
+	// Password is the basic-auth password for Username. Default: none.
+	Password string
+	// CACertPath is a PEM file of the CA certificates that sign the cluster's https certificate.
+	// Default: empty (the system roots).
+	CACertPath string
+	// CertFingerprint is the hex SHA-256 fingerprint of the cluster's HTTP certificate, the alternative to
+	// CACertPath that Elasticsearch 8 prints on first start. Default: empty (normal verification).
+	CertFingerprint string
+	// Index is the index (or alias) that holds the corpus. Default: DefaultIndex.
+	Index string
+	// RequestTimeout bounds each call's request to Elasticsearch, retries included (each bulk flush in
+	// Ingest gets its own). The caller's context still applies. Default: 10s; negative means no limit.
+	RequestTimeout time.Duration
+	// MaxRetries is how many times a request that failed with 429, 502, 503, 504 or a connection error is
+	// retried, with exponential backoff (100ms doubling, at most 2s, full jitter). Default: 3; negative
+	// disables retries.
+	MaxRetries int
+	// Transport replaces the HTTP transport; tests use it to serve fixtures. Default: http.DefaultTransport
+	// configured by go-elasticsearch.
+	Transport http.RoundTripper
+}
+
+// Adapter is a client for the corpus index. It is safe for concurrent use; create one per process with New
+// and release it with Close.
+type Adapter struct {
+	es        *elasticsearch.Client
+	transport http.RoundTripper
+	index     string
+	timeout   time.Duration
+	log       *slog.Logger
+	now       func() time.Time
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New builds an Adapter from opts. It does not contact the cluster; call Check or EnsureIndex for that.
+// A nil logger discards logs.
+func New(opts Options, logger *slog.Logger) (*Adapter, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	index := opts.Index
+	if index == "" {
+		index = DefaultIndex
+	}
+	timeout := opts.RequestTimeout
+	if timeout == 0 {
+		timeout = 10 * time.Second
+	}
+	retries := opts.MaxRetries
+	if retries == 0 {
+		retries = 3
+	}
+	cfg := elasticsearch.Config{
+		Addresses:              opts.Addresses,
+		CloudID:                opts.CloudID,
+		APIKey:                 opts.APIKey,
+		Username:               opts.Username,
+		Password:               opts.Password,
+		CertificateFingerprint: opts.CertFingerprint,
+		Transport:              opts.Transport,
+		RetryOnStatus: []int{
+			http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout,
+		},
+		MaxRetries:   max(retries, 0),
+		DisableRetry: retries < 0,
+		RetryBackoff: func(attempt int) time.Duration {
+			d := min(100*time.Millisecond<<min(attempt-1, 5), 2*time.Second)
+			d = time.Duration(rand.Int64N(int64(d)) + 1)
+			logger.Debug("elasticsearch retry", "attempt", attempt, "backoff_ms", d.Milliseconds())
+			return d
+		},
+	}
+	if cfg.Transport == nil {
+		// Our own transport rather than go-elasticsearch's private clone, so Close can drop idle
+		// connections. The fingerprint check is installed on it in place by go-elasticsearch.
+		ht := http.DefaultTransport.(*http.Transport).Clone()
+		if opts.CACertPath != "" {
+			pem, err := os.ReadFile(opts.CACertPath)
+			if err != nil {
+				return nil, fmt.Errorf("read elasticsearch CA certificate: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("read elasticsearch CA certificate %s: no PEM certificates", opts.CACertPath)
+			}
+			ht.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		}
+		cfg.Transport = ht
+	} else if opts.CACertPath != "" {
+		return nil, errors.New("configure elasticsearch client: CACertPath cannot be combined with a custom Transport")
+	}
+	es, err := elasticsearch.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("configure elasticsearch client: %w", err)
+	}
+	return &Adapter{es: es, transport: cfg.Transport, index: index, timeout: timeout, log: logger, now: time.Now}, nil
+}
+
+// Index returns the name of the index the adapter reads and writes.
+func (a *Adapter) Index() string { return a.index }
+
+// Close releases the client's idle connections. It is idempotent; later calls return the first result.
+// Calls made after Close fail with ErrClosed.
+func (a *Adapter) Close() error {
+	a.closeOnce.Do(func() {
+		a.closed.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := a.es.Close(ctx); err != nil && !errors.Is(err, elasticsearch.ErrAlreadyClosed) {
+			a.closeErr = fmt.Errorf("close elasticsearch client: %w", err)
+		}
+		if t, ok := a.transport.(interface{ CloseIdleConnections() }); ok {
+			t.CloseIdleConnections()
+		}
+	})
+	return a.closeErr
+}
+
+// ClusterInfo is what Check learned about the cluster and the index.
+type ClusterInfo struct {
+	// ClusterName is the cluster's name from GET /.
+	ClusterName string
+	// Version is the Elasticsearch version number, e.g. "8.14.3".
+	Version string
+	// Index is the configured index name.
+	Index string
+	// IndexExists is true if the index (or alias) exists.
+	IndexExists bool
+	// MappingOK is true if the index exists and its mapping has every field this package needs.
+	MappingOK bool
+}
+
+// Check contacts the cluster and inspects the index without changing anything. It returns the info it
+// gathered together with an error wrapping ErrUnavailable (unreachable), ErrIndexMissing (reachable, no index)
+// or ErrMappingMismatch (index with a wrong mapping); a nil error means ready to serve.
+func (a *Adapter) Check(ctx context.Context) (ClusterInfo, error) {
+	info := ClusterInfo{Index: a.index}
+	var root struct {
+		ClusterName string `json:"cluster_name"`
+		Version     struct {
+			Number string `json:"number"`
+		} `json:"version"`
+	}
+	if err := a.do(ctx, esapi.InfoRequest{}, &root); err != nil {
+		return info, fmt.Errorf("check cluster: %w", err)
+	}
+	info.ClusterName, info.Version = root.ClusterName, root.Version.Number
+	var m mappingResponse
+	if err := a.do(ctx, esapi.IndicesGetMappingRequest{Index: []string{a.index}}, &m); err != nil {
+		return info, fmt.Errorf("check index %q: %w", a.index, err)
+	}
+	info.IndexExists = true
+	if err := m.check(a.index); err != nil {
+		return info, fmt.Errorf("check index %q: %w", a.index, err)
+	}
+	info.MappingOK = true
+	return info, nil
+}
+
+// EnsureIndex creates the index with the package's mapping if it does not exist. If it exists, its mapping
+// is verified and never altered: a difference is returned as an error wrapping ErrMappingMismatch whose text
+// names each field and problem.
+func (a *Adapter) EnsureIndex(ctx context.Context) error {
+	var m mappingResponse
+	err := a.do(ctx, esapi.IndicesGetMappingRequest{Index: []string{a.index}}, &m)
+	switch {
+	case err == nil:
+		if err := m.check(a.index); err != nil {
+			return fmt.Errorf("ensure index %q: %w", a.index, err)
+		}
+		return nil
+	case !errors.Is(err, ErrIndexMissing):
+		return fmt.Errorf("ensure index %q: %w", a.index, err)
+	}
+	err = a.do(ctx, esapi.IndicesCreateRequest{Index: a.index, Body: bytes.NewReader(indexBody())}, nil)
+	var re *ResponseError
+	if errors.As(err, &re) && re.Type == "resource_already_exists_exception" {
+		// Another process created it between our two requests: verify theirs.
+		return a.EnsureIndex(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("create index %q: %w", a.index, err)
+	}
+	a.log.Info("created index", "index", a.index)
+	return nil
+}
+
+// request is satisfied by every esapi request type.
+type request interface {
+	Do(ctx context.Context, transport esapi.Transport) (*esapi.Response, error)
+}
+
+// do runs one request under the adapter's timeout, turns error responses into *ResponseError and decodes a
+// successful body into out (unless out is nil). Transport failures wrap ErrUnavailable; context errors are
+// returned as they are so callers can tell cancellation from outage.
+func (a *Adapter) do(ctx context.Context, req request, out any) error {
+	if a.closed.Load() {
+		return ErrClosed
+	}
+	ctx, cancel := a.withTimeout(ctx)
+	defer cancel()
+	res, err := req.Do(ctx, a.es)
+	if err != nil {
+		return transportError(ctx, err)
+	}
+	defer res.Body.Close()
+	if res.IsError() {
+		return decodeError(res)
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, res.Body)
+		return nil
+	}
+	if err := json.NewDecoder(res.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode response: %w", err)
+	}
+	return nil
+}
+
+func (a *Adapter) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if a.timeout < 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, a.timeout)
+}
+
+// transportError classifies an error from the HTTP round trip.
+func transportError(ctx context.Context, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	if errors.Is(err, elasticsearch.ErrClosed) {
+		return ErrClosed
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// decodeError reads an Elasticsearch error body: {"error": {"root_cause": [...], "type", "reason"}, "status"}.
+// Some endpoints answer with a bare string error, or with no body at all (HEAD).
+func decodeError(res *esapi.Response) error {
+	e := &ResponseError{Status: res.StatusCode}
+	body, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+	var v struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &v) != nil || len(v.Error) == 0 {
+		return e
+	}
+	var obj struct {
+		Type   string `json:"type"`
+		Reason string `json:"reason"`
+	}
+	if json.Unmarshal(v.Error, &obj) == nil {
+		e.Type, e.Reason = obj.Type, obj.Reason
+		return e
+	}
+	var s string
+	if json.Unmarshal(v.Error, &s) == nil {
+		e.Reason = s
+	}
+	return e
+}

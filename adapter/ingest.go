@@ -1,0 +1,358 @@
+package adapter
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/elastic/go-elasticsearch/v8/esapi"
+	"github.com/elastic/go-elasticsearch/v8/esutil"
+)
+
+// Doc is one corpus document as written to the index.
+type Doc struct {
+	// DocID identifies the document; required. In NQ/BEIR corpora it is the Wikipedia title.
+	DocID string
+	// Title is the document title.
+	Title string
+	// Text is the passage body that BM25 searches.
+	Text string
+	// Summary is the compressed summary shown to the model; may be empty.
+	Summary string
+	// Seen marks documents the deployed model was trained on (D_train).
+	Seen bool
+}
+
+// DocumentID returns the Elasticsearch _id for a docid: the lowercase hex SHA-1 of its UTF-8 bytes. It is
+// fixed length and safe in URLs whatever the docid contains, and makes re-ingestion idempotent.
+func DocumentID(docid string) string {
+	sum := sha1.Sum([]byte(docid))
+	return hex.EncodeToString(sum[:])
+}
+
+// IngestOptions tunes Ingest. The zero value is valid.
+type IngestOptions struct {
+	// Refresh makes each bulk request wait until its documents are searchable (refresh=wait_for).
+	// Default: false (visible within the index refresh interval, 1s by default).
+	Refresh bool
+	// Workers is the number of concurrent bulk requests. Default: 2.
+	Workers int
+	// FlushBytes is the bulk request size that triggers a flush. Default: 5 MiB.
+	FlushBytes int
+}
+
+// Failure is one document that was not written, with the reason.
+type Failure struct {
+	// DocID is the document's docid (may be empty if that was the problem).
+	DocID string
+	// Reason is Elasticsearch's error type and reason, or the client-side problem.
+	Reason string
+}
+
+// IngestReport accounts for every document Ingest was given: Indexed+Updated+len(Failed) equals the number
+// of documents drawn from the sequence.
+type IngestReport struct {
+	// Indexed counts documents that were new to the index.
+	Indexed int
+	// Updated counts documents that replaced an existing document with the same docid.
+	Updated int
+	// Failed lists the documents that were not written, in no particular order.
+	Failed []Failure
+}
+
+// Total returns the number of documents accounted for.
+func (r IngestReport) Total() int { return r.Indexed + r.Updated + len(r.Failed) }
+
+// stored is the JSON document written to the index.
+type stored struct {
+	DocID      string    `json:"docid"`
+	Title      string    `json:"title"`
+	Text       string    `json:"text"`
+	Summary    string    `json:"summary,omitempty"`
+	Seen       bool      `json:"seen"`
+	IngestedAt time.Time `json:"ingested_at"`
+}
+
+// Ingest writes docs with the bulk API, replacing documents with the same docid. Every document drawn from
+// docs ends up counted in the report: written, or in Failed with the reason (invalid documents are failed
+// without being sent). The returned error is for the run as a whole (cancellation, a closed adapter, the
+// index missing); the report is valid alongside it and accounts for everything drawn before the stop.
+// Documents are written with the "index" action into the configured index, which should exist (EnsureIndex):
+// with auto-creation off a missing index fails every document.
+func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOptions) (IngestReport, error) {
+	var rep IngestReport
+	if a.closed.Load() {
+		return rep, fmt.Errorf("ingest %q: %w", a.index, ErrClosed)
+	}
+	// Bulk writes to a missing index would auto-create it with a dynamic mapping (text+keyword for every
+	// string, no boolean seen), which EnsureIndex would then reject forever. Check first.
+	var m mappingResponse
+	if err := a.do(ctx, esapi.IndicesGetMappingRequest{Index: []string{a.index}}, &m); err != nil {
+		return rep, fmt.Errorf("ingest %q: %w", a.index, err)
+	}
+	if err := m.check(a.index); err != nil {
+		return rep, fmt.Errorf("ingest %q: %w", a.index, err)
+	}
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = 2
+	}
+	cfg := esutil.BulkIndexerConfig{
+		Client:     a.es,
+		Index:      a.index,
+		NumWorkers: workers,
+		FlushBytes: opts.FlushBytes,
+		// Flushes normally run on a background context; tie them to ours so cancellation stops them, and
+		// give each its own request timeout.
+		OnFlushStart: func(context.Context) context.Context {
+			fctx, cancel := a.withTimeout(ctx)
+			return context.WithValue(fctx, cancelKey{}, cancel)
+		},
+		OnFlushEnd: func(fctx context.Context) {
+			if cancel, ok := fctx.Value(cancelKey{}).(context.CancelFunc); ok {
+				cancel()
+			}
+		},
+	}
+	if opts.Refresh {
+		cfg.Refresh = "wait_for"
+	}
+	var (
+		mu       sync.Mutex
+		outcome  []bool // outcome[i]: document i has been counted
+		flushErr error
+	)
+	cfg.OnError = func(_ context.Context, err error) {
+		mu.Lock()
+		if flushErr == nil {
+			flushErr = err
+		}
+		mu.Unlock()
+	}
+	bi, err := esutil.NewBulkIndexer(cfg)
+	if err != nil {
+		return rep, fmt.Errorf("ingest %q: %w", a.index, err)
+	}
+
+	start := a.now()
+	fail := func(i int, docid, reason string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if i >= 0 {
+			if outcome[i] {
+				return
+			}
+			outcome[i] = true
+		}
+		rep.Failed = append(rep.Failed, Failure{DocID: docid, Reason: reason})
+	}
+	var addErr error
+	for d := range docs {
+		if err := ctx.Err(); err != nil {
+			fail(-1, d.DocID, "not sent: "+err.Error())
+			addErr = err
+			break
+		}
+		if reason := invalidDoc(d); reason != "" {
+			fail(-1, d.DocID, reason)
+			continue
+		}
+		body, err := json.Marshal(stored{
+			DocID: d.DocID, Title: d.Title, Text: d.Text, Summary: d.Summary, Seen: d.Seen, IngestedAt: start.UTC(),
+		})
+		if err != nil {
+			fail(-1, d.DocID, "encode: "+err.Error())
+			continue
+		}
+		mu.Lock()
+		i := len(outcome)
+		outcome = append(outcome, false)
+		mu.Unlock()
+		docid := d.DocID
+		err = bi.Add(ctx, esutil.BulkIndexerItem{
+			Action:     "index",
+			DocumentID: DocumentID(docid),
+			Body:       bytes.NewReader(body),
+			OnSuccess: func(_ context.Context, _ esutil.BulkIndexerItem, res esutil.BulkIndexerResponseItem) {
+				mu.Lock()
+				defer mu.Unlock()
+				if outcome[i] {
+					return
+				}
+				outcome[i] = true
+				if res.Result == "updated" {
+					rep.Updated++
+				} else {
+					rep.Indexed++
+				}
+			},
+			OnFailure: func(_ context.Context, _ esutil.BulkIndexerItem, res esutil.BulkIndexerResponseItem, err error) {
+				switch {
+				case err != nil:
+					fail(i, docid, err.Error())
+				case res.Error.Type != "":
+					fail(i, docid, res.Error.Type+": "+res.Error.Reason)
+				default:
+					fail(i, docid, fmt.Sprintf("status %d", res.Status))
+				}
+			},
+		})
+		if err != nil {
+			fail(i, docid, "not sent: "+err.Error())
+			addErr = err
+			break
+		}
+	}
+	// Wait for every queued document even if ctx is done: flushes use ctx, so they end quickly, and
+	// returning earlier would let callbacks write to the report after we hand it out.
+	if err := bi.Close(context.WithoutCancel(ctx)); err != nil && addErr == nil {
+		addErr = err
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	for i, done := range outcome {
+		if !done {
+			// The bulk indexer lost track of it (a response with fewer items than the request).
+			outcome[i] = true
+			rep.Failed = append(rep.Failed, Failure{Reason: "no result from the bulk indexer"})
+		}
+	}
+	st := bi.Stats()
+	a.log.Info("ingest", "index", a.index, "indexed", rep.Indexed, "updated", rep.Updated,
+		"failed", len(rep.Failed), "requests", st.NumRequests, "took_ms", a.now().Sub(start).Milliseconds())
+	switch {
+	case addErr != nil:
+		return rep, fmt.Errorf("ingest %q: %w", a.index, transportError(ctx, addErr))
+	case ctx.Err() != nil:
+		return rep, fmt.Errorf("ingest %q: %w", a.index, ctx.Err())
+	case flushErr != nil && rep.Indexed+rep.Updated == 0 && len(outcome) > 0:
+		// Not one document went through and the requests themselves failed: the cluster or the index
+		// is the problem, not the documents. Say which, so callers can tell an outage from bad data.
+		return rep, fmt.Errorf("ingest %q: %w", a.index, classifyFlushError(flushErr))
+	}
+	return rep, nil
+}
+
+type cancelKey struct{}
+
+// invalidDoc returns why a document cannot be indexed, or "".
+func invalidDoc(d Doc) string {
+	switch {
+	case strings.TrimSpace(d.DocID) == "":
+		return "empty docid"
+	case strings.TrimSpace(d.Text) == "" && strings.TrimSpace(d.Title) == "":
+		return "empty title and text"
+	}
+	return ""
+}
+
+// classifyFlushError maps a bulk flush error to the package's sentinels where it can. esutil reports error
+// responses as text ("flush: [404 Not Found] {...}"), so the status is recovered from it.
+func classifyFlushError(err error) error {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case strings.Contains(msg, "index_not_found_exception"):
+		return fmt.Errorf("%w: %w", ErrIndexMissing, err)
+	case strings.Contains(msg, "[429 "), strings.Contains(msg, "[502 "), strings.Contains(msg, "[503 "),
+		strings.Contains(msg, "[504 "), !strings.Contains(msg, "flush: ["):
+		// A status that kept failing after retries, or no response at all (connection refused).
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
+}
+
+// MarkSeenReport says what MarkSeen did with each requested docid.
+type MarkSeenReport struct {
+	// Marked counts documents changed from seen=false to seen=true.
+	Marked int
+	// Unchanged counts documents that were already seen=true.
+	Unchanged int
+	// Missing lists requested docids that are not in the index.
+	Missing []string
+	// Failed lists documents Elasticsearch refused to update, with the reason.
+	Failed []Failure
+}
+
+// markSeenChunk bounds one bulk request: 1000 small partial updates are ~150 KB.
+const markSeenChunk = 1000
+
+// MarkSeen sets seen=true on the documents with the given docids, as is done when a model retrained on them
+// is deployed, and waits until the change is searchable. It addresses documents by their derived _id with
+// partial-document bulk updates rather than _update_by_query: that needs no scripting (painless) or reindex
+// module, reports each unknown docid, and is safe to repeat. Duplicates are updated once.
+func (a *Adapter) MarkSeen(ctx context.Context, docids []string) (MarkSeenReport, error) {
+	var rep MarkSeenReport
+	uniq := make([]string, 0, len(docids))
+	dup := make(map[string]bool, len(docids))
+	for _, d := range docids {
+		if !dup[d] {
+			dup[d] = true
+			uniq = append(uniq, d)
+		}
+	}
+	for start := 0; start < len(uniq); start += markSeenChunk {
+		chunk := uniq[start:min(start+markSeenChunk, len(uniq))]
+		if err := a.markSeen(ctx, chunk, &rep); err != nil {
+			return rep, fmt.Errorf("mark seen %q: %w", a.index, err)
+		}
+	}
+	a.log.Info("mark seen", "index", a.index, "marked", rep.Marked, "unchanged", rep.Unchanged,
+		"missing", len(rep.Missing), "failed", len(rep.Failed))
+	return rep, nil
+}
+
+func (a *Adapter) markSeen(ctx context.Context, docids []string, rep *MarkSeenReport) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	for _, d := range docids {
+		meta := map[string]any{"update": map[string]any{"_id": DocumentID(d)}}
+		if err := enc.Encode(meta); err != nil {
+			return err
+		}
+		buf.WriteString(`{"doc":{"seen":true}}` + "\n")
+	}
+	var res struct {
+		Items []map[string]struct {
+			Result string `json:"result"`
+			Status int    `json:"status"`
+			Error  struct {
+				Type   string `json:"type"`
+				Reason string `json:"reason"`
+			} `json:"error"`
+		} `json:"items"`
+	}
+	req := esapi.BulkRequest{Index: a.index, Body: &buf, Refresh: "wait_for"}
+	if err := a.do(ctx, req, &res); err != nil {
+		return err
+	}
+	if len(res.Items) != len(docids) {
+		return fmt.Errorf("bulk update answered %d items for %d documents", len(res.Items), len(docids))
+	}
+	for i, item := range res.Items {
+		r := item["update"]
+		switch {
+		case r.Error.Type == "document_missing_exception":
+			rep.Missing = append(rep.Missing, docids[i])
+		case r.Error.Type == "index_not_found_exception":
+			return &ResponseError{Status: 404, Type: r.Error.Type, Reason: r.Error.Reason}
+		case r.Error.Type != "":
+			rep.Failed = append(rep.Failed, Failure{DocID: docids[i], Reason: r.Error.Type + ": " + r.Error.Reason})
+		case r.Result == "noop":
+			rep.Unchanged++
+		default:
+			rep.Marked++
+		}
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+package adapter
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// fieldSpec is what the package needs of one mapped field.
+type fieldSpec struct {
+	typ    string
+	fields map[string]string // multi-fields: name -> type
+}
+
+// wantFields is the contract between this package and the index. Changing it is a mapping migration:
+// EnsureIndex will reject existing indices until they are rebuilt.
+var wantFields = map[string]fieldSpec{
+	"docid":       {typ: "keyword"},
+	"title":       {typ: "text", fields: map[string]string{"keyword": "keyword"}},
+	"text":        {typ: "text"},
+	"summary":     {typ: "text"},
+	"seen":        {typ: "boolean"},
+	"ingested_at": {typ: "date"},
+}
+
+// indexBody is the create-index request: one primary shard (the corpora are small, and one shard keeps BM25
+// statistics global, so scores do not depend on routing) and a strict mapping so a typo in a field name
+// fails the write instead of creating a new field.
+func indexBody() []byte {
+	props := map[string]any{}
+	for name, f := range wantFields {
+		p := map[string]any{"type": f.typ}
+		if len(f.fields) > 0 {
+			sub := map[string]any{}
+			for n, t := range f.fields {
+				s := map[string]any{"type": t}
+				if t == "keyword" {
+					// Terms over 32 KiB are rejected by Lucene; the title is for exact lookup, not storage.
+					s["ignore_above"] = 1024
+				}
+				sub[n] = s
+			}
+			p["fields"] = sub
+		}
+		props[name] = p
+	}
+	b, err := json.Marshal(map[string]any{
+		"settings": map[string]any{"index": map[string]any{"number_of_shards": 1}},
+		"mappings": map[string]any{"dynamic": "strict", "properties": props},
+	})
+	if err != nil {
+		panic(err) // static data
+	}
+	return b
+}
+
+// mappedField is the part of a field mapping the check reads.
+type mappedField struct {
+	Type       string                 `json:"type"`
+	Fields     map[string]mappedField `json:"fields"`
+	Properties map[string]mappedField `json:"properties"`
+}
+
+func (f mappedField) kind() string {
+	if f.Type == "" {
+		return "object"
+	}
+	return f.Type
+}
+
+// checkMapping compares the properties of one index's mapping with wantFields. It returns nil or the
+// errors.Join of one *MappingError per problem, in field order.
+func checkMapping(props map[string]mappedField) error {
+	names := make([]string, 0, len(wantFields))
+	for n := range wantFields {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var errs []error
+	for _, name := range names {
+		want := wantFields[name]
+		got, ok := props[name]
+		if !ok {
+			errs = append(errs, &MappingError{Field: name, Problem: fmt.Sprintf("missing, want type %q", want.typ)})
+			continue
+		}
+		if got.kind() != want.typ {
+			errs = append(errs, &MappingError{Field: name, Problem: fmt.Sprintf("type is %q, want %q", got.kind(), want.typ)})
+			continue
+		}
+		subs := make([]string, 0, len(want.fields))
+		for n := range want.fields {
+			subs = append(subs, n)
+		}
+		sort.Strings(subs)
+		for _, sub := range subs {
+			wt := want.fields[sub]
+			g, ok := got.Fields[sub]
+			switch {
+			case !ok:
+				errs = append(errs, &MappingError{Field: name + "." + sub, Problem: fmt.Sprintf("missing, want type %q", wt)})
+			case g.kind() != wt:
+				errs = append(errs, &MappingError{Field: name + "." + sub, Problem: fmt.Sprintf("type is %q, want %q", g.kind(), wt)})
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mappingResponse is GET /<index>/_mapping: concrete index name -> mapping. An alias may resolve to several.
+type mappingResponse map[string]struct {
+	Mappings struct {
+		Properties map[string]mappedField `json:"properties"`
+	} `json:"mappings"`
+}
+
+// check verifies every index in the response. Problems are prefixed with the concrete index name when it
+// differs from the requested one (an alias).
+func (m mappingResponse) check(requested string) error {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var errs []error
+	for _, n := range names {
+		err := checkMapping(m[n].Mappings.Properties)
+		switch {
+		case err == nil:
+		case n == requested:
+			errs = append(errs, err)
+		default:
+			errs = append(errs, fmt.Errorf("index %q: %w", n, err))
+		}
+	}
+	return errors.Join(errs...)
+}

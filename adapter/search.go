@@ -1,0 +1,186 @@
+package adapter
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/elastic/go-elasticsearch/v8/esapi"
+)
+
+// MaxK is the largest k SearchNew and SearchAll accept: Elasticsearch's default index.max_result_window.
+const MaxK = 10000
+
+// Hit is one document returned by a search or a lookup.
+type Hit struct {
+	// ID is the Elasticsearch _id, DocumentID(DocID).
+	ID string
+	// DocID is the document identifier (the title in NQ/BEIR corpora).
+	DocID string
+	// Title is the document title.
+	Title string
+	// Summary is the stored compressed summary; empty if none was ingested.
+	Summary string
+	// Score is the BM25 score; 0 for Resolve.
+	Score float64
+	// Rank is the 1-based position in the result list; 0 for Resolve.
+	Rank int
+}
+
+// returnedFields is the _source filter of every read: never the body, which can be tens of kilobytes.
+var returnedFields = []string{"docid", "title", "summary"}
+
+// source is the stored document as read back.
+type source struct {
+	DocID   string `json:"docid"`
+	Title   string `json:"title"`
+	Summary string `json:"summary"`
+}
+
+// SearchNew returns the top k documents by BM25 among those the deployed model was not trained on
+// (seen=false), best first. See the package doc for the query.
+func (a *Adapter) SearchNew(ctx context.Context, query string, k int) ([]Hit, error) {
+	hits, err := a.search(ctx, query, k, true)
+	if err != nil {
+		return nil, fmt.Errorf("search new %q: %w", a.index, err)
+	}
+	return hits, nil
+}
+
+// SearchAll returns the top k documents by BM25 over the whole index, best first.
+func (a *Adapter) SearchAll(ctx context.Context, query string, k int) ([]Hit, error) {
+	hits, err := a.search(ctx, query, k, false)
+	if err != nil {
+		return nil, fmt.Errorf("search %q: %w", a.index, err)
+	}
+	return hits, nil
+}
+
+// searchBody is the one BM25 query: best_fields multi_match with tie_breaker 0.5 over title, summary and
+// text (the BEIR baseline's query plus the summary), optionally filtered to seen=false. The filter does not
+// change scores. Total hit counting is off: callers only need the top k.
+func searchBody(query string, k int, onlyNew bool) ([]byte, error) {
+	match := map[string]any{"multi_match": map[string]any{
+		"query":       query,
+		"type":        "best_fields",
+		"fields":      []string{"title", "summary", "text"},
+		"tie_breaker": 0.5,
+	}}
+	q := match
+	if onlyNew {
+		q = map[string]any{"bool": map[string]any{
+			"must":   match,
+			"filter": []any{map[string]any{"term": map[string]any{"seen": false}}},
+		}}
+	}
+	return json.Marshal(map[string]any{
+		"size":             k,
+		"query":            q,
+		"_source":          returnedFields,
+		"track_total_hits": false,
+	})
+}
+
+func (a *Adapter) search(ctx context.Context, query string, k int, onlyNew bool) ([]Hit, error) {
+	if strings.TrimSpace(query) == "" {
+		return nil, fmt.Errorf("%w: empty query", ErrInvalidArgument)
+	}
+	if k < 1 || k > MaxK {
+		return nil, fmt.Errorf("%w: k=%d, want 1..%d", ErrInvalidArgument, k, MaxK)
+	}
+	body, err := searchBody(query, k, onlyNew)
+	if err != nil {
+		return nil, err
+	}
+	var res struct {
+		Took int `json:"took"`
+		Hits struct {
+			Hits []struct {
+				ID     string   `json:"_id"`
+				Score  *float64 `json:"_score"`
+				Source source   `json:"_source"`
+			} `json:"hits"`
+		} `json:"hits"`
+	}
+	req := esapi.SearchRequest{Index: []string{a.index}, Body: bytes.NewReader(body)}
+	if err := a.do(ctx, req, &res); err != nil {
+		return nil, err
+	}
+	hits := make([]Hit, len(res.Hits.Hits))
+	for i, h := range res.Hits.Hits {
+		hits[i] = Hit{ID: h.ID, DocID: h.Source.DocID, Title: h.Source.Title, Summary: h.Source.Summary, Rank: i + 1}
+		if h.Score != nil {
+			hits[i].Score = *h.Score
+		}
+	}
+	a.log.Debug("search", "index", a.index, "only_new", onlyNew, "query", query, "k", k, "hits", len(hits), "took_ms", res.Took)
+	return hits, nil
+}
+
+// Resolve looks documents up by docid in one request (a multi-get on their derived _ids) and returns the
+// ones that exist, keyed by docid. Unknown docids are simply absent from the map; duplicates are fetched once.
+func (a *Adapter) Resolve(ctx context.Context, docids []string) (map[string]Hit, error) {
+	out := make(map[string]Hit, len(docids))
+	if len(docids) == 0 {
+		return out, nil
+	}
+	ids := make([]string, 0, len(docids))
+	seen := make(map[string]bool, len(docids))
+	for _, d := range docids {
+		if !seen[d] {
+			seen[d] = true
+			ids = append(ids, DocumentID(d))
+		}
+	}
+	body, err := json.Marshal(map[string]any{"ids": ids})
+	if err != nil {
+		return nil, fmt.Errorf("resolve %q: %w", a.index, err)
+	}
+	var res struct {
+		Docs []struct {
+			ID     string          `json:"_id"`
+			Found  bool            `json:"found"`
+			Source source          `json:"_source"`
+			Error  json.RawMessage `json:"error"`
+		} `json:"docs"`
+	}
+	req := esapi.MgetRequest{Index: a.index, Body: bytes.NewReader(body), SourceIncludes: returnedFields}
+	if err := a.do(ctx, req, &res); err != nil {
+		return nil, fmt.Errorf("resolve %q: %w", a.index, err)
+	}
+	for _, d := range res.Docs {
+		if len(d.Error) > 0 {
+			// Per-document errors (a missing index behind an alias, a failed shard) fail the whole lookup:
+			// "absent" must mean "not in the corpus", never "could not tell".
+			var e ResponseError
+			_ = json.Unmarshal(d.Error, &struct {
+				Type   *string `json:"type"`
+				Reason *string `json:"reason"`
+			}{&e.Type, &e.Reason})
+			e.Status = 500
+			if e.Type == "index_not_found_exception" {
+				e.Status = 404
+			}
+			return nil, fmt.Errorf("resolve %q: %w", a.index, &e)
+		}
+		if !d.Found {
+			continue
+		}
+		out[d.Source.DocID] = Hit{ID: d.ID, DocID: d.Source.DocID, Title: d.Source.Title, Summary: d.Source.Summary}
+	}
+	return out, nil
+}
+
+// SeenCount returns how many documents are marked seen=true (D_train for the deployed model).
+func (a *Adapter) SeenCount(ctx context.Context) (int, error) {
+	body := []byte(`{"query":{"term":{"seen":true}}}`)
+	var res struct {
+		Count int `json:"count"`
+	}
+	if err := a.do(ctx, esapi.CountRequest{Index: []string{a.index}, Body: bytes.NewReader(body)}, &res); err != nil {
+		return 0, fmt.Errorf("count seen %q: %w", a.index, err)
+	}
+	return res.Count, nil
+}
