@@ -250,10 +250,12 @@ func (d *decoding) run(ctx context.Context) (Result, error) {
 	d.w.cache.Reset()
 
 	start := time.Now()
-	z0, err := d.prefill(ctx)
+	logits, err := d.prefill(ctx)
 	if err != nil {
 		return Result{}, err
 	}
+	// The model owns its logits buffer and overwrites it on the next Run; step 0's row outlives that.
+	z0 := slices.Clone(logits)
 	d.stats.Prefill = time.Since(start)
 	start = time.Now()
 

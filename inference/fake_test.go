@@ -38,7 +38,8 @@ func (fakeTokenizer) Close() error { return nil }
 // so a wrong mask or position in the engine changes the scores or fails the call.
 type fakeModel struct {
 	logitsFn func(seq []int64) []float32
-	toks     []int64 // token at each cache position
+	toks     []int64   // token at each cache position
+	out      []float32 // reused like a native model's output buffer, so aliasing bugs show
 	calls    int
 	failAt   int // fail the Nth call (1-based); 0 never
 }
@@ -60,7 +61,7 @@ func (f *fakeModel) Forward(ctx context.Context, s Step, c *KVCache) ([]float32,
 		return nil, fmt.Errorf("fake model: bad shapes ids %d pos %d mask %d past %d", n, len(s.Positions), len(s.Mask), past)
 	}
 	all := append(append([]int64(nil), f.toks...), s.IDs...)
-	var out []float32
+	out := f.out[:0]
 	for _, li := range s.LogitsIndex {
 		row := s.Mask[int(li)*(past+n) : (int(li)+1)*(past+n)]
 		var seq []int64
@@ -82,6 +83,7 @@ func (f *fakeModel) Forward(ctx context.Context, s Step, c *KVCache) ([]float32,
 		return nil, err
 	}
 	f.toks = all
+	f.out = out
 	return out, nil
 }
 

@@ -1,0 +1,38 @@
+# ICICLE sidecar task runner. The two commands a newcomer needs:
+#   make demo   set up everything, start Elasticsearch + the sidecar on the demo corpus, compare with BM25
+#   make test   every test: Go (pure, native, race), Python (training), integration against a real node
+# Everything installs into $(ICICLE_CACHE) (default ~/.cache/icicle) and is idempotent.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+export ICICLE_CACHE ?= $(HOME)/.cache/icicle
+TAGS := ort tokenizers
+
+.PHONY: demo test bootstrap build serve stop es-start es-stop test-go test-native test-python test-integration model-tiny clean
+
+demo: ## bootstrap, start ES, ingest the demo corpus, start the sidecar, compare with BM25
+	scripts/demo.sh
+
+test: ## the whole test suite (what CI runs)
+	scripts/test.sh
+
+bootstrap: ## install native libraries, the Elasticsearch node and the Python venv (cached, idempotent)
+	scripts/bootstrap.sh
+
+build: ## build bin/icicle with the native tags
+	scripts/build.sh
+
+stop: ## stop the demo sidecar and the local Elasticsearch node
+	scripts/demo.sh stop
+
+es-start:
+	scripts/es.sh start
+
+es-stop:
+	scripts/es.sh stop
+
+model-tiny: ## retrain the committed tiny fixture model (CPU, minutes)
+	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.pipeline --config tiny --out ../models/tiny
+
+clean:
+	rm -rf bin .run

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The main job on the embedded default: a real Elasticsearch node on loopback, the demo corpus (nq_qed),
+# the default model, the sidecar, and a side-by-side comparison with BM25. Leaves the sidecar running.
+#   scripts/demo.sh         (make demo)   set up and run
+#   scripts/demo.sh stop    (make stop)   stop the sidecar and the Elasticsearch node
+# Environment: ICICLE_MODEL_DIR [models/tiny], ICICLE_SERVER_ADDR [127.0.0.1:8080],
+# ICICLE_ES_PORT [9200], DEMO_QUERIES [200] (dev queries compared).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+run=${ICICLE_RUN_DIR:-$PWD/.run}
+mkdir -p "$run"
+pidfile=$run/sidecar.pid
+
+stop_sidecar() {
+  if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    kill -TERM "$(cat "$pidfile")"
+    for _ in $(seq 50); do kill -0 "$(cat "$pidfile")" 2>/dev/null || break; sleep 0.2; done
+    echo "demo: sidecar stopped" >&2
+  fi
+  rm -f "$pidfile"
+}
+
+if [[ "${1:-}" == "stop" ]]; then
+  stop_sidecar
+  scripts/es.sh stop
+  exit 0
+fi
+
+scripts/bootstrap.sh --no-python
+scripts/build.sh
+eval "$(scripts/env.sh)"
+export ICICLE_MODEL_DIR=${ICICLE_MODEL_DIR:-models/tiny}
+export ICICLE_SERVER_ADDR=${ICICLE_SERVER_ADDR:-127.0.0.1:8080}
+export ICICLE_ELASTICSEARCH_ADDRESSES=$(scripts/es.sh url)
+url=http://$ICICLE_SERVER_ADDR
+
+printf '\n== Elasticsearch\n' >&2
+scripts/es.sh start
+
+printf '\n== Ingest the demo corpus (documents in %s/seen_docids.txt are marked seen)\n' "$ICICLE_MODEL_DIR" >&2
+bin/icicle ingest -corpus data/nq_qed/corpus.jsonl.gz
+
+printf '\n== Sidecar\n' >&2
+stop_sidecar
+nohup bin/icicle serve >"$run/sidecar.log" 2>&1 &
+echo $! >"$pidfile"
+for _ in $(seq 120); do
+  curl -fsS "$url/readyz" >/dev/null 2>&1 && break
+  kill -0 "$(cat "$pidfile")" 2>/dev/null || { echo "demo: sidecar exited; log:" >&2; tail -n 30 "$run/sidecar.log" >&2; exit 1; }
+  sleep 0.5
+done
+curl -fsS "$url/readyz" >/dev/null || { echo "demo: sidecar not ready after 60 s; log: $run/sidecar.log" >&2; exit 1; }
+
+printf '\n== Side by side: BM25 vs the sidecar on %s nq_qed dev queries\n\n' "${DEMO_QUERIES:-200}" >&2
+bin/icicle compare -n "${DEMO_QUERIES:-200}"
+
+cat <<TXT
+
+The sidecar is running at $url (pid $(cat "$pidfile"), log $run/sidecar.log), next to Elasticsearch at $ICICLE_ELASTICSEARCH_ADDRESSES.
+Try:
+  curl -s $url/v1/search -d '{"query": "who sang the theme song for the office", "size": 3}'
+  curl -s $url/v1/model
+  curl -s $url/metrics | grep ^icicle_
+Stop both with: make stop
+TXT
