@@ -1,0 +1,5 @@
+// Package integration holds the end-to-end tests: a real Elasticsearch node (scripts/es.sh, named by
+// ICICLE_ES_URL), the real ONNX model and tokenizer (models/tiny), and the sidecar's HTTP API in
+// between. They carry the build tags "integration ort tokenizers" and run from scripts/test.sh. The
+// docker-compose validation (compose_test.go) is pure Go and runs everywhere.
+package integration

@@ -1,0 +1,247 @@
+//go:build integration && ort && tokenizers
+
+package integration
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/inference/ort"
+	"github.com/icicle-search/sidecar/inference/tok"
+	"github.com/icicle-search/sidecar/internal/compress"
+	"github.com/icicle-search/sidecar/plugin"
+)
+
+// stack is a sidecar wired to a real node and the real model, behind httptest.
+type stack struct {
+	es     *adapter.Adapter
+	engine *inference.Engine
+	fault  *faultyReranker
+	url    string
+	seen   []string
+}
+
+// faultyReranker wraps the real engine and injects failures while fail is set (for breaker tests).
+type faultyReranker struct {
+	inner *inference.Engine
+	fail  atomic.Bool
+	calls atomic.Int64
+}
+
+func (f *faultyReranker) Rank(ctx context.Context, q string, c []inference.Candidate, o inference.Options) (inference.Result, error) {
+	f.calls.Add(1)
+	if f.fail.Load() {
+		return inference.Result{}, errors.New("injected model failure")
+	}
+	return f.inner.Rank(ctx, q, c, o)
+}
+
+func newStack(t *testing.T, newDocs int) *stack {
+	t.Helper()
+	esURL := os.Getenv("ICICLE_ES_URL")
+	lib := os.Getenv("ICICLE_ORT_LIB")
+	if esURL == "" || lib == "" {
+		t.Skip("ICICLE_ES_URL and ICICLE_ORT_LIB must be set (scripts/test.sh sets both)")
+	}
+	dir := cmp.Or(os.Getenv("ICICLE_MODEL_DIR"), filepath.Join("..", "models", "tiny"))
+	require.NoError(t, ort.Init(lib))
+	t.Cleanup(func() { _ = ort.Shutdown() })
+	man, err := inference.LoadManifest(dir)
+	require.NoError(t, err)
+	tk, err := tok.Load(man.Path(man.Tokenizer))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tk.Close() })
+	seen, err := inference.ReadDocIDs(man.Path(man.SeenDocIDs))
+	require.NoError(t, err)
+	m, err := ort.Load(man.Path(man.ONNX), man.Spec(), ort.Options{Threads: 2}, nil)
+	require.NoError(t, err)
+	engine, err := inference.NewEngine(man, tk, []inference.Model{m}, seen, inference.EngineOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = engine.Close() })
+
+	index := fmt.Sprintf("icicle-e2e-%d", time.Now().UnixNano())
+	es, err := adapter.New(adapter.Options{Addresses: []string{esURL}, Index: index}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = http.DefaultClient.Do(mustReq(t, http.MethodDelete, esURL+"/"+index))
+		_ = es.Close()
+	})
+	require.NoError(t, es.EnsureIndex(t.Context()))
+
+	// The corpus: every seen document plus newDocs others (D_new from the model's point of view).
+	isSeen := make(map[string]bool)
+	for _, d := range seen {
+		isSeen[d] = true
+	}
+	r, err := adapter.OpenCorpus(filepath.Join("..", "data", "nq_qed", "corpus.jsonl.gz"), adapter.CorpusLimits{})
+	require.NoError(t, err)
+	defer r.Close()
+	var docs []adapter.Doc
+	added := 0
+	for d := range r.All() {
+		d.Seen = isSeen[d.DocID]
+		if !d.Seen {
+			if added >= newDocs {
+				continue
+			}
+			added++
+		}
+		d.Summary = compress.Extractive(d.Text)
+		docs = append(docs, d)
+	}
+	rep, err := es.Ingest(t.Context(), slices.Values(docs), adapter.IngestOptions{Refresh: true})
+	require.NoError(t, err)
+	require.Empty(t, rep.Failed)
+	n, err := es.SeenCount(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, len(seen), n, "every seen docid of the model is in the corpus and marked seen")
+
+	fault := &faultyReranker{inner: engine}
+	srv := plugin.New(es, fault, plugin.Options{MaxBodyBytes: 4 << 20, RequestTimeout: 30 * time.Second,
+		ESBudgetFraction: 0.3, MaxQueryChars: 1024, MaxHits: 1000, MaxCandidates: 100, Decode: inference.Options{BeamWidth: 10},
+		MaxInflight: 1, QueueSize: 4, ConsecutiveFailures: 2, OpenTimeout: 300 * time.Millisecond, MinTopScore: -1e9,
+		Model: plugin.ModelInfo{Name: man.Name}})
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	return &stack{es: es, engine: engine, fault: fault, url: hs.URL, seen: seen}
+}
+
+func mustReq(t *testing.T, method, url string) *http.Request {
+	req, err := http.NewRequestWithContext(context.Background(), method, url, nil)
+	require.NoError(t, err)
+	return req
+}
+
+func (s *stack) post(t *testing.T, path string, body any) (int, plugin.Response) {
+	t.Helper()
+	b, err := json.Marshal(body)
+	require.NoError(t, err)
+	res, err := http.Post(s.url+path, "application/json", bytes.NewReader(b))
+	require.NoError(t, err)
+	defer res.Body.Close()
+	var out plugin.Response
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&out))
+	return res.StatusCode, out
+}
+
+// checkReranked asserts what every reranked response must satisfy, whatever the model's quality.
+func checkReranked(t *testing.T, s *stack, resp plugin.Response, hits []adapter.Hit) {
+	t.Helper()
+	require.Equal(t, plugin.ModeReranked, resp.Mode, resp.FallbackReason)
+	require.NotEmpty(t, resp.Results)
+	require.Positive(t, resp.CandidatesInContext)
+	require.NotNil(t, resp.RouterProb)
+	require.Positive(t, resp.Timings.Model)
+	hitIDs := make(map[string]string)
+	for _, h := range hits {
+		hitIDs[h.DocID] = h.ID
+	}
+	for i, r := range resp.Results {
+		require.Equal(t, i+1, r.Rank)
+		require.LessOrEqual(t, r.Score, 0.0, "scores are log-probabilities")
+		require.True(t, r.Resolved, "result %d %q resolved to a stored document", i, r.DocID)
+		require.Equal(t, adapter.DocumentID(r.DocID), r.ID)
+		switch r.Provenance {
+		case plugin.FromCopy:
+			require.Contains(t, hitIDs, r.DocID, "a copied docid is one of the context hits")
+			require.NotNil(t, r.BM25Rank)
+		case plugin.FromParametric:
+			require.Contains(t, s.seen, r.DocID, "a parametric docid belongs to the seen corpus")
+		default:
+			t.Fatalf("result %d: provenance %q", i, r.Provenance)
+		}
+	}
+}
+
+func TestEndToEnd(t *testing.T) {
+	s := newStack(t, 300)
+	query := "who appoints the chair of the federal reserve system"
+
+	t.Run("search", func(t *testing.T) {
+		hits, err := s.es.SearchNew(t.Context(), query, 100)
+		require.NoError(t, err)
+		for _, h := range hits {
+			require.NotContains(t, s.seen, h.DocID, "BM25 over new documents only")
+		}
+		code, resp := s.post(t, "/v1/search", plugin.SearchRequest{Query: query, Size: 10})
+		require.Equal(t, http.StatusOK, code)
+		checkReranked(t, s, resp, hits)
+		require.Equal(t, len(hits), resp.HitsReceived)
+	})
+
+	t.Run("rerank with Elasticsearch hits", func(t *testing.T) {
+		hits, err := s.es.SearchNew(t.Context(), query, 20)
+		require.NoError(t, err)
+		var esHits []map[string]any
+		for _, h := range hits {
+			esHits = append(esHits, map[string]any{"_id": h.ID, "_score": h.Score, "_source": map[string]any{"title": h.Title, "summary": h.Summary}})
+		}
+		code, resp := s.post(t, "/v1/rerank", map[string]any{"query": query, "hits": esHits, "size": 5})
+		require.Equal(t, http.StatusOK, code)
+		checkReranked(t, s, resp, hits)
+		require.LessOrEqual(t, len(resp.Results), 5)
+		require.Equal(t, 20, resp.CandidatesInContext, "20 short hits fit the prompt")
+	})
+
+	t.Run("parametric docids resolve to stored documents", func(t *testing.T) {
+		code, resp := s.post(t, "/v1/rerank", map[string]any{"query": query, "hits": []any{}})
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, plugin.ModeReranked, resp.Mode)
+		require.Zero(t, resp.CandidatesInContext)
+		for _, r := range resp.Results {
+			require.Equal(t, plugin.FromParametric, r.Provenance, "no context: parametric only")
+			require.True(t, r.Resolved)
+			require.Equal(t, adapter.DocumentID(r.DocID), r.ID)
+		}
+	})
+
+	t.Run("model failure trips the breaker, then it recovers", func(t *testing.T) {
+		s.fault.fail.Store(true)
+		var reasons []string
+		for range 4 {
+			code, resp := s.post(t, "/v1/search", plugin.SearchRequest{Query: query})
+			require.Equal(t, http.StatusOK, code)
+			require.Equal(t, plugin.ModeBM25Fallback, resp.Mode)
+			require.Equal(t, plugin.FromBM25, resp.Results[0].Provenance)
+			require.Equal(t, 1, *resp.Results[0].BM25Rank)
+			reasons = append(reasons, resp.FallbackReason)
+		}
+		require.Equal(t, []string{"model_error", "model_error", "breaker_open", "breaker_open"}, reasons)
+		s.fault.fail.Store(false)
+		time.Sleep(400 * time.Millisecond) // past OpenTimeout: half-open lets a probe through
+		code, resp := s.post(t, "/v1/search", plugin.SearchRequest{Query: query})
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, plugin.ModeReranked, resp.Mode, "recovered through half-open")
+	})
+
+	t.Run("a new document is in context after one refresh", func(t *testing.T) {
+		doc := adapter.Doc{DocID: "Zorblatt Quasar Observatory", Title: "Zorblatt Quasar Observatory",
+			Text:    "The Zorblatt Quasar Observatory is a fictional test observatory built in 2026 on the moon of Quillon.",
+			Summary: "Zorblatt Quasar Observatory: fictional observatory on the moon of Quillon, built 2026."}
+		_, err := s.es.Ingest(t.Context(), slices.Values([]adapter.Doc{doc}), adapter.IngestOptions{Refresh: true})
+		require.NoError(t, err)
+		hits, err := s.es.SearchNew(t.Context(), "Zorblatt Quasar Observatory Quillon", 100)
+		require.NoError(t, err)
+		require.Equal(t, doc.DocID, hits[0].DocID, "BM25 finds it first among new documents, no retraining")
+		code, resp := s.post(t, "/v1/search", plugin.SearchRequest{Query: "Zorblatt Quasar Observatory Quillon"})
+		require.Equal(t, http.StatusOK, code)
+		checkReranked(t, s, resp, hits)
+		require.Positive(t, resp.CandidatesInContext, "the new document is in the model's context (first hit)")
+	})
+}
