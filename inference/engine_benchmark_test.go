@@ -1,0 +1,101 @@
+//go:build ort && tokenizers
+
+package inference_test
+
+import (
+	"bufio"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/inference/ort"
+	"github.com/icicle-search/sidecar/inference/tok"
+	"github.com/icicle-search/sidecar/internal/compress"
+)
+
+// BenchmarkRank measures one query end to end in the engine (prompt, prefill, copy route, parametric
+// route) on the committed model, over candidates 3/10/20/50/100 (nq_qed documents with extractive
+// summaries) and beam widths 1/4/10. It reports forward Runs, tokens fed and KV bytes moved per query.
+//
+//	eval "$(scripts/env.sh)"; go test -tags "ort tokenizers" -run '^$' -bench Rank -count 6 ./inference | tee new.txt
+func BenchmarkRank(b *testing.B) {
+	lib := os.Getenv("ICICLE_ORT_LIB")
+	if lib == "" {
+		b.Skip("ICICLE_ORT_LIB not set")
+	}
+	if err := ort.Init(lib); err != nil {
+		b.Fatal(err)
+	}
+	defer ort.Shutdown()
+	man, err := inference.LoadManifest(modelDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	tk, err := tok.Load(man.Path(man.Tokenizer))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tk.Close()
+	seen, err := inference.ReadDocIDs(man.Path(man.SeenDocIDs))
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := ort.Load(man.Path(man.ONNX), man.Spec(), ort.Options{Threads: 2, InterOpThreads: 1}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := inference.NewEngine(man, tk, []inference.Model{m}, seen, inference.EngineOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	cands := benchCandidates(b, 100)
+	for _, n := range []int{3, 10, 20, 50, 100} {
+		for _, w := range []int{1, 4, 10} {
+			b.Run(fmt.Sprintf("cands=%d/beam=%d", n, w), func(b *testing.B) {
+				b.ReportAllocs()
+				var st inference.Stats
+				var prompt int
+				for b.Loop() {
+					res, err := e.Rank(b.Context(), "who appoints the chair of the federal reserve system", cands[:n], inference.Options{BeamWidth: w})
+					if err != nil {
+						b.Fatal(err)
+					}
+					st, prompt = res.Stats, res.PromptTokens
+				}
+				b.ReportMetric(float64(st.ForwardRuns), "runs/op")
+				b.ReportMetric(float64(st.TokensFed), "tokens/op")
+				b.ReportMetric(float64(st.KVBytesMoved)/1e6, "kvMB/op")
+				b.ReportMetric(float64(prompt), "prompt_tokens")
+			})
+		}
+	}
+}
+
+// benchCandidates reads the first n nq_qed documents as candidates with extractive summaries.
+func benchCandidates(b *testing.B, n int) []inference.Candidate {
+	f, err := os.Open(filepath.Join("..", "data", "nq_qed", "corpus.jsonl.gz"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sc := bufio.NewScanner(zr)
+	sc.Buffer(make([]byte, 1<<20), 1<<22)
+	var out []inference.Candidate
+	for sc.Scan() && len(out) < n {
+		var d struct{ Title, Text string }
+		if err := json.Unmarshal(sc.Bytes(), &d); err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, inference.Candidate{Title: d.Title, Summary: compress.Extractive(d.Text)})
+	}
+	return out
+}
