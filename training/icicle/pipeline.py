@@ -1,0 +1,143 @@
+"""One entry point: split -> tokenizer -> stage 0 -> stage 1 -> ONNX export (+int8) -> parity -> golden.
+
+    python -m icicle.pipeline --config tiny --out ../models/tiny
+
+Writes the MODEL_FORMAT.md directory into --out (manifest.json, model.onnx, model.int8.onnx, tokenizer.json,
+seen_docids.txt, golden/) plus train_report.json (losses, held-out metrics, parity, timings). Checkpoints
+go to --work (default: training/out/<config>), which is git-ignored.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import time
+
+import numpy as np
+import torch
+
+from .configs import get_config
+from .data import make_split
+from .decode import Trie
+from .export import check_parity, export_onnx, ort_session, quantize_int8, write_manifest, write_seen_docids
+from .golden import write_golden
+from .model import Decoder
+from .negatives import RandomNegatives
+from .prompt import TEMPLATE
+from .tokenizer import build_tokenizer, Tok
+from .train import docid_vocab, eval_parametric, icl_report, run_stage0, run_stage1, select_corpus
+
+
+def _avg(xs, n=20):
+    xs = xs[:n] if n > 0 else xs[n:]
+    return float(sum(xs) / max(1, len(xs)))
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m icicle.pipeline", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="tiny")
+    ap.add_argument("--out", required=True, help="model directory to write")
+    ap.add_argument("--work", default=None, help="checkpoint folder (default training/out/<config>)")
+    ap.add_argument("--resume", action="store_true", help="reuse WORK/stage1.pt and skip training")
+    a = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    cfg = get_config(a.config)
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    work = a.work or os.path.join(os.path.dirname(__file__), "..", "out", cfg.name)
+    os.makedirs(work, exist_ok=True)
+    os.makedirs(a.out, exist_ok=True)
+    t_all = time.time()
+    times = {}
+    log_f = open(os.path.join(work, "pipeline.log"), "w")
+
+    def log(msg: str) -> None:
+        line = f"[{time.time() - t_all:7.1f}s] {msg}"
+        print(line, flush=True)
+        log_f.write(line + "\n")
+        log_f.flush()
+
+    split = make_split()
+    tok = Tok(build_tokenizer())
+    corpus = select_corpus(split, cfg)
+    log(f"split {split.data_version}: D_train {len(split.d_train)} D_new {len(split.d_new)} train {len(split.train)} "
+        f"dev {len(split.dev)} test {len(split.test)}; seen corpus {len(corpus.seen)} docs, "
+        f"{len(corpus.train_queries)} train queries; copy id {tok.copy_id} end id {tok.end_id}")
+    model = Decoder(cfg.model)
+    gtrie = Trie.build(corpus.seen, tok.encode, tok.end_id)
+    sneg = RandomNegatives(corpus.seen)
+    report: dict = {"config": cfg.name, "data_version": split.data_version, "seen_docs": len(corpus.seen),
+                    "train_queries": len(corpus.train_queries)}
+
+    out_vocab = docid_vocab(tok, split.d_train)
+    report["train_out_vocab"] = int(out_vocab.numel())
+    if a.resume:
+        model.load_state_dict(torch.load(os.path.join(work, "stage1.pt")))
+        report.update(json.load(open(os.path.join(work, "train_metrics.json"))))
+        times.update(report.pop("times_train", {}))
+    else:
+        _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times, work, log)
+    _export(a, model, tok, split, corpus, cfg, report, times, t_all, log)
+
+
+def _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times, work, log):
+    report["init_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
+    log(f"init ICL copy accuracy: {report['init_icl']}")
+    t = time.time()
+    l0 = run_stage0(model, tok, corpus, cfg, log, out_vocab)
+    times["stage0_s"] = time.time() - t
+    torch.save(model.state_dict(), os.path.join(work, "stage0.pt"))
+    report["stage0"] = {"steps": len(l0), "loss_first20": _avg(l0, 20), "loss_last20": _avg(l0, -20)}
+    report["stage0_parametric_trainq"] = eval_parametric(model, tok, cfg, corpus.train_queries, split.docs, sneg, gtrie, 60)
+    report["stage0_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
+    log(f"stage0 {report['stage0']} parametric(train queries) {report['stage0_parametric_trainq']} "
+        f"ICL {report['stage0_icl']}")
+
+    t = time.time()
+    l1 = run_stage1(model, tok, corpus, cfg, sneg, log, out_vocab)
+    times["stage1_s"] = time.time() - t
+    torch.save(model.state_dict(), os.path.join(work, "stage1.pt"))
+    report["stage1"] = {"steps": len(l1), "loss_first20": _avg(l1, 20), "loss_last20": _avg(l1, -20)}
+    t = time.time()
+    report["stage1_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
+    report["stage1_parametric_trainq"] = eval_parametric(model, tok, cfg, corpus.train_queries, split.docs, sneg, gtrie, 60)
+    times["eval_s"] = time.time() - t
+    log(f"stage1 {report['stage1']} ICL {report['stage1_icl']} "
+        f"parametric(train queries) {report['stage1_parametric_trainq']}")
+    with open(os.path.join(work, "train_metrics.json"), "w") as f:
+        json.dump({**report, "times_train": times}, f, indent=2)
+
+
+def _export(a, model, tok, split, corpus, cfg, report, times, t_all, log):
+    t = time.time()
+    onnx_path = os.path.join(a.out, "model.onnx")
+    int8_path = os.path.join(a.out, "model.int8.onnx")
+    export_onnx(model, onnx_path)
+    quantize_int8(onnx_path, int8_path)
+    report["parity"] = check_parity(model, onnx_path, int8_path).to_dict()
+    log(f"parity {report['parity']}")
+    tok.save(os.path.join(a.out, "tokenizer.json"))
+    write_seen_docids(a.out, corpus.seen)
+    write_manifest(a.out, name=f"icicle-{cfg.name}", config=cfg.name, backbone=cfg.backbone,
+                   model_version=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d") + ".1",
+                   data_version=split.data_version, model=model, copy_token_id=tok.copy_id,
+                   end_token_id=tok.end_id, template=TEMPLATE)
+    report["golden"] = write_golden(a.out, tok, split, corpus.seen, ort_session(onnx_path), model)
+    times["export_golden_s"] = time.time() - t
+    times["total_s"] = time.time() - t_all
+    report["times"] = times
+    report["sizes"] = {f: os.path.getsize(os.path.join(a.out, f)) for f in
+                       ("model.onnx", "model.int8.onnx", "tokenizer.json", "seen_docids.txt")}
+    with open(os.path.join(a.out, "train_report.json"), "w") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+    log(f"done: {json.dumps(report['times'])} sizes {report['sizes']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,312 @@
+"""Training stages (SFT). Stage 0: indexing SFT; stage 1: ICL SFT with [COPY]. Later stages (DPO, title-only
+LoRA adaptation) are not implemented yet.
+
+    python -m icicle.train stage0 --config tiny --out DIR        # writes DIR/stage0.pt
+    python -m icicle.train stage1 --config tiny --out DIR        # reads DIR/stage0.pt, writes DIR/stage1.pt
+
+An instance is (prompt ids, answer ids); the loss is the mean cross-entropy over answer tokens only.
+- Stage 0 (indexing): doc -> title with prompt INDEX_TEMPLATE over the first `index_text_tokens` of the text,
+  and query -> title with the ICL prompt and no candidates; answer = docid tokens (title + [end]).
+- Stage 1 (ICL): per train query one context-dependent instance (gold at a uniformly random position among
+  n-1 negatives, answer [COPY] + docid tokens) and one query-irrelevant instance (n negatives, answer docid
+  tokens), n = `shots`, plus indexing anchors (`anchor_ratio` of the ICL count). Negatives from
+  negatives.py; instances are redrawn every epoch. With `copy_pool_queries` > 0 (tiny), that many extra
+  context-dependent instances per epoch come from train queries of D_train documents outside the seen
+  subset: a tiny model otherwise learns to "copy" the title it memorised instead of reading the context
+  (never D_new documents).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import random
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from .configs import StageConfig, TrainConfig, get_config
+from .data import Doc, Query, Split, make_split
+from .decode import CachedPromptScorer, Trie, decode, torch_step
+from .model import Decoder
+from .negatives import NegativeSampler, RandomNegatives
+from .prompt import Candidate, build_prompt
+from .tokenizer import Tok, load_tok
+
+INDEX_TEMPLATE = "Document: {text}\nTitle:\n"
+
+
+@dataclass
+class Instance:
+    prompt: list[int]
+    answer: list[int]
+
+
+@dataclass
+class Corpus:
+    """What the stages train on: the seen docs (subset of D_train) and their train queries; copy_queries are
+    train queries of the other D_train docs, used only as context-dependent stage-1 instances."""
+
+    seen: list[str]
+    train_queries: list[Query]
+    docs: dict[str, Doc]
+    copy_queries: list[Query] = field(default_factory=list)
+
+
+def select_corpus(split: Split, cfg: TrainConfig) -> Corpus:
+    """Picks the seen corpus: D_train docs that have train queries, the first n_seen_docs in sha256(docid)
+    order (a spread-out sample; docid order would take only titles starting with digits)."""
+    with_q = sorted({q.docid for q in split.train}, key=lambda d: hashlib.sha256(d.encode("utf-8")).hexdigest())
+    seen = with_q if cfg.n_seen_docs <= 0 else with_q[: cfg.n_seen_docs]
+    s = set(seen)
+    others = [q for q in split.train if q.docid not in s]
+    return Corpus(seen, [q for q in split.train if q.docid in s], split.docs, others)
+
+
+def summary_of(tok: Tok, doc: Doc) -> str:
+    # No LLM compression here: the summary is the document text; the prompt builder cuts it in tokens.
+    return doc.text
+
+
+def index_instances(tok: Tok, corpus: Corpus, cfg: TrainConfig) -> list[Instance]:
+    out = []
+    for d in corpus.seen:
+        text_ids = tok.encode(corpus.docs[d].text)[: cfg.index_text_tokens]
+        pre, _, post = INDEX_TEMPLATE.partition("{text}")
+        out.append(Instance(tok.encode(pre) + text_ids + tok.encode(post), tok.docid(d)))
+    for q in corpus.train_queries:
+        p = build_prompt(tok.encode, q.query, [], cfg.max_prompt_tokens)
+        out.append(Instance(p.ids, tok.docid(q.docid)))
+    return out
+
+
+def icl_instance(tok: Tok, cfg: TrainConfig, q: Query, docs: dict[str, Doc], negs: NegativeSampler,
+                 rng: random.Random, with_gold: bool, title_only: bool = False) -> tuple[Instance, list[str]]:
+    """Builds one context-dependent (with_gold) or query-irrelevant instance; returns it and its titles."""
+    k = cfg.shots - 1 if with_gold else cfg.shots
+    titles = negs.sample(q.docid, k, rng)
+    if with_gold:
+        titles.insert(rng.randrange(cfg.shots), q.docid)
+    cands = [Candidate(docs[t].title, summary_of(tok, docs[t])) for t in titles]
+    p = build_prompt(tok.encode, q.query, cands, cfg.max_prompt_tokens,
+                     max_summary_tokens=cfg.max_summary_tokens, title_only=title_only)
+    titles = titles[: p.included]
+    ans = tok.docid(q.docid)
+    if with_gold and q.docid in titles:
+        ans = [tok.copy_id] + ans
+    return Instance(p.ids, ans), titles
+
+
+def stage1_instances(tok: Tok, corpus: Corpus, cfg: TrainConfig, negs: NegativeSampler, rng: random.Random,
+                     anchors: list[Instance], copy_negs: NegativeSampler | None = None) -> list[Instance]:
+    out = []
+    for q in corpus.train_queries:
+        out.append(icl_instance(tok, cfg, q, corpus.docs, negs, rng, True)[0])
+        out.append(icl_instance(tok, cfg, q, corpus.docs, negs, rng, False)[0])
+    extra = min(cfg.copy_pool_queries, len(corpus.copy_queries))
+    if extra:
+        # negatives from the same unmemorised pool, so "pick the title I don't know" is no shortcut
+        copy_negs = copy_negs or RandomNegatives(sorted({q.docid for q in corpus.copy_queries}))
+    for q in rng.sample(corpus.copy_queries, extra):
+        out.append(icl_instance(tok, cfg, q, corpus.docs, copy_negs, rng, True)[0])
+    n_anchor = min(len(anchors), int(round(cfg.anchor_ratio * len(out))))
+    out += rng.sample(anchors, n_anchor)
+    return out
+
+
+def _batch(insts: list[Instance]):
+    seqs = [i.prompt + i.answer for i in insts]
+    t = max(len(s) for s in seqs) - 1
+    ids = torch.zeros(len(seqs), t, dtype=torch.int64)
+    pad = torch.zeros(len(seqs), t, dtype=torch.bool)
+    gb, gt, tgt = [], [], []
+    for b, (s, inst) in enumerate(zip(seqs, insts)):
+        x = s[:-1]
+        ids[b, : len(x)] = torch.tensor(x)
+        pad[b, : len(x)] = True
+        start = len(inst.prompt) - 1
+        for j in range(len(inst.answer)):
+            gb.append(b)
+            gt.append(start + j)
+            tgt.append(inst.answer[j])
+    return ids, pad, torch.tensor(gb), torch.tensor(gt), torch.tensor(tgt)
+
+
+def loss_on(model: Decoder, insts: list[Instance], out_vocab: torch.Tensor | None = None) -> torch.Tensor:
+    """Returns the mean answer-token cross-entropy of insts under model; with out_vocab (sorted ids that must
+    contain every answer token) the softmax runs over those ids only."""
+    ids, pad, gb, gt, tgt = _batch(insts)
+    if out_vocab is not None:
+        tgt = torch.searchsorted(out_vocab, tgt)
+    return F.cross_entropy(model.train_logits(ids, pad, gb, gt, out_vocab), tgt)
+
+
+def docid_vocab(tok: Tok, titles: list[str]) -> torch.Tensor:
+    """The sorted ids that can appear in an answer: tokens of the given titles, [COPY] and the end token.
+
+    Decoding only ever scores trie children (renormalised over the allowed set), so a softmax restricted to
+    these ids trains what inference uses; `tiny` does this to fit its CPU budget (the 49k-row vocab
+    projection dominates a step otherwise). Built from D_train titles only (no D_new leakage); a D_new title
+    token outside it keeps its untrained logit."""
+    ids = {tok.copy_id, tok.end_id}
+    for t in titles:
+        ids.update(tok.encode(t))
+    return torch.tensor(sorted(ids), dtype=torch.int64)
+
+
+def sft(model: Decoder, make_epoch, sc: StageConfig, seed: int, log=print, name: str = "sft",
+        out_vocab: torch.Tensor | None = None) -> list[float]:
+    """Runs sc.epochs of SFT; make_epoch(epoch) returns that epoch's instances. Returns per-step losses."""
+    rng = random.Random(seed)
+    epochs = [make_epoch(e) for e in range(sc.epochs)] if sc.epochs else []
+    total = sum(math.ceil(len(e) / sc.batch) for e in epochs)
+    warm = max(1, int(sc.warmup * total))
+    opt = torch.optim.AdamW(model.parameters(), lr=sc.lr, betas=(0.9, 0.95), weight_decay=sc.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min((s + 1) / warm, max(0.1, 1 - (s - warm) / max(1, total - warm))))
+    losses: list[float] = []
+    model.train()
+    t0 = time.time()
+    for e, insts in enumerate(epochs):
+        insts = list(insts)
+        rng.shuffle(insts)
+        # bucket by length inside windows of 8 batches to cut padding
+        win = sc.batch * 8
+        order = []
+        for i in range(0, len(insts), win):
+            order += sorted(insts[i: i + win], key=lambda x: len(x.prompt) + len(x.answer))
+        batches = [order[i: i + sc.batch] for i in range(0, len(order), sc.batch)]
+        rng.shuffle(batches)
+        for bt in batches:
+            loss = loss_on(model, bt, out_vocab)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            losses.append(loss.item())
+        n = len(batches)
+        log(f"{name} epoch {e + 1}/{sc.epochs} loss {sum(losses[-n:]) / n:.4f} ({time.time() - t0:.0f}s)")
+    model.eval()
+    return losses
+
+
+def run_stage0(model: Decoder, tok: Tok, corpus: Corpus, cfg: TrainConfig, log=print,
+               out_vocab: torch.Tensor | None = None) -> list[float]:
+    insts = index_instances(tok, corpus, cfg)
+    return sft(model, lambda e: insts, cfg.stage0, cfg.seed, log, "stage0", out_vocab)
+
+
+def run_stage1(model: Decoder, tok: Tok, corpus: Corpus, cfg: TrainConfig, negs: NegativeSampler | None = None,
+               log=print, out_vocab: torch.Tensor | None = None) -> list[float]:
+    negs = negs or RandomNegatives(corpus.seen)
+    anchors = index_instances(tok, corpus, cfg)
+    copy_negs = RandomNegatives(sorted({q.docid for q in corpus.copy_queries})) if corpus.copy_queries else None
+    return sft(model, lambda e: stage1_instances(tok, corpus, cfg, negs, random.Random(cfg.seed * 1000 + e), anchors,
+                                                 copy_negs),
+               cfg.stage1, cfg.seed + 1, log, "stage1", out_vocab)
+
+
+def eval_icl(model: Decoder, tok: Tok, cfg: TrainConfig, queries: list[Query], docs: dict[str, Doc],
+             negs: NegativeSampler, global_trie: Trie, n: int, seed: int = 123) -> dict:
+    """Held-out 3-shot context-dependent instances: copy_pick_acc = the gold has the best copy-route score
+    among the candidates (chance 1/shots); route_copy_rate = share with p_copy > 0.5; mean_p_copy."""
+    rng = random.Random(seed)
+    qs = queries[:n]
+    step = torch_step(model)
+    empty = [p.numpy() for p in model.empty_past()]
+    pick = route = 0
+    pc = 0.0
+    for q in qs:
+        inst, titles = icl_instance(tok, cfg, q, docs, negs, rng, True)
+        ctx = Trie.build(titles, tok.encode, tok.end_id)
+        sc = CachedPromptScorer(step, inst.prompt, empty)
+        res = decode(sc, global_trie, ctx, tok.copy_id, tok.end_id, beam_width=1)
+        copy = res.copy  # all copy-route candidates, best first
+        pick += int(bool(copy) and copy[0].docid == q.docid)
+        route += int(res.p_copy > 0.5)
+        pc += res.p_copy
+    return {"n": len(qs), "copy_pick_acc": pick / max(1, len(qs)), "chance": 1 / cfg.shots,
+            "route_copy_rate": route / max(1, len(qs)), "mean_p_copy": pc / max(1, len(qs))}
+
+
+def eval_parametric(model: Decoder, tok: Tok, cfg: TrainConfig, queries: list[Query], docs, negs, global_trie: Trie,
+                    n: int, seed: int = 321) -> dict:
+    """Query-irrelevant 3-shot instances (gold absent, gold seen): top-1 correct and share with p_copy < 0.5."""
+    rng = random.Random(seed)
+    qs = queries[:n]
+    step = torch_step(model)
+    empty = [p.numpy() for p in model.empty_past()]
+    top1 = route = 0
+    for q in qs:
+        inst, titles = icl_instance(tok, cfg, q, docs, negs, rng, False)
+        ctx = Trie.build(titles, tok.encode, tok.end_id)
+        res = decode(CachedPromptScorer(step, inst.prompt, empty), global_trie, ctx, tok.copy_id, tok.end_id, 4)
+        top1 += int(bool(res.beams) and res.beams[0].docid == q.docid)
+        route += int(res.p_copy < 0.5)
+    return {"n": len(qs), "top1": top1 / max(1, len(qs)), "route_parametric_rate": route / max(1, len(qs)),
+            "chance_top1": 1 / max(1, global_trie.size)}
+
+
+def icl_report(model: Decoder, tok: Tok, cfg: TrainConfig, split: Split, corpus: Corpus, global_trie: Trie) -> dict:
+    """Copy accuracy on fresh 3-shot context-dependent instances, three ways (n = cfg.eval_instances each):
+    heldout_unseen: NQ dev-half queries of never-trained documents, negatives from never-trained docs
+        (true in-context retrieval of new titles);
+    seen_titles: train queries of the seen corpus, fresh positions and negatives from never-trained docs
+        (the gold title is memorised, the instance is new);
+    copy_pool: train queries of D_train docs outside the seen corpus (titles only ever copied in stage 1)."""
+    n = cfg.eval_instances
+    unseen = RandomNegatives(unseen_pool(split, corpus))
+    pool = RandomNegatives(sorted({q.docid for q in corpus.copy_queries})) if corpus.copy_queries else unseen
+    return {
+        "heldout_unseen": eval_icl(model, tok, cfg, heldout_queries(split, corpus), split.docs, unseen, global_trie, n),
+        "seen_titles": eval_icl(model, tok, cfg, corpus.train_queries, split.docs, unseen, global_trie, n, seed=5),
+        "copy_pool": eval_icl(model, tok, cfg, corpus.copy_queries, split.docs, pool, global_trie, n, seed=7),
+    }
+
+
+def heldout_queries(split: Split, corpus: Corpus) -> list[Query]:
+    """NQ dev-half queries whose document was never trained (unseen titles), in a stable order."""
+    s = set(corpus.seen)
+    return [q for q in split.dev if q.docid not in s]
+
+
+def unseen_pool(split: Split, corpus: Corpus) -> list[str]:
+    s = set(corpus.seen)
+    return [d for d in sorted(split.docs) if d not in s]
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m icicle.train", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("stage", choices=["stage0", "stage1", "stage2", "stage3"])
+    ap.add_argument("--config", default="tiny")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    if a.stage in ("stage2", "stage3"):
+        raise NotImplementedError(f"{a.stage} (DPO / title-only LoRA adaptation) is not implemented yet")
+    cfg = get_config(a.config)
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    os.makedirs(a.out, exist_ok=True)
+    tok = load_tok()
+    split = make_split()
+    corpus = select_corpus(split, cfg)
+    model = Decoder(cfg.model)
+    out_vocab = docid_vocab(tok, split.d_train)
+    if a.stage == "stage0":
+        losses = run_stage0(model, tok, corpus, cfg, out_vocab=out_vocab)
+    else:
+        model.load_state_dict(torch.load(os.path.join(a.out, "stage0.pt")))
+        losses = run_stage1(model, tok, corpus, cfg, out_vocab=out_vocab)
+    torch.save(model.state_dict(), os.path.join(a.out, f"{a.stage}.pt"))
+    with open(os.path.join(a.out, f"{a.stage}_losses.json"), "w") as f:
+        json.dump(losses, f)
+
+
+if __name__ == "__main__":
+    main()

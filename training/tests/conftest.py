@@ -1,0 +1,31 @@
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch.set_num_threads(2)
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+FIXTURE = os.path.join(REPO, "models", "tiny")
+
+
+@pytest.fixture(scope="session")
+def fixture_dir() -> str:
+    if not os.path.exists(os.path.join(FIXTURE, "manifest.json")):
+        pytest.fail(f"{FIXTURE} has no manifest.json: run `python -m icicle.pipeline --config tiny --out ../models/tiny`")
+    return FIXTURE
+
+
+@pytest.fixture(scope="session")
+def tok(fixture_dir):
+    from icicle.tokenizer import load_tok
+
+    return load_tok(os.path.join(fixture_dir, "tokenizer.json"))
+
+
+@pytest.fixture(scope="session")
+def split():
+    from icicle.data import make_split
+
+    return make_split()

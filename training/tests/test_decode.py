@@ -1,0 +1,127 @@
+"""Trie + routed decoding on a scripted fake model (no weights): exact scores countable by hand."""
+import math
+
+import numpy as np
+import pytest
+
+from icicle.decode import EmptyAllowedSetError, Trie, decode
+
+V, END, COPY = 16, 0, 15
+
+
+class Fake:
+    """Logits by answer prefix: table[prefix] = {token: logit}; unspecified tokens get 0."""
+
+    def __init__(self, table):
+        self.table = table
+        self.calls = []
+
+    def logits(self, prefix):
+        self.calls.append(prefix)
+        z = np.zeros(V, np.float32)
+        for t, v in self.table.get(prefix, {}).items():
+            z[t] = v
+        return z
+
+
+def trie(*seqs):
+    t = Trie()
+    for name, toks in seqs:
+        t.add(list(toks) + [END], name)
+    return t
+
+
+def lsm(vals, i):
+    m = max(vals)
+    return vals[i] - (m + math.log(sum(math.exp(v - m) for v in vals)))
+
+
+def test_copy_route_exact_and_forced_chains_cost_nothing():
+    ctx = trie(("a", [1, 2, 3]), ("b", [1, 4]), ("c", [5]))
+    g = trie(("g", [7, 8]))
+    f = Fake({(): {COPY: 2.0, 7: 1.0}, (COPY,): {1: 1.0, 5: 0.0}, (COPY, 1): {2: 0.5, 4: 1.5}})
+    r = decode(f, g, ctx, COPY, END, beam_width=10)
+    lc = lsm([2.0, 1.0], 0)
+    assert r.p_copy == pytest.approx(math.exp(lc))
+    got = {b.docid: (b.route, b.score) for b in r.beams}
+    assert got["a"] == ("copy", pytest.approx(lc + lsm([1, 0], 0) + lsm([0.5, 1.5], 0)))
+    assert got["b"] == ("copy", pytest.approx(lc + lsm([1, 0], 0) + lsm([0.5, 1.5], 1)))
+    assert got["c"] == ("copy", pytest.approx(lc + lsm([1, 0], 1)))  # [5] -> [end] is forced
+    assert got["g"] == ("parametric", pytest.approx(lsm([2.0, 1.0], 1)))  # 7 -> 8 -> end forced
+    # forced nodes are never run: only the root, the two copy branch points
+    assert sorted(f.calls) == sorted([(), (COPY,), (COPY, 1)])
+
+
+def test_parametric_beam_and_stop():
+    g = trie(("x", [1, 2]), ("y", [1, 3]), ("z", [4]))
+    f = Fake({(): {1: 1.0, 4: 0.0}, (1,): {2: 0.0, 3: 2.0}})
+    r = decode(f, g, Trie(), COPY, END, beam_width=1)
+    assert r.p_copy == 0.0
+    assert [(b.docid, b.route) for b in r.beams] == [("y", "parametric")]
+    assert r.beams[0].score == pytest.approx(lsm([1, 0], 0) + lsm([0, 2], 1))
+    r = decode(f, g, Trie(), COPY, END, beam_width=3)
+    assert [b.docid for b in r.beams] == ["y", "z", "x"]
+    for b, want in zip(r.beams, [lsm([1, 0], 0) + lsm([0, 2], 1), lsm([1, 0], 1), lsm([1, 0], 0) + lsm([0, 2], 0)]):
+        assert b.score == pytest.approx(want)
+
+
+def test_parametric_equals_exhaustive_when_beam_covers_all():
+    rng = np.random.default_rng(0)
+    seqs = [("d%d" % i, list(rng.integers(1, 6, size=rng.integers(1, 4)))) for i in range(12)]
+    g = trie(*seqs)
+    table = {}
+
+    def fill(node, prefix):
+        if len(node.children) > 1:
+            table[prefix] = {t: float(rng.normal()) for t in node.children}
+        for t, ch in node.children.items():
+            fill(ch, prefix + (t,))
+
+    fill(g.root, ())
+    r = decode(Fake(table), g, Trie(), COPY, END, beam_width=64)
+
+    def exact(toks):
+        node, s, p = g.root, 0.0, ()
+        for t in toks + [END]:
+            if len(node.children) > 1:
+                ch = sorted(node.children)
+                s += lsm([table[p].get(c, 0.0) for c in ch], ch.index(t))
+            node, p = node.children[t], p + (t,)
+        return node.docid, s
+
+    want = dict(exact(t) for _, t in seqs)
+    assert {b.docid: b.score for b in r.beams} == pytest.approx(want)
+
+
+def test_ties_break_by_token_ids_then_docid_bytes():
+    g = trie(("B", [2]), ("A", [3]), ("C", [1]))
+    r = decode(Fake({}), g, Trie(), COPY, END, beam_width=2)  # all equal: tokens 1, 2 kept (asc)
+    assert [b.docid for b in r.beams] == ["B", "C"]  # final order by docid bytes among equal scores
+    r = decode(Fake({}), g, Trie(), COPY, END, beam_width=3)
+    assert [b.docid for b in r.beams] == ["A", "B", "C"]
+
+
+def test_docid_in_both_routes_keeps_higher_score():
+    ctx = trie(("same", [1]))
+    g = trie(("same", [1]), ("other", [2]))
+    r = decode(Fake({(): {COPY: -5.0}}), g, ctx, COPY, END, beam_width=4)
+    same = [b for b in r.beams if b.docid == "same"]
+    assert len(same) == 1 and same[0].route == "parametric"
+    r = decode(Fake({(): {COPY: 5.0}}), g, ctx, COPY, END, beam_width=4)
+    assert [b for b in r.beams if b.docid == "same"][0].route == "copy"
+
+
+def test_empty_context_has_no_copy_and_empty_allowed_set_errors():
+    g = trie(("g", [1]))
+    f = Fake({(): {COPY: 100.0}})
+    r = decode(f, g, Trie(), COPY, END, beam_width=2)
+    assert r.p_copy == 0.0 and [b.docid for b in r.beams] == ["g"] and r.beams[0].score == pytest.approx(0.0)
+    with pytest.raises(EmptyAllowedSetError):
+        decode(f, Trie(), Trie(), COPY, END, beam_width=2)
+    r = decode(f, Trie(), trie(("c", [3])), COPY, END, beam_width=2)  # only copy allowed: p_copy 1
+    assert r.p_copy == pytest.approx(1.0) and r.beams[0].route == "copy"
+
+
+def test_beam_width_must_be_positive():
+    with pytest.raises(ValueError):
+        decode(Fake({}), trie(("g", [1])), Trie(), COPY, END, beam_width=0)
