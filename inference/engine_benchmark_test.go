@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/inference/loader"
 	"github.com/icicle-search/sidecar/inference/ort"
-	"github.com/icicle-search/sidecar/inference/tok"
 	"github.com/icicle-search/sidecar/internal/compress"
 )
 
@@ -31,28 +31,12 @@ func BenchmarkRank(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer ort.Shutdown()
-	man, err := inference.LoadManifest(modelDir())
+	lm, err := loader.Open(modelDir(), loader.Options{Runtime: ort.Options{Threads: 2, InterOpThreads: 1}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	tk, err := tok.Load(man.Path(man.Tokenizer))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer tk.Close()
-	seen, err := inference.ReadDocIDs(man.Path(man.SeenDocIDs))
-	if err != nil {
-		b.Fatal(err)
-	}
-	m, err := ort.Load(man.Path(man.ONNX), man.Spec(), ort.Options{Threads: 2, InterOpThreads: 1}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	e, err := inference.NewEngine(man, tk, []inference.Model{m}, seen, inference.EngineOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
+	defer lm.Close()
+	e := lm.Engine
 	cands := benchCandidates(b, 100)
 	for _, n := range []int{3, 10, 20, 50, 100} {
 		for _, w := range []int{1, 4, 10} {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/inference/loader"
 	"github.com/icicle-search/sidecar/inference/ort"
 	"github.com/icicle-search/sidecar/inference/tok"
 )
@@ -65,18 +66,13 @@ func TestDecodeParityWithPython(t *testing.T) {
 	require.NoError(t, ort.Init(lib))
 	t.Cleanup(func() { _ = ort.Shutdown() })
 
-	man, err := inference.LoadManifest(dir)
+	lm, err := loader.Open(dir, loader.Options{Runtime: ort.Options{Threads: 2}})
 	require.NoError(t, err)
+	defer lm.Close()
+	e, man := lm.Engine, lm.Manifest
 	tk, err := tok.Load(man.Path(man.Tokenizer))
 	require.NoError(t, err)
 	defer tk.Close()
-	seen, err := inference.ReadDocIDs(man.Path(man.SeenDocIDs))
-	require.NoError(t, err)
-	m, err := ort.Load(man.Path(man.ONNX), man.Spec(), ort.Options{Threads: 2}, nil)
-	require.NoError(t, err)
-	e, err := inference.NewEngine(man, tk, []inference.Model{m}, seen, inference.EngineOptions{})
-	require.NoError(t, err)
-	defer e.Close()
 	pb, err := inference.NewPromptBuilder(tk, man.Template)
 	require.NoError(t, err)
 

@@ -22,8 +22,8 @@ import (
 
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/inference/loader"
 	"github.com/icicle-search/sidecar/inference/ort"
-	"github.com/icicle-search/sidecar/inference/tok"
 	"github.com/icicle-search/sidecar/internal/compress"
 	"github.com/icicle-search/sidecar/plugin"
 )
@@ -62,18 +62,10 @@ func newStack(t *testing.T, newDocs int) *stack {
 	dir := cmp.Or(os.Getenv("ICICLE_MODEL_DIR"), filepath.Join("..", "models", "tiny"))
 	require.NoError(t, ort.Init(lib))
 	t.Cleanup(func() { _ = ort.Shutdown() })
-	man, err := inference.LoadManifest(dir)
+	lm, err := loader.Open(dir, loader.Options{Runtime: ort.Options{Threads: 2}})
 	require.NoError(t, err)
-	tk, err := tok.Load(man.Path(man.Tokenizer))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = tk.Close() })
-	seen, err := inference.ReadDocIDs(man.Path(man.SeenDocIDs))
-	require.NoError(t, err)
-	m, err := ort.Load(man.Path(man.ONNX), man.Spec(), ort.Options{Threads: 2}, nil)
-	require.NoError(t, err)
-	engine, err := inference.NewEngine(man, tk, []inference.Model{m}, seen, inference.EngineOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = engine.Close() })
+	t.Cleanup(func() { _ = lm.Close() })
+	man, engine, seen := lm.Manifest, lm.Engine, lm.Seen
 
 	index := fmt.Sprintf("icicle-e2e-%d", time.Now().UnixNano())
 	es, err := adapter.New(adapter.Options{Addresses: []string{esURL}, Index: index}, nil)

@@ -11,11 +11,9 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/internal/eval"
 	"github.com/icicle-search/sidecar/plugin"
 )
@@ -42,13 +40,9 @@ func compare(ctx context.Context, args []string, out io.Writer) error {
 	if dir == "" {
 		dir = cfg.Model.Dir
 	}
-	seenList, err := inference.ReadDocIDs(filepath.Join(dir, "seen_docids.txt"))
+	seen, err := readSeen(dir)
 	if err != nil {
 		return err
-	}
-	seen := make(map[string]bool, len(seenList))
-	for _, d := range seenList {
-		seen[d] = true
 	}
 	qrels, err := readQrels(*qrelsPath)
 	if err != nil {
@@ -98,7 +92,7 @@ func compare(ctx context.Context, args []string, out io.Writer) error {
 		armB = append(armB, b)
 	}
 	fmt.Fprintf(out, "%d %s queries from %s; seen = relevant document in %s/seen_docids.txt (%d docids)\n\n",
-		len(queries), *split, *queriesPath, dir, len(seenList))
+		len(queries), *split, *queriesPath, dir, len(seen))
 	arms := []eval.Arm{{Name: "A: BM25 (all docs)", Outcomes: armA}, {Name: "B: ICICLE sidecar", Outcomes: armB}}
 	eval.WriteTable(out, arms, []string{"", "seen", "new"})
 	return nil

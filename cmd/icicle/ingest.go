@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"iter"
 	"os"
-	"path/filepath"
 
 	"github.com/icicle-search/sidecar/adapter"
-	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/internal/compress"
 )
 
@@ -31,13 +29,9 @@ func ingest(ctx context.Context, args []string) error {
 	if dir == "" {
 		dir = cfg.Model.Dir
 	}
-	seenList, err := inference.ReadDocIDs(filepath.Join(dir, "seen_docids.txt"))
+	seen, err := readSeen(dir)
 	if err != nil {
-		return fmt.Errorf("seen corpus: %w", err)
-	}
-	seen := make(map[string]bool, len(seenList))
-	for _, d := range seenList {
-		seen[d] = true
+		return err
 	}
 	es, err := newAdapter(cfg.Elasticsearch, log)
 	if err != nil {

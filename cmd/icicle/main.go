@@ -12,11 +12,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/config"
+	"github.com/icicle-search/sidecar/inference"
 )
 
 const usage = `usage: icicle <command> [flags]
@@ -76,6 +78,19 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// readSeen reads dir/seen_docids.txt, the model's seen corpus, as a set.
+func readSeen(dir string) (map[string]bool, error) {
+	ids, err := inference.ReadDocIDs(filepath.Join(dir, "seen_docids.txt"))
+	if err != nil {
+		return nil, fmt.Errorf("seen corpus: %w", err)
+	}
+	seen := make(map[string]bool, len(ids))
+	for _, d := range ids {
+		seen[d] = true
+	}
+	return seen, nil
 }
 
 // newAdapter builds the Elasticsearch adapter from its config section.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/icicle-search/sidecar/config"
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/inference/loader"
 	"github.com/icicle-search/sidecar/inference/ort"
-	"github.com/icicle-search/sidecar/inference/tok"
 	"github.com/icicle-search/sidecar/plugin"
 )
 
@@ -32,16 +32,13 @@ func serve(ctx context.Context, args []string) error {
 	}
 	log := newLogger(cfg.Log, os.Stderr)
 
-	engine, tk, info, err := loadModel(cfg.Model, cfg.Concurrency.MaxInflight, log)
+	model, info, err := loadModel(cfg.Model, cfg.Concurrency.MaxInflight, log)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if err := engine.Close(); err != nil {
+		if err := model.Close(); err != nil {
 			log.Error("close model", "err", err)
-		}
-		if err := tk.Close(); err != nil {
-			log.Error("close tokenizer", "err", err)
 		}
 		if err := ort.Shutdown(); err != nil {
 			log.Error("shut down onnx runtime", "err", err)
@@ -68,7 +65,7 @@ func serve(ctx context.Context, args []string) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv := plugin.New(es, engine, plugin.Options{
+	srv := plugin.New(es, model.Engine, plugin.Options{
 		MaxBodyBytes: cfg.Server.MaxBodyBytes, RequestTimeout: cfg.Server.RequestTimeout,
 		ESBudgetFraction: cfg.Server.ESBudgetFraction, MaxQueryChars: cfg.Server.MaxQueryChars,
 		MaxHits: cfg.Server.MaxHits, MaxCandidates: cfg.Decode.MaxCandidates,
@@ -102,58 +99,21 @@ func serve(ctx context.Context, args []string) error {
 	return nil
 }
 
-// loadModel initialises ONNX Runtime and builds the engine with one model session per concurrent
+// loadModel initialises ONNX Runtime and opens the model directory with one session per concurrent
 // request.
-func loadModel(c config.Model, sessions int, log *slog.Logger) (_ *inference.Engine, _ *tok.Tokenizer, _ plugin.ModelInfo, err error) {
-	man, err := inference.LoadManifest(c.Dir)
+func loadModel(c config.Model, sessions int, log *slog.Logger) (*loader.Model, plugin.ModelInfo, error) {
+	if err := ort.Init(c.ORTLibrary); err != nil {
+		return nil, plugin.ModelInfo{}, fmt.Errorf("init onnx runtime %q (set model.ort_library or ICICLE_ORT_LIB; scripts/ort.sh installs it): %w", c.ORTLibrary, err)
+	}
+	m, err := loader.Open(c.Dir, loader.Options{Sessions: sessions, Quantized: c.Quantized, Logger: log,
+		Runtime: ort.Options{Threads: c.IntraOpThreads, InterOpThreads: c.InterOpThreads, Provider: c.Provider}})
 	if err != nil {
-		return nil, nil, plugin.ModelInfo{}, err
+		return nil, plugin.ModelInfo{}, err
 	}
-	lib := c.ORTLibrary
-	if err := ort.Init(lib); err != nil {
-		return nil, nil, plugin.ModelInfo{}, fmt.Errorf("init onnx runtime %q (set model.ort_library or ICICLE_ORT_LIB; scripts/ort.sh installs it): %w", lib, err)
-	}
-	tk, err := tok.Load(man.Path(man.Tokenizer))
-	if err != nil {
-		return nil, nil, plugin.ModelInfo{}, fmt.Errorf("load tokenizer: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tk.Close()
-		}
-	}()
-	seen, err := inference.ReadDocIDs(man.Path(man.SeenDocIDs))
-	if err != nil {
-		return nil, nil, plugin.ModelInfo{}, err
-	}
-	onnxFile := man.ONNX
-	if c.Quantized {
-		if man.ONNXQuantized == "" {
-			return nil, nil, plugin.ModelInfo{}, fmt.Errorf("model.quantized: %s has no onnx_quantized file", c.Dir)
-		}
-		onnxFile = man.ONNXQuantized
-	}
-	var models []inference.Model
-	for range max(sessions, 1) {
-		m, err := ort.Load(man.Path(onnxFile), man.Spec(), ort.Options{Threads: c.IntraOpThreads, InterOpThreads: c.InterOpThreads, Provider: c.Provider}, log)
-		if err != nil {
-			for _, m := range models {
-				m.Close()
-			}
-			return nil, nil, plugin.ModelInfo{}, fmt.Errorf("load model: %w", err)
-		}
-		models = append(models, m)
-	}
-	engine, err := inference.NewEngine(man, tk, models, seen, inference.EngineOptions{Logger: log})
-	if err != nil {
-		for _, m := range models {
-			m.Close()
-		}
-		return nil, nil, plugin.ModelInfo{}, err
-	}
+	man := m.Manifest
 	info := plugin.ModelInfo{Name: man.Name, Config: man.Config, Backbone: man.Backbone, ModelVersion: man.ModelVersion,
-		DataVersion: man.DataVersion, SeenDocIDs: len(seen), Dir: c.Dir}
-	log.Info("model loaded", "name", man.Name, "file", onnxFile, "onnx_runtime", ort.Version(), "sessions", len(models),
-		"seen_docids", len(seen), "trie_nodes", engine.GlobalTrie().Len())
-	return engine, tk, info, nil
+		DataVersion: man.DataVersion, SeenDocIDs: len(m.Seen), Dir: c.Dir}
+	log.Info("model loaded", "name", man.Name, "file", m.File, "onnx_runtime", ort.Version(), "sessions", max(sessions, 1),
+		"seen_docids", len(m.Seen), "trie_nodes", m.Engine.GlobalTrie().Len())
+	return m, info, nil
 }

@@ -1,0 +1,90 @@
+// Package loader opens a model directory (inference/MODEL_FORMAT.md) into a ready inference.Engine: the
+// manifest, the HF tokenizer (inference/tok), one ONNX Runtime session per concurrent request
+// (inference/ort) and the seen corpus. ONNX Runtime itself must be initialised first (ort.Init), once per
+// process, by the caller.
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/inference/ort"
+	"github.com/icicle-search/sidecar/inference/tok"
+)
+
+// Options configure Open.
+type Options struct {
+	// Sessions is the number of ONNX Runtime sessions, i.e. requests decoded at once (default 1).
+	Sessions int
+	// Quantized loads the manifest's onnx_quantized file instead of onnx.
+	Quantized bool
+	// Runtime is passed to every session.
+	Runtime ort.Options
+	// Logger receives load and engine logs; nil discards.
+	Logger *slog.Logger
+}
+
+// Model is a loaded model directory.
+type Model struct {
+	// Engine ranks candidates; it owns the sessions.
+	Engine *inference.Engine
+	// Manifest is the directory's manifest.
+	Manifest *inference.Manifest
+	// File is the ONNX file loaded (relative to the directory).
+	File string
+	// Seen is the seen corpus, in file order.
+	Seen []string
+
+	tok *tok.Tokenizer
+}
+
+// Open loads dir. On error nothing stays open.
+func Open(dir string, opts Options) (_ *Model, err error) {
+	man, err := inference.LoadManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	file := man.ONNX
+	if opts.Quantized {
+		if man.ONNXQuantized == "" {
+			return nil, fmt.Errorf("open model %s: quantized requested but the manifest has no onnx_quantized", dir)
+		}
+		file = man.ONNXQuantized
+	}
+	seen, err := inference.ReadDocIDs(man.Path(man.SeenDocIDs))
+	if err != nil {
+		return nil, fmt.Errorf("open model %s: %w", dir, err)
+	}
+	tk, err := tok.Load(man.Path(man.Tokenizer))
+	if err != nil {
+		return nil, fmt.Errorf("open model %s: tokenizer: %w", dir, err)
+	}
+	var models []inference.Model
+	defer func() {
+		if err != nil {
+			for _, m := range models {
+				m.Close()
+			}
+			tk.Close()
+		}
+	}()
+	for range max(opts.Sessions, 1) {
+		m, err := ort.Load(man.Path(file), man.Spec(), opts.Runtime, opts.Logger)
+		if err != nil {
+			return nil, fmt.Errorf("open model %s: %w", dir, err)
+		}
+		models = append(models, m)
+	}
+	engine, err := inference.NewEngine(man, tk, models, seen, inference.EngineOptions{Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("open model %s: %w", dir, err)
+	}
+	return &Model{Engine: engine, Manifest: man, File: file, Seen: seen, tok: tk}, nil
+}
+
+// Close closes the engine (waiting for in-flight requests) and the tokenizer. It is idempotent.
+func (m *Model) Close() error {
+	return errors.Join(m.Engine.Close(), m.tok.Close())
+}

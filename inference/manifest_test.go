@@ -1,0 +1,83 @@
+package inference
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func writeModelDir(t *testing.T, mutate func(map[string]any)) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []string{"model.onnx", "tokenizer.json"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o644))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "seen_docids.txt"), []byte("Alpha\nBeta\n"), 0o644))
+	m := map[string]any{
+		"format_version": 1, "name": "t", "onnx": "model.onnx", "tokenizer": "tokenizer.json", "seen_docids": "seen_docids.txt",
+		"vocab_size": 10, "num_layers": 1, "num_kv_heads": 1, "head_dim": 4, "kv_dtype": "float32", "max_context_tokens": 64,
+		"copy_token_id": 9, "end_token_id": 0,
+		"template": map[string]any{"header": "H", "candidate": "[{i}] {summary} {title}", "candidate_title_only": "[{i}] {title}", "query": "Q {query}"},
+	}
+	if mutate != nil {
+		mutate(m)
+	}
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "manifest.json"), b, 0o644))
+	return dir
+}
+
+func TestLoadManifest(t *testing.T) {
+	m, err := LoadManifest(writeModelDir(t, nil))
+	require.NoError(t, err)
+	require.Equal(t, Spec{VocabSize: 10, NumLayers: 1, NumKVHeads: 1, HeadDim: 4}, m.Spec())
+
+	tests := []struct {
+		name   string
+		mutate func(map[string]any)
+		want   []string
+	}{
+		{"every problem at once", func(m map[string]any) {
+			m["format_version"] = 2
+			m["copy_token_id"] = 10
+			m["onnx"] = "missing.onnx"
+			m["kv_dtype"] = "float16"
+		}, []string{`"format_version"`, `"copy_token_id": 10 outside`, `"onnx": file missing.onnx`, `"kv_dtype"`}},
+		{"template without placeholders", func(m map[string]any) {
+			m["template"] = map[string]any{"header": "H", "candidate": "{title}", "candidate_title_only": "x", "query": "q"}
+		}, []string{`"template.candidate"`, `"template.candidate_title_only"`, `"template.query"`}},
+		{"unknown field", func(m map[string]any) { m["vocab"] = 3 }, []string{`unknown field "vocab"`}},
+		{"same copy and end token", func(m map[string]any) { m["end_token_id"] = 9 }, []string{`"end_token_id": equals copy_token_id`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadManifest(writeModelDir(t, tc.mutate))
+			require.ErrorIs(t, err, ErrBadModelDir)
+			for _, w := range tc.want {
+				require.ErrorContains(t, err, w)
+			}
+		})
+	}
+}
+
+func TestReadDocIDs(t *testing.T) {
+	dir := t.TempDir()
+	write := func(s string) string {
+		p := filepath.Join(dir, "ids.txt")
+		require.NoError(t, os.WriteFile(p, []byte(s), 0o644))
+		return p
+	}
+	ids, err := ReadDocIDs(write("A\nB (film)\nZürich\n"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"A", "B (film)", "Zürich"}, ids)
+	_, err = ReadDocIDs(write("A\n\nB\n"))
+	require.ErrorContains(t, err, ":2: empty docid")
+	_, err = ReadDocIDs(write("A\nB\nA\n"))
+	require.ErrorContains(t, err, `:3: docid "A" repeats line 1`)
+	_, err = ReadDocIDs(write("A\n\xff\n"))
+	require.ErrorContains(t, err, ":2: invalid UTF-8")
+}
