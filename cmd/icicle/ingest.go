@@ -1,11 +1,19 @@
 package main
 
 import (
+	"bufio"
+	"compress/gzip"
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"iter"
 	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/internal/compress"
@@ -17,6 +25,8 @@ func ingest(ctx context.Context, args []string) error {
 	corpus := fs.String("corpus", "data/nq_qed/corpus.jsonl.gz", "BEIR corpus JSONL (.gz allowed): docid, title, text, optional summary")
 	modelDir := fs.String("model-dir", "", "model directory whose seen_docids.txt marks documents seen (default: model.dir from config)")
 	refresh := fs.Bool("refresh", true, "make documents searchable before returning")
+	flushTimeout := fs.Duration("flush-timeout", 2*time.Minute, "timeout of one bulk request (at least elasticsearch.request_timeout)")
+	quiet := fs.Bool("quiet", false, "no progress line on stderr (there is none when stderr is not a terminal)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -24,7 +34,13 @@ func ingest(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg.Log, os.Stderr)
+	var prog *progress
+	logOut := io.Writer(os.Stderr)
+	if !*quiet && isTerminal(os.Stderr) {
+		prog = newProgress(os.Stderr)
+		logOut = prog // log lines clear the progress line and redraw it below themselves
+	}
+	log := newLogger(cfg.Log, logOut)
 	dir := *modelDir
 	if dir == "" {
 		dir = cfg.Model.Dir
@@ -33,6 +49,9 @@ func ingest(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// A bulk flush of megabytes to a cold or busy node can take longer than a search; ingestion gets its
+	// own per-request timeout rather than the one sized for the request path.
+	cfg.Elasticsearch.RequestTimeout = max(cfg.Elasticsearch.RequestTimeout, *flushTimeout)
 	es, err := newAdapter(cfg.Elasticsearch, log)
 	if err != nil {
 		return err
@@ -49,6 +68,7 @@ func ingest(ctx context.Context, args []string) error {
 	var compressed, nSeen int
 	docs := func(yield func(adapter.Doc) bool) {
 		for d := range r.All() {
+			prog.rejectedSoFar(len(r.Rejected()))
 			if d.Summary == "" {
 				d.Summary = compress.Extractive(d.Text)
 				compressed++
@@ -62,7 +82,15 @@ func ingest(ctx context.Context, args []string) error {
 			}
 		}
 	}
-	rep, err := es.Ingest(ctx, iter.Seq[adapter.Doc](docs), adapter.IngestOptions{Refresh: *refresh})
+	opts := adapter.IngestOptions{Refresh: *refresh}
+	if prog != nil {
+		opts.Progress = prog.accounted
+		go prog.countTotal(ctx, *corpus)
+		prog.start(500 * time.Millisecond)
+	}
+	rep, err := es.Ingest(ctx, iter.Seq[adapter.Doc](docs), opts)
+	prog.rejectedSoFar(len(r.Rejected()))
+	prog.stop()
 	if err != nil {
 		return fmt.Errorf("ingest %s: %w", *corpus, err)
 	}
@@ -81,4 +109,196 @@ func ingest(ctx context.Context, args []string) error {
 		return fmt.Errorf("%d documents failed", len(rep.Failed))
 	}
 	return nil
+}
+
+// isTerminal reports whether f is a character device, as a terminal is. /dev/null is one too, which only
+// means an unseen progress line; pipes and files are not.
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// progress draws one self-overwriting line on a terminal: documents done (written, failed or rejected) of
+// the total when known, and the rate. It redraws at most once per interval, from its own goroutine, so
+// the ingest path only touches atomics. It also serves as the log's writer, so a log record clears the
+// line, is written, and the line is drawn again below it. A nil *progress does nothing.
+type progress struct {
+	w        io.Writer
+	done     atomic.Int64 // documents Ingest has accounted for (written or failed)
+	rejected atomic.Int64 // records the corpus reader rejected
+	total    atomic.Int64 // non-blank lines of the corpus; -1 until counted
+	began    time.Time
+
+	mu    sync.Mutex
+	shown string // the line currently on screen; empty if none
+	quit  chan struct{}
+	ended chan struct{}
+}
+
+func newProgress(w io.Writer) *progress {
+	p := &progress{w: w, quit: make(chan struct{}), ended: make(chan struct{})}
+	p.total.Store(-1)
+	return p
+}
+
+// accounted is the IngestOptions.Progress callback. Concurrent flushes may report out of order, so it
+// keeps the largest count.
+func (p *progress) accounted(n int) {
+	for {
+		cur := p.done.Load()
+		if int64(n) <= cur || p.done.CompareAndSwap(cur, int64(n)) {
+			return
+		}
+	}
+}
+
+func (p *progress) rejectedSoFar(n int) {
+	if p != nil {
+		p.rejected.Store(int64(n))
+	}
+}
+
+// countTotal counts the corpus's non-blank lines concurrently with the ingestion, so the total shows up
+// when known without delaying the first document. A read error leaves the total unknown.
+func (p *progress) countTotal(ctx context.Context, path string) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if strings.HasSuffix(path, ".gz") {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			return
+		}
+		defer zr.Close()
+		r = zr
+	}
+	br := bufio.NewReaderSize(r, 256<<10)
+	buf := make([]byte, 256<<10)
+	var n int64
+	content := false
+	for {
+		if ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-p.ended:
+			return
+		default:
+		}
+		k, err := br.Read(buf)
+		for _, b := range buf[:k] {
+			switch b {
+			case '\n':
+				if content {
+					n++
+				}
+				content = false
+			case ' ', '\t', '\r':
+			default:
+				content = true
+			}
+		}
+		if err == io.EOF {
+			if content {
+				n++
+			}
+			p.total.Store(n)
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *progress) start(every time.Duration) {
+	p.began = time.Now()
+	go func() {
+		defer close(p.ended)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.quit:
+				return
+			case <-t.C:
+				p.draw(false)
+			}
+		}
+	}()
+}
+
+// stop ends the redraws and leaves the final state on its own line.
+func (p *progress) stop() {
+	if p == nil {
+		return
+	}
+	close(p.quit)
+	<-p.ended
+	p.draw(true)
+}
+
+func (p *progress) line() string {
+	done := p.done.Load() + p.rejected.Load()
+	secs := time.Since(p.began).Seconds()
+	rate := 0.0
+	if secs > 0 {
+		rate = float64(done) / secs
+	}
+	var b strings.Builder
+	b.WriteString("ingest: " + thousands(done))
+	if total := p.total.Load(); total >= 0 {
+		b.WriteString("/" + thousands(total) + " docs")
+		if total > 0 {
+			fmt.Fprintf(&b, " (%d%%)", min(100, done*100/total))
+		}
+		if rate > 0 && total > done {
+			fmt.Fprintf(&b, ", %.0f docs/s, eta %s", rate, (time.Duration(float64(total-done)/rate) * time.Second).Round(time.Second))
+			return b.String()
+		}
+	} else {
+		b.WriteString(" docs")
+	}
+	fmt.Fprintf(&b, ", %.0f docs/s", rate)
+	return b.String()
+}
+
+func (p *progress) draw(final bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.shown = p.line()
+	end := ""
+	if final {
+		end = "\n"
+	}
+	fmt.Fprintf(p.w, "\r\033[K%s%s", p.shown, end)
+	if final {
+		p.shown = ""
+	}
+}
+
+// Write writes a log record above the progress line.
+func (p *progress) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.shown != "" {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+	n, err := p.w.Write(b)
+	if p.shown != "" {
+		fmt.Fprint(p.w, p.shown)
+	}
+	return n, err
+}
+
+// thousands formats n with comma separators: 12,345.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
