@@ -232,17 +232,23 @@ type request interface {
 }
 
 // do runs one request under the adapter's timeout, turns error responses into *ResponseError and decodes a
-// successful body into out (unless out is nil). Transport failures wrap ErrUnavailable; context errors are
-// returned as they are so callers can tell cancellation from outage.
+// successful body into out (unless out is nil). Transport failures wrap ErrUnavailable, and so does the
+// adapter's own RequestTimeout expiring (together with context.DeadlineExceeded); the caller's context
+// errors are returned as they are so callers can tell cancellation, or their own deadline, from outage.
 func (a *Adapter) do(ctx context.Context, req request, out any) error {
 	if a.closed.Load() {
 		return ErrClosed
 	}
-	ctx, cancel := a.withTimeout(ctx)
+	rctx, cancel := a.withTimeout(ctx)
 	defer cancel()
-	res, err := req.Do(ctx, a.es)
+	res, err := req.Do(rctx, a.es)
 	if err != nil {
-		return transportError(ctx, err)
+		if ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
+			// Our RequestTimeout fired, not the caller's deadline: the cluster is there but not answering,
+			// which callers must be able to tell from bad input or their own budget running out.
+			return fmt.Errorf("%w: no answer within %s: %w", ErrUnavailable, a.timeout, context.DeadlineExceeded)
+		}
+		return transportError(rctx, err)
 	}
 	defer res.Body.Close()
 	if res.IsError() {

@@ -223,9 +223,12 @@ func (c *CorpusReader) parse(line []byte) (Doc, bool) {
 	var rec corpusRecord
 	if err := json.Unmarshal(line, &rec); err != nil {
 		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
+		switch {
+		case errors.As(err, &te) && te.Field == "":
+			c.reject("", fmt.Sprintf("a JSON %s, want an object", te.Value))
+		case errors.As(err, &te):
 			c.reject("", fmt.Sprintf("field %q is a JSON %s, want a string", te.Field, te.Value))
-		} else {
+		default:
 			c.reject("", "invalid JSON: "+err.Error())
 		}
 		return Doc{}, false

@@ -7,8 +7,10 @@ import (
 )
 
 var (
-	// ErrUnavailable means Elasticsearch could not be reached or kept answering 429/502/503/504 after the
-	// configured retries. Callers should treat it as a dependency outage (HTTP 502/503), not as bad input.
+	// ErrUnavailable means Elasticsearch could not be reached, kept answering 429/502/503/504 after the
+	// configured retries, or did not answer within Options.RequestTimeout (then the error also matches
+	// context.DeadlineExceeded). Callers should treat it as a dependency outage (HTTP 502/503/504), not as
+	// bad input.
 	ErrUnavailable = errors.New("elasticsearch unavailable")
 
 	// ErrIndexMissing means the configured index does not exist; run EnsureIndex (or ingest) first.

@@ -47,6 +47,12 @@ type IngestOptions struct {
 	Workers int
 	// FlushBytes is the bulk request size that triggers a flush. Default: 5 MiB.
 	FlushBytes int
+	// Progress, if set, is called after each bulk request has been answered (or has failed) with the number
+	// of documents accounted for so far (written or failed, invalid ones included), and once more with the
+	// final count before Ingest returns. It is called from the
+	// indexer's workers, possibly concurrently, so it must be safe for concurrent use and return quickly;
+	// counts passed to concurrent calls may arrive out of order. Default: nil.
+	Progress func(done int)
 }
 
 // Failure is one document that was not written, with the reason.
@@ -55,6 +61,11 @@ type Failure struct {
 	DocID string
 	// Reason is Elasticsearch's error type and reason, or the client-side problem.
 	Reason string
+	// Retryable is true when the document itself was not at fault: it was not written because the bulk
+	// request failed (connection, timeout, 429/5xx after retries), Elasticsearch refused it for load (item
+	// status 429/502/503/504), or the run stopped first. Sending it again may succeed, and is safe: writes
+	// are idempotent. False for documents that are invalid or that Elasticsearch rejected as such.
+	Retryable bool
 }
 
 // IngestReport accounts for every document Ingest was given: Indexed+Updated+len(Failed) equals the number
@@ -105,6 +116,12 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 	if workers <= 0 {
 		workers = 2
 	}
+	var (
+		mu       sync.Mutex
+		outcome  []bool   // outcome[i]: document i has been counted
+		docids   []string // docids[i]: the docid of document i, for failures the indexer never reports
+		flushErr error
+	)
 	cfg := esutil.BulkIndexerConfig{
 		Client:     a.es,
 		Index:      a.index,
@@ -120,16 +137,18 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 			if cancel, ok := fctx.Value(cancelKey{}).(context.CancelFunc); ok {
 				cancel()
 			}
+			// Every item of the flush has had its callback by now (esutil calls this last).
+			if opts.Progress != nil {
+				mu.Lock()
+				done := rep.Total()
+				mu.Unlock()
+				opts.Progress(done)
+			}
 		},
 	}
 	if opts.Refresh {
 		cfg.Refresh = "wait_for"
 	}
-	var (
-		mu       sync.Mutex
-		outcome  []bool // outcome[i]: document i has been counted
-		flushErr error
-	)
 	cfg.OnError = func(_ context.Context, err error) {
 		mu.Lock()
 		if flushErr == nil {
@@ -143,7 +162,7 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 	}
 
 	start := a.now()
-	fail := func(i int, docid, reason string) {
+	fail := func(i int, docid, reason string, retryable bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		if i >= 0 {
@@ -152,29 +171,30 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 			}
 			outcome[i] = true
 		}
-		rep.Failed = append(rep.Failed, Failure{DocID: docid, Reason: reason})
+		rep.Failed = append(rep.Failed, Failure{DocID: docid, Reason: reason, Retryable: retryable})
 	}
 	var addErr error
 	for d := range docs {
 		if err := ctx.Err(); err != nil {
-			fail(-1, d.DocID, "not sent: "+err.Error())
+			fail(-1, d.DocID, "not sent: "+err.Error(), true)
 			addErr = err
 			break
 		}
 		if reason := invalidDoc(d); reason != "" {
-			fail(-1, d.DocID, reason)
+			fail(-1, d.DocID, reason, false)
 			continue
 		}
 		body, err := json.Marshal(stored{
 			DocID: d.DocID, Title: d.Title, Text: d.Text, Summary: d.Summary, Seen: d.Seen, IngestedAt: start.UTC(),
 		})
 		if err != nil {
-			fail(-1, d.DocID, "encode: "+err.Error())
+			fail(-1, d.DocID, "encode: "+err.Error(), false)
 			continue
 		}
 		mu.Lock()
 		i := len(outcome)
 		outcome = append(outcome, false)
+		docids = append(docids, d.DocID)
 		mu.Unlock()
 		docid := d.DocID
 		err = bi.Add(ctx, esutil.BulkIndexerItem{
@@ -195,18 +215,20 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 				}
 			},
 			OnFailure: func(_ context.Context, _ esutil.BulkIndexerItem, res esutil.BulkIndexerResponseItem, err error) {
+				// err is a failure of the whole bulk request (after the client's retries): never the document's
+				// fault. Per-item errors are, unless the node shed the item for load.
 				switch {
 				case err != nil:
-					fail(i, docid, err.Error())
+					fail(i, docid, err.Error(), true)
 				case res.Error.Type != "":
-					fail(i, docid, res.Error.Type+": "+res.Error.Reason)
+					fail(i, docid, res.Error.Type+": "+res.Error.Reason, retryable(res.Status))
 				default:
-					fail(i, docid, fmt.Sprintf("status %d", res.Status))
+					fail(i, docid, fmt.Sprintf("status %d", res.Status), retryable(res.Status))
 				}
 			},
 		})
 		if err != nil {
-			fail(i, docid, "not sent: "+err.Error())
+			fail(i, docid, "not sent: "+err.Error(), true)
 			addErr = err
 			break
 		}
@@ -223,12 +245,15 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 		if !done {
 			// The bulk indexer lost track of it (a response with fewer items than the request).
 			outcome[i] = true
-			rep.Failed = append(rep.Failed, Failure{Reason: "no result from the bulk indexer"})
+			rep.Failed = append(rep.Failed, Failure{DocID: docids[i], Reason: "no result from the bulk indexer", Retryable: true})
 		}
 	}
 	st := bi.Stats()
 	a.log.Info("ingest", "index", a.index, "indexed", rep.Indexed, "updated", rep.Updated,
 		"failed", len(rep.Failed), "requests", st.NumRequests, "took_ms", a.now().Sub(start).Milliseconds())
+	if opts.Progress != nil {
+		opts.Progress(rep.Total()) // the workers are gone: this is the last call, with the final count
+	}
 	switch {
 	case addErr != nil:
 		return rep, fmt.Errorf("ingest %q: %w", a.index, transportError(ctx, addErr))
@@ -260,8 +285,12 @@ func invalidDoc(d Doc) string {
 func classifyFlushError(err error) error {
 	msg := err.Error()
 	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.Canceled):
 		return err
+	case errors.Is(err, context.DeadlineExceeded):
+		// Ingest looks at the caller's context first, so this is the per-flush RequestTimeout: the cluster
+		// did not answer in time.
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	case strings.Contains(msg, "index_not_found_exception"):
 		return fmt.Errorf("%w: %w", ErrIndexMissing, err)
 	case strings.Contains(msg, "[429 "), strings.Contains(msg, "[502 "), strings.Contains(msg, "[503 "),

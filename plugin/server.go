@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"net/http"
 	"time"
@@ -28,6 +29,14 @@ type Searcher interface {
 	Resolve(ctx context.Context, docids []string) (map[string]adapter.Hit, error)
 	// Check reports the cluster's version and whether the index is usable.
 	Check(ctx context.Context) (adapter.ClusterInfo, error)
+}
+
+// Ingester is what POST /v1/ingest needs from Elasticsearch (*adapter.Adapter satisfies it).
+type Ingester interface {
+	// Ingest bulk-writes docs, replacing documents with the same docid, and accounts for every document it
+	// drew: written (Indexed, Updated) or in Failed. The error is for the run as a whole: it wraps
+	// adapter.ErrUnavailable for an outage, or is the context's error; the report is valid alongside it.
+	Ingest(ctx context.Context, docs iter.Seq[adapter.Doc], opts adapter.IngestOptions) (adapter.IngestReport, error)
 }
 
 // Reranker is what the handlers need from the model.
@@ -68,7 +77,9 @@ type Options struct {
 	MinCopyProb float64
 	MinTopScore float64
 	Model       ModelInfo
-	Logger      *slog.Logger
+	// Ingester serves POST /v1/ingest; nil disables the endpoint (404).
+	Ingester Ingester
+	Logger   *slog.Logger
 	// Registry receives the metrics; nil creates a private one.
 	Registry *prometheus.Registry
 }
@@ -123,6 +134,7 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	r.GET("/v1/model", func(c *gin.Context) { c.JSON(http.StatusOK, s.opts.Model) })
 	r.POST("/v1/rerank", s.rerank)
 	r.POST("/v1/search", s.search)
+	r.POST("/v1/ingest", s.ingest)
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	s.router = r
 	return s

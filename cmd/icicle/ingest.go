@@ -68,7 +68,7 @@ func ingest(ctx context.Context, args []string) error {
 	var compressed, nSeen int
 	docs := func(yield func(adapter.Doc) bool) {
 		for d := range r.All() {
-			prog.rejectedSoFar(len(r.Rejected()))
+			prog.readSoFar(r.Lines(), len(r.Rejected()))
 			if d.Summary == "" {
 				d.Summary = compress.Extractive(d.Text)
 				compressed++
@@ -89,7 +89,7 @@ func ingest(ctx context.Context, args []string) error {
 		prog.start(500 * time.Millisecond)
 	}
 	rep, err := es.Ingest(ctx, iter.Seq[adapter.Doc](docs), opts)
-	prog.rejectedSoFar(len(r.Rejected()))
+	prog.readSoFar(r.Lines(), len(r.Rejected()))
 	prog.stop()
 	if err != nil {
 		return fmt.Errorf("ingest %s: %w", *corpus, err)
@@ -119,13 +119,14 @@ func isTerminal(f *os.File) bool {
 }
 
 // progress draws one self-overwriting line on a terminal: documents done (written, failed or rejected) of
-// the total when known, and the rate. It redraws at most once per interval, from its own goroutine, so
-// the ingest path only touches atomics. It also serves as the log's writer, so a log record clears the
+// the total when known, lines read, and the rate of done documents. It redraws at most once per interval,
+// from its own goroutine, so the ingest path only touches atomics. It also serves as the log's writer, so a log record clears the
 // line, is written, and the line is drawn again below it. A nil *progress does nothing.
 type progress struct {
 	w        io.Writer
 	done     atomic.Int64 // documents Ingest has accounted for (written or failed)
 	rejected atomic.Int64 // records the corpus reader rejected
+	read     atomic.Int64 // corpus lines read (ahead of done by what the bulk indexer holds)
 	total    atomic.Int64 // non-blank lines of the corpus; -1 until counted
 	began    time.Time
 
@@ -152,9 +153,11 @@ func (p *progress) accounted(n int) {
 	}
 }
 
-func (p *progress) rejectedSoFar(n int) {
+// readSoFar records how many corpus lines have been read and how many of them were rejected.
+func (p *progress) readSoFar(lines, rejected int) {
 	if p != nil {
-		p.rejected.Store(int64(n))
+		p.read.Store(int64(lines))
+		p.rejected.Store(int64(rejected))
 	}
 }
 
@@ -255,14 +258,16 @@ func (p *progress) line() string {
 		if total > 0 {
 			fmt.Fprintf(&b, " (%d%%)", min(100, done*100/total))
 		}
-		if rate > 0 && total > done {
-			fmt.Fprintf(&b, ", %.0f docs/s, eta %s", rate, (time.Duration(float64(total-done)/rate) * time.Second).Round(time.Second))
-			return b.String()
-		}
 	} else {
 		b.WriteString(" docs")
 	}
+	if read := p.read.Load(); read > done {
+		b.WriteString(", " + thousands(read) + " read")
+	}
 	fmt.Fprintf(&b, ", %.0f docs/s", rate)
+	if total := p.total.Load(); rate > 0 && total > done {
+		fmt.Fprintf(&b, ", eta %s", (time.Duration(float64(total-done)/rate) * time.Second).Round(time.Second))
+	}
 	return b.String()
 }
 

@@ -75,7 +75,7 @@ func serve(ctx context.Context, args []string) error {
 		ConsecutiveFailures: cfg.Breaker.ConsecutiveFailures, OpenTimeout: cfg.Breaker.OpenTimeout,
 		HalfOpenMaxRequests: cfg.Breaker.HalfOpenMaxRequests, BreakerCountInterval: cfg.Breaker.Interval,
 		MinCopyProb: cfg.Policy.MinCopyProb, MinTopScore: cfg.Policy.MinTopScore,
-		Model: info, Logger: log, Registry: reg,
+		Model: info, Logger: log, Registry: reg, Ingester: es,
 	})
 	hs := &http.Server{
 		Addr: cfg.Server.Addr, Handler: srv.Handler(),

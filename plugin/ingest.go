@@ -1,0 +1,278 @@
+package plugin
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/internal/compress"
+)
+
+// IngestResponse is the body of POST /v1/ingest (200, 207, and 503 with Error set). Every record of the
+// request body is in exactly one place: counted in Indexed or Updated, listed in Failed or Rejected, or,
+// only on 503, after LinesRead (not read at all).
+type IngestResponse struct {
+	RequestID string `json:"request_id"`
+	// Indexed counts documents that were new to the index.
+	Indexed int `json:"indexed"`
+	// Updated counts documents that replaced a stored document with the same docid.
+	Updated int `json:"updated"`
+	// Failed lists accepted documents that were not written, with the reason.
+	Failed []IngestFailure `json:"failed"`
+	// Rejected lists records that were not accepted (malformed, missing fields, too large, duplicate
+	// docid, "seen" not a boolean), in line order.
+	Rejected []IngestRejection `json:"rejected"`
+	// SummariesComputed counts accepted documents without a summary that got the extractive one.
+	SummariesComputed int `json:"summaries_computed"`
+	// LinesRead is how many lines (array elements for a JSON array body) were read. It is the whole body
+	// unless Error is set.
+	LinesRead int `json:"lines_read"`
+	// Error is set only with 503: Elasticsearch became unavailable and ingestion stopped. The counts say
+	// what was done before the stop; lines after LinesRead were not read. Resending the whole body is safe:
+	// ingestion is idempotent (a document's _id derives from its docid).
+	Error string `json:"error,omitempty"`
+	// SummaryCompressor names the compressor of the computed summaries (compress.Name).
+	SummaryCompressor string  `json:"summary_compressor"`
+	TookMS            float64 `json:"took_ms"`
+}
+
+// IngestFailure is one accepted document that was not written.
+type IngestFailure struct {
+	DocID string `json:"docid"`
+	// Reason is Elasticsearch's refusal of the document ("document_parsing_exception: ..."), or "not
+	// written: elasticsearch unavailable" when the cluster, not the document, was the problem.
+	Reason string `json:"reason"`
+	// Retryable is true when sending the document again may succeed.
+	Retryable bool `json:"retryable"`
+}
+
+// IngestRejection is one record of the body that was not accepted.
+type IngestRejection struct {
+	// Line is the 1-based line of a JSONL body, or the 1-based element of a JSON array body.
+	Line   int    `json:"line"`
+	DocID  string `json:"docid,omitempty"`
+	Reason string `json:"reason"`
+}
+
+// reasonUnavailable replaces the transport error text of a retryable failure: a 207 body must not carry
+// internal error text either. The original is logged.
+const reasonUnavailable = "not written: elasticsearch unavailable"
+
+// ingest serves POST /v1/ingest: a BEIR corpus (JSONL or a JSON array of {docid, title, text, summary?,
+// seen?}) bulk-written into the index. Records are parsed and rejected by adapter.CorpusReader, as the
+// ingest command does; absent summaries get compress.Extractive, the compressor training uses.
+func (s *Server) ingest(c *gin.Context) {
+	start := time.Now()
+	if s.opts.Ingester == nil {
+		c.JSON(http.StatusNotFound, ErrorBody{Error: "ingestion is disabled on this server", RequestID: requestID(c)})
+		s.metrics.requests.WithLabelValues("ingest", "404", "error").Inc()
+		return
+	}
+	var refresh bool
+	switch q := c.Query("refresh"); q {
+	case "", "false":
+	case "true", "wait_for":
+		refresh = true
+	default:
+		s.fail(c, "ingest", &InputError{Field: "refresh", Problem: fmt.Sprintf("%q, want true, wait_for or false", q)})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if !errors.As(err, &tooBig) {
+			err = &InputError{Field: "body", Problem: "unreadable: " + err.Error()}
+		}
+		s.fail(c, "ingest", err)
+		return
+	}
+	lines, err := corpusLines(body)
+	if err != nil {
+		s.fail(c, "ingest", err)
+		return
+	}
+
+	resp := IngestResponse{Failed: []IngestFailure{}, Rejected: []IngestRejection{}, SummaryCompressor: compress.Name}
+	cr := adapter.NewCorpusReader(bytes.NewReader(lines), adapter.CorpusLimits{})
+	cur := lineCursor{buf: lines}
+	var (
+		seenRejected []adapter.RecordError
+		accepted     int
+	)
+	docs := func(yield func(adapter.Doc) bool) {
+		for d := range cr.All() {
+			n := cr.Lines() // the line d came from: the reader yields right after reading it
+			seen, problem := seenField(cur.line(n))
+			if problem != "" {
+				seenRejected = append(seenRejected, adapter.RecordError{Line: n, DocID: d.DocID, Reason: problem})
+				continue
+			}
+			d.Seen = seen
+			if d.Summary == "" {
+				d.Summary = compress.Extractive(d.Text)
+				resp.SummariesComputed++
+			}
+			accepted++
+			if !yield(d) {
+				return
+			}
+		}
+	}
+	// No deadline of our own: every bulk request has the adapter's RequestTimeout, the body is bounded by
+	// MaxBodyBytes, and the server's WriteTimeout bounds the whole exchange.
+	ctx := c.Request.Context()
+	rep, ingestErr := s.opts.Ingester.Ingest(ctx, docs, adapter.IngestOptions{Refresh: refresh})
+
+	resp.RequestID = requestID(c)
+	resp.Indexed, resp.Updated, resp.LinesRead = rep.Indexed, rep.Updated, cr.Lines()
+	for _, f := range rep.Failed {
+		out := IngestFailure{DocID: f.DocID, Reason: f.Reason, Retryable: f.Retryable}
+		if f.Retryable {
+			s.log.Warn("ingest: document not written", "request_id", resp.RequestID, "docid", f.DocID, "err", f.Reason)
+			out.Reason = reasonUnavailable
+		}
+		resp.Failed = append(resp.Failed, out)
+	}
+	for _, r := range append(cr.Rejected(), seenRejected...) {
+		resp.Rejected = append(resp.Rejected, IngestRejection{Line: r.Line, DocID: r.DocID, Reason: r.Reason})
+	}
+	slices.SortStableFunc(resp.Rejected, func(a, b IngestRejection) int { return a.Line - b.Line })
+
+	status := http.StatusOK
+	switch {
+	case ingestErr != nil && ctx.Err() != nil:
+		s.fail(c, "ingest", fmt.Errorf("ingest: %w", ctx.Err()))
+		return
+	case errors.Is(ingestErr, adapter.ErrUnavailable):
+		// Not writeError's bare 503: part of the body may be written, and the caller should know which.
+		s.log.Warn("ingest stopped: elasticsearch unavailable", "request_id", resp.RequestID, "lines_read",
+			resp.LinesRead, "indexed", resp.Indexed, "updated", resp.Updated, "failed", len(resp.Failed), "err", ingestErr)
+		status = http.StatusServiceUnavailable
+		resp.Error = "elasticsearch unavailable: ingestion stopped; resend the whole body (ingestion is idempotent)"
+		c.Header("Retry-After", "1")
+	case ingestErr != nil:
+		// Index missing or with the wrong mapping, adapter closed: the server is misconfigured.
+		s.fail(c, "ingest", fmt.Errorf("ingest: %w", ingestErr))
+		return
+	case rep.Total() != accepted:
+		// The Ingester broke its contract; say so loudly rather than let documents vanish.
+		s.fail(c, "ingest", fmt.Errorf("ingest: report accounts for %d of %d accepted documents", rep.Total(), accepted))
+		return
+	case len(resp.Failed) > 0 || len(resp.Rejected) > 0:
+		status = http.StatusMultiStatus
+	}
+	resp.TookMS = ms(time.Since(start))
+	s.metrics.requests.WithLabelValues("ingest", strconv.Itoa(status), "ingest").Inc()
+	s.metrics.duration.WithLabelValues("ingest").Observe(time.Since(start).Seconds())
+	s.log.Info("ingested", "request_id", resp.RequestID, "lines_read", resp.LinesRead, "indexed", resp.Indexed,
+		"updated", resp.Updated, "failed", len(resp.Failed), "rejected", len(resp.Rejected),
+		"summaries_computed", resp.SummariesComputed, "took_ms", resp.TookMS)
+	c.JSON(status, resp)
+}
+
+// corpusLines returns the body as JSONL for adapter.CorpusReader: a JSONL body as it is, a JSON array as
+// one compacted element per line, so that line n is element n. A body that is neither is an *InputError.
+func corpusLines(body []byte) ([]byte, error) {
+	body = bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")) // a UTF-8 byte order mark, as some editors write
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) == 0 {
+		return nil, &InputError{Field: "body", Problem: "empty: want JSONL (one document per line) or a JSON array of documents"}
+	}
+	if trimmed[0] != '[' {
+		return body, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	if _, err := dec.Token(); err != nil {
+		return nil, &InputError{Field: "body", Problem: "invalid JSON: " + err.Error()}
+	}
+	var out bytes.Buffer
+	out.Grow(len(trimmed))
+	n := 0
+	for ; dec.More(); n++ {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, &InputError{Field: "body[" + strconv.Itoa(n) + "]", Problem: "invalid JSON: " + err.Error()}
+		}
+		if err := json.Compact(&out, raw); err != nil {
+			return nil, &InputError{Field: "body[" + strconv.Itoa(n) + "]", Problem: "invalid JSON: " + err.Error()}
+		}
+		out.WriteByte('\n')
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, &InputError{Field: "body", Problem: "invalid JSON array: " + err.Error()}
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, &InputError{Field: "body", Problem: "trailing data after the JSON array"}
+	}
+	if n == 0 {
+		return nil, &InputError{Field: "body", Problem: "empty array: no documents"}
+	}
+	return out.Bytes(), nil
+}
+
+// lineCursor hands out the lines of a JSONL buffer in increasing order, counting lines as
+// adapter.CorpusReader does (split on '\n', 1-based).
+type lineCursor struct {
+	buf  []byte
+	pos  int // offset of line next
+	next int // 0-based index of the line at pos
+}
+
+// line returns line n (1-based) without its line ending; n must not decrease between calls.
+func (lc *lineCursor) line(n int) []byte {
+	for lc.next < n-1 && lc.pos < len(lc.buf) {
+		i := bytes.IndexByte(lc.buf[lc.pos:], '\n')
+		if i < 0 {
+			lc.pos = len(lc.buf)
+			break
+		}
+		lc.pos += i + 1
+		lc.next++
+	}
+	rest := lc.buf[lc.pos:]
+	if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+		rest = rest[:i]
+	}
+	return bytes.TrimRight(rest, "\r")
+}
+
+// seenField reads the optional "seen" of a record the corpus reader accepted: true marks a document the
+// deployed model was trained on (D_train); absent, null or false is a new document. Anything else is a
+// rejection, never a silent false.
+func seenField(line []byte) (seen bool, problem string) {
+	var rec struct {
+		Seen json.RawMessage `json:"seen"`
+	}
+	if err := json.Unmarshal(line, &rec); err != nil {
+		return false, "invalid JSON: " + err.Error() // not reached: the reader parsed the line already
+	}
+	switch string(rec.Seen) {
+	case "", "null", "false":
+		return false, ""
+	case "true":
+		return true, ""
+	}
+	return false, fmt.Sprintf(`field "seen" is %s, want true or false`, truncateJSON(rec.Seen))
+}
+
+// truncateJSON shortens a value quoted in a rejection so one bad record cannot flood the response.
+func truncateJSON(b []byte) string {
+	if len(b) <= 32 {
+		return string(b)
+	}
+	cut := 32
+	for cut > 0 && !utf8.RuneStart(b[cut]) {
+		cut--
+	}
+	return string(b[:cut]) + "..."
+}

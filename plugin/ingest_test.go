@@ -1,0 +1,227 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/internal/compress"
+)
+
+// fakeIngester records what the handler sends; ingest decides the outcome. A nil ingest writes every
+// document as new.
+type fakeIngester struct {
+	ingest func(ctx context.Context, docs []adapter.Doc) (adapter.IngestReport, error)
+	got    []adapter.Doc
+	opts   adapter.IngestOptions
+}
+
+func (f *fakeIngester) Ingest(ctx context.Context, docs iter.Seq[adapter.Doc], opts adapter.IngestOptions) (adapter.IngestReport, error) {
+	f.opts = opts
+	for d := range docs {
+		f.got = append(f.got, d)
+	}
+	if f.ingest == nil {
+		return adapter.IngestReport{Indexed: len(f.got)}, nil
+	}
+	return f.ingest(ctx, f.got)
+}
+
+func newIngestServer(t *testing.T, ing Ingester, maxBody int64) *Server {
+	t.Helper()
+	return newTestServer(t, &fakeSearcher{}, &fakeReranker{}, func(o *Options) {
+		o.Ingester = ing
+		if maxBody > 0 {
+			o.MaxBodyBytes = maxBody
+		}
+	})
+}
+
+func postIngest(t *testing.T, s *Server, query, body string) (*httptest.ResponseRecorder, IngestResponse) {
+	t.Helper()
+	req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/ingest"+query, strings.NewReader(body))
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, req)
+	var resp IngestResponse
+	if w.Code == http.StatusOK || w.Code == http.StatusMultiStatus || w.Code == http.StatusServiceUnavailable {
+		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &resp), w.Body.String())
+	}
+	return w, resp
+}
+
+const (
+	lineAlpha = `{"docid": "Alpha", "title": "Alpha", "text": "alpha text one two three", "summary": "given"}`
+	lineBeta  = `{"docid": "Beta", "title": "Beta", "text": "  beta\ttext  words ", "seen": true}`
+	lineGamma = `{"_id": "Gamma", "title": "Gamma", "text": "gamma text", "seen": false, "extra": 1}`
+)
+
+func TestIngestHandlerAccepts(t *testing.T) {
+	want := []adapter.Doc{
+		{DocID: "Alpha", Title: "Alpha", Text: "alpha text one two three", Summary: "given"},
+		{DocID: "Beta", Title: "Beta", Text: "  beta\ttext  words ", Summary: compress.Extractive("  beta\ttext  words "), Seen: true},
+		{DocID: "Gamma", Title: "Gamma", Text: "gamma text", Summary: "gamma text"},
+	}
+	for _, tt := range []struct{ name, body string }{
+		{"jsonl", lineAlpha + "\n" + lineBeta + "\r\n\n" + lineGamma},
+		{"jsonl with final newline", lineAlpha + "\n" + lineBeta + "\n" + lineGamma + "\n"},
+		{"json array", "[" + lineAlpha + ",\n  " + lineBeta + "," + lineGamma + "]\n"},
+		{"json array with a byte order mark", "\xef\xbb\xbf [" + lineAlpha + "," + lineBeta + "," + lineGamma + "]"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ing := &fakeIngester{}
+			w, resp := postIngest(t, newIngestServer(t, ing, 0), "", tt.body)
+			require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+			require.Equal(t, want, ing.got)
+			require.False(t, ing.opts.Refresh)
+			require.Equal(t, 3, resp.Indexed)
+			require.Empty(t, resp.Failed)
+			require.NotNil(t, resp.Failed, "an empty list, not null")
+			require.Empty(t, resp.Rejected)
+			require.Equal(t, 2, resp.SummariesComputed)
+			require.Equal(t, compress.Name, resp.SummaryCompressor)
+			require.NotEmpty(t, resp.RequestID)
+		})
+	}
+}
+
+func TestIngestHandlerPartial(t *testing.T) {
+	body := strings.Join([]string{
+		lineAlpha,                           // 1 ok
+		`{"docid": "NoTitle", "text": "x"}`, // 2 missing title
+		`not json`,                          // 3
+		lineBeta,                            // 4 ok, seen
+		`{"docid": "Alpha", "title": "A", "text": "t"}`,                // 5 duplicate
+		`{"docid": "Odd", "title": "Odd", "text": "t", "seen": "yes"}`, // 6 seen not a boolean
+		`7`,       // 7 not an object
+		lineGamma, // 8 ok
+		`{"docid": "Refused", "title": "Refused", "text": "t"}`, // 9 ok, refused by ES
+		`{"docid": "Shed", "title": "Shed", "text": "t"}`,       // 10 ok, not written (outage)
+	}, "\n")
+	ing := &fakeIngester{ingest: func(_ context.Context, docs []adapter.Doc) (adapter.IngestReport, error) {
+		return adapter.IngestReport{Indexed: 1, Updated: 2, Failed: []adapter.Failure{
+			{DocID: "Refused", Reason: "document_parsing_exception: [1:55] failed to parse field [title]"},
+			{DocID: "Shed", Reason: "flush: dial tcp 10.1.2.3:9200: connect: connection refused", Retryable: true},
+		}}, nil
+	}}
+	w, resp := postIngest(t, newIngestServer(t, ing, 0), "?refresh=true", body)
+	require.Equal(t, http.StatusMultiStatus, w.Code, w.Body.String())
+	require.True(t, ing.opts.Refresh)
+	require.Equal(t, []string{"Alpha", "Beta", "Gamma", "Refused", "Shed"}, docIDsOf(ing.got))
+	require.Equal(t, 1, resp.Indexed)
+	require.Equal(t, 2, resp.Updated)
+	require.Equal(t, []IngestFailure{
+		{DocID: "Refused", Reason: "document_parsing_exception: [1:55] failed to parse field [title]"},
+		{DocID: "Shed", Reason: reasonUnavailable, Retryable: true},
+	}, resp.Failed)
+	require.NotContains(t, w.Body.String(), "10.1.2.3", "transport errors are logged, not echoed")
+	lines := make([]int, len(resp.Rejected))
+	for i, r := range resp.Rejected {
+		lines[i] = r.Line
+	}
+	require.Equal(t, []int{2, 3, 5, 6, 7}, lines, "%+v", resp.Rejected)
+	require.Equal(t, IngestRejection{Line: 2, DocID: "NoTitle", Reason: "missing title"}, resp.Rejected[0])
+	require.Contains(t, resp.Rejected[1].Reason, "invalid JSON")
+	require.Contains(t, resp.Rejected[2].Reason, "duplicate docid, first on line 1")
+	require.Equal(t, IngestRejection{Line: 6, DocID: "Odd", Reason: `field "seen" is "yes", want true or false`}, resp.Rejected[3])
+	require.Equal(t, "a JSON number, want an object", resp.Rejected[4].Reason)
+	require.Equal(t, 10, resp.LinesRead)
+	// Every line is accounted for: accepted (written or failed) or rejected.
+	require.Equal(t, 10, resp.Indexed+resp.Updated+len(resp.Failed)+len(resp.Rejected))
+}
+
+func TestIngestHandlerArrayRejectionsNameElements(t *testing.T) {
+	ing := &fakeIngester{}
+	w, resp := postIngest(t, newIngestServer(t, ing, 0), "", `[`+lineAlpha+`, {"docid": "x"}, null, `+lineBeta+`]`)
+	require.Equal(t, http.StatusMultiStatus, w.Code, w.Body.String())
+	require.Equal(t, []string{"Alpha", "Beta"}, docIDsOf(ing.got))
+	require.Equal(t, []IngestRejection{{Line: 2, DocID: "x", Reason: "missing title"}, {Line: 3, Reason: "missing docid"}}, resp.Rejected)
+}
+
+func TestIngestHandlerErrors(t *testing.T) {
+	fail := func(err error) *fakeIngester {
+		return &fakeIngester{ingest: func(context.Context, []adapter.Doc) (adapter.IngestReport, error) {
+			return adapter.IngestReport{}, err
+		}}
+	}
+	tests := []struct {
+		name      string
+		ing       Ingester
+		query     string
+		body      string
+		maxBody   int64
+		status    int
+		field     string // of the 400
+		errSubstr string
+		noIngest  bool
+	}{
+		{name: "disabled", ing: nil, body: lineAlpha, status: http.StatusNotFound, errSubstr: "disabled"},
+		{name: "empty body", body: "", status: http.StatusBadRequest, field: "body", errSubstr: "empty"},
+		{name: "blank body", body: " \n\r\n\t", status: http.StatusBadRequest, field: "body", errSubstr: "empty"},
+		{name: "empty array", body: " [ ] ", status: http.StatusBadRequest, field: "body", errSubstr: "no documents"},
+		{name: "truncated array", body: "[" + lineAlpha + "," + lineBeta, status: http.StatusBadRequest, field: "body", errSubstr: "invalid JSON"},
+		{name: "broken element", body: "[" + lineAlpha + ", {\"docid\": ]", status: http.StatusBadRequest, field: "body[1]", errSubstr: "invalid JSON"},
+		{name: "data after the array", body: "[" + lineAlpha + "] {}", status: http.StatusBadRequest, field: "body", errSubstr: "trailing data"},
+		{name: "bad refresh", query: "?refresh=soon", body: lineAlpha, status: http.StatusBadRequest, field: "refresh"},
+		{name: "too large", body: strings.Repeat(lineAlpha+"\n", 10), maxBody: 100, status: http.StatusRequestEntityTooLarge},
+		{name: "client went away", ing: fail(fmt.Errorf("ingest: %w", context.Canceled)), body: lineAlpha, status: statusClientClosed},
+		{name: "index missing is a server fault", ing: fail(fmt.Errorf("ingest %q: %w", "icicle-docs", adapter.ErrIndexMissing)),
+			body: lineAlpha, status: http.StatusInternalServerError, errSubstr: "internal error"},
+		{name: "a report that loses a document is an error, not a success",
+			ing: &fakeIngester{ingest: func(context.Context, []adapter.Doc) (adapter.IngestReport, error) {
+				return adapter.IngestReport{Indexed: 1}, nil
+			}},
+			body: lineAlpha + "\n" + lineBeta, status: http.StatusInternalServerError},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ing := tt.ing
+			if ing == nil && tt.name != "disabled" {
+				ing = &fakeIngester{}
+			}
+			w, _ := postIngest(t, newIngestServer(t, ing, tt.maxBody), tt.query, tt.body)
+			require.Equal(t, tt.status, w.Code, w.Body.String())
+			var eb ErrorBody
+			require.NoError(t, json.Unmarshal(w.Body.Bytes(), &eb), w.Body.String())
+			require.Equal(t, tt.field, eb.Field)
+			require.Contains(t, eb.Error, tt.errSubstr)
+			if f, ok := ing.(*fakeIngester); ok && tt.status == http.StatusBadRequest {
+				require.Empty(t, f.got, "nothing is written from a body that is refused")
+			}
+		})
+	}
+}
+
+func TestIngestHandlerUnavailable(t *testing.T) {
+	// The cluster goes away after the first bulk request: Alpha written, Beta's request failed, Gamma never read.
+	ing := &fakeIngester{}
+	ing.ingest = func(context.Context, []adapter.Doc) (adapter.IngestReport, error) {
+		return adapter.IngestReport{Indexed: 1, Failed: []adapter.Failure{
+			{DocID: "Beta", Reason: "flush: EOF", Retryable: true},
+		}}, fmt.Errorf("ingest %q: %w: flush: EOF", "icicle-docs", adapter.ErrUnavailable)
+	}
+	w, resp := postIngest(t, newIngestServer(t, ing, 0), "", lineAlpha+"\n"+lineBeta+"\n"+lineGamma)
+	require.Equal(t, http.StatusServiceUnavailable, w.Code, w.Body.String())
+	require.Equal(t, "1", w.Header().Get("Retry-After"))
+	require.Contains(t, resp.Error, "elasticsearch unavailable")
+	require.Contains(t, resp.Error, "resend the whole body")
+	require.NotContains(t, w.Body.String(), "EOF", "internal error text stays in the log")
+	require.Equal(t, 1, resp.Indexed)
+	require.Equal(t, []IngestFailure{{DocID: "Beta", Reason: reasonUnavailable, Retryable: true}}, resp.Failed)
+	require.Equal(t, 3, resp.LinesRead, "the fake drew everything; the adapter stops drawing at the outage")
+}
+
+func docIDsOf(docs []adapter.Doc) []string {
+	out := make([]string, len(docs))
+	for i, d := range docs {
+		out[i] = d.DocID
+	}
+	return out
+}
