@@ -52,7 +52,7 @@ done
 curl -fsS "$url/readyz" >/dev/null || { echo "demo: sidecar not ready after 60 s; log: $run/sidecar.log" >&2; exit 1; }
 
 printf '\n== Side by side: BM25 vs the sidecar on %s nq_qed dev queries\n\n' "${DEMO_QUERIES:-200}" >&2
-bin/icicle compare -n "${DEMO_QUERIES:-200}"
+bin/icicle compare -sidecar "$url" -n "${DEMO_QUERIES:-200}"
 
 cat <<TXT
 
