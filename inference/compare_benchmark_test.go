@@ -21,15 +21,8 @@ import (
 
 // compareCase is one line of the side-by-side benchmark's cases file (training/icicle/hf_baseline.py cases).
 type compareCase struct {
-	ID         string `json:"id"`
-	Query      string `json:"query"`
-	Candidates []struct {
-		Title   string `json:"title"`
-		Summary string `json:"summary"`
-	} `json:"candidates"`
-	BeamWidth        int `json:"beam_width"`
-	MaxPromptTokens  int `json:"max_prompt_tokens"`
-	MaxSummaryTokens int `json:"max_summary_tokens"`
+	ID string `json:"id"`
+	decodeCase
 }
 
 // compareResult is one line of the engine's results file, read by hf_baseline.py table.
@@ -79,13 +72,9 @@ func TestCompareHF(t *testing.T) {
 	e := lm.Engine
 
 	rank := func(c compareCase) (inference.Result, time.Duration) {
-		cands := make([]inference.Candidate, len(c.Candidates))
-		for i, x := range c.Candidates {
-			cands[i] = inference.Candidate{Title: x.Title, Summary: x.Summary}
-		}
+		cands := c.Candidates
 		t0 := time.Now()
-		res, err := e.Rank(t.Context(), c.Query, cands, inference.Options{BeamWidth: c.BeamWidth,
-			MaxPromptTokens: c.MaxPromptTokens, MaxSummaryTokens: c.MaxSummaryTokens})
+		res, err := e.Rank(t.Context(), c.Query, cands, c.options())
 		d := time.Since(t0)
 		require.NoError(t, err, "case %s", c.ID)
 		require.NotEmpty(t, res.Beams, "case %s", c.ID)

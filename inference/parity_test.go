@@ -24,20 +24,28 @@ import (
 // accumulated float32 rounding well below this.
 const scoreTolerance = 1e-3
 
+// decodeCase is one ranking problem as training/ writes it (golden decode vectors, benchmark cases).
+// inference.Candidate's fields decode from "title" and "summary".
+type decodeCase struct {
+	Query            string                `json:"query"`
+	Candidates       []inference.Candidate `json:"candidates"`
+	BeamWidth        int                   `json:"beam_width"`
+	MaxPromptTokens  int                   `json:"max_prompt_tokens"`
+	MaxSummaryTokens int                   `json:"max_summary_tokens"`
+}
+
+func (c decodeCase) options() inference.Options {
+	return inference.Options{BeamWidth: c.BeamWidth, MaxPromptTokens: c.MaxPromptTokens, MaxSummaryTokens: c.MaxSummaryTokens}
+}
+
+// goldenDecode is a decodeCase with the Python reference decoder's answer.
 type goldenDecode struct {
-	Query      string `json:"query"`
-	Candidates []struct {
-		Title   string `json:"title"`
-		Summary string `json:"summary"`
-	} `json:"candidates"`
-	BeamWidth        int     `json:"beam_width"`
-	MaxPromptTokens  int     `json:"max_prompt_tokens"`
-	MaxSummaryTokens int     `json:"max_summary_tokens"`
-	PromptIDs        []int64 `json:"prompt_ids"`
-	Included         int     `json:"included"`
-	SummaryTokens    []int   `json:"summary_tokens"`
-	PCopy            float64 `json:"p_copy"`
-	Beams            []struct {
+	decodeCase
+	PromptIDs     []int64 `json:"prompt_ids"`
+	Included      int     `json:"included"`
+	SummaryTokens []int   `json:"summary_tokens"`
+	PCopy         float64 `json:"p_copy"`
+	Beams         []struct {
 		DocID string  `json:"docid"`
 		Route string  `json:"route"`
 		Score float64 `json:"score"`
@@ -83,17 +91,13 @@ func TestDecodeParityWithPython(t *testing.T) {
 		var g goldenDecode
 		require.NoError(t, json.Unmarshal(sc.Bytes(), &g))
 		cases++
-		cands := make([]inference.Candidate, len(g.Candidates))
-		for i, c := range g.Candidates {
-			cands[i] = inference.Candidate{Title: c.Title, Summary: c.Summary}
-		}
+		cands := g.Candidates
 		p, err := pb.Build(g.Query, cands, inference.PromptOptions{MaxTokens: g.MaxPromptTokens, MaxSummaryTokens: g.MaxSummaryTokens})
 		require.NoError(t, err, "line %d", line)
 		require.Equal(t, g.PromptIDs, p.IDs, "line %d: prompt ids", line)
 		require.Equal(t, g.Included, p.InContext, "line %d: candidates in context", line)
 
-		res, err := e.Rank(t.Context(), g.Query, cands, inference.Options{BeamWidth: g.BeamWidth,
-			MaxPromptTokens: g.MaxPromptTokens, MaxSummaryTokens: g.MaxSummaryTokens})
+		res, err := e.Rank(t.Context(), g.Query, cands, g.options())
 		require.NoError(t, err, "line %d", line)
 		require.InDelta(t, g.PCopy, res.PCopy, scoreTolerance, "line %d: p_copy", line)
 		require.Len(t, res.Beams, len(g.Beams), "line %d", line)
