@@ -2,12 +2,15 @@ package plugin
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -172,6 +175,10 @@ func (s *Server) rank(ctx context.Context, query string, hits []adapter.Hit, siz
 		resp.Results = bm25Results(hits, size)
 		return resp, nil
 	}
+	if s.opts.Policy == "bm25" {
+		resp.Mode, resp.Results = ModeBM25, bm25Results(hits, size)
+		return resp, nil
+	}
 	select {
 	case s.slots <- struct{}{}:
 		defer func() { <-s.slots }()
@@ -202,9 +209,63 @@ func (s *Server) rank(ctx context.Context, query string, hits []adapter.Hit, siz
 		return fallback("low_confidence")
 	}
 	s.metrics.routes.WithLabelValues(string(res.Beams[0].Route)).Inc()
+	if s.opts.Policy == "fusion" {
+		resp.Mode = ModeFused
+		resp.Results = fuse(s.modelResults(ctx, res.Beams, cands, hits), bm25Results(hits, len(hits)), s.opts.FusionK, size)
+		return resp, nil
+	}
 	resp.Mode = ModeReranked
 	resp.Results = s.modelResults(ctx, res.Beams[:min(size, len(res.Beams))], cands, hits)
 	return resp, nil
+}
+
+// fuse merges the model's and BM25's rankings by reciprocal rank fusion: score(d) = sum over the lists
+// that rank d of 1/(k + rank). A document keeps the model's provenance when the model ranked it. Ties
+// go to the better BM25 rank, then the docid.
+func fuse(model, bm25 []Result, k, size int) []Result {
+	byDoc := make(map[string]*Result, len(model)+len(bm25))
+	var order []string
+	add := func(list []Result) {
+		for i, r := range list {
+			rrf := 1 / float64(k+i+1)
+			if cur, ok := byDoc[r.DocID]; ok {
+				cur.Score += rrf
+				if cur.BM25Rank == nil {
+					cur.BM25Rank = r.BM25Rank
+				}
+				continue
+			}
+			r.Score = rrf
+			byDoc[r.DocID] = &r
+			order = append(order, r.DocID)
+		}
+	}
+	add(model)
+	add(bm25)
+	out := make([]Result, 0, len(order))
+	for _, d := range order {
+		out = append(out, *byDoc[d])
+	}
+	bm25Rank := func(r Result) int {
+		if r.BM25Rank == nil {
+			return math.MaxInt
+		}
+		return *r.BM25Rank
+	}
+	slices.SortStableFunc(out, func(a, b Result) int {
+		if c := cmp.Compare(b.Score, a.Score); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(bm25Rank(a), bm25Rank(b)); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.DocID, b.DocID)
+	})
+	out = out[:min(size, len(out))]
+	for i := range out {
+		out[i].Rank = i + 1
+	}
+	return out
 }
 
 // modelResults turns beams into results: copied docids are their context hits; parametric docids are

@@ -73,6 +73,10 @@ type Options struct {
 	OpenTimeout          time.Duration
 	HalfOpenMaxRequests  int
 	BreakerCountInterval time.Duration
+	// Policy is "model" (default: the model's ranking), "fusion" (reciprocal rank fusion of the model's
+	// ranking and BM25, constant FusionK) or "bm25" (never call the model; mode "bm25").
+	Policy  string
+	FusionK int
 	// MinCopyProb and MinTopScore make the response fall back to BM25 on doubt.
 	MinCopyProb float64
 	MinTopScore float64
@@ -103,6 +107,8 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	opts.MaxInflight = cmp.Or(opts.MaxInflight, 2)
 	opts.ConsecutiveFailures = cmp.Or(opts.ConsecutiveFailures, 5)
 	opts.HalfOpenMaxRequests = cmp.Or(opts.HalfOpenMaxRequests, 1)
+	opts.Policy = cmp.Or(opts.Policy, "model")
+	opts.FusionK = cmp.Or(opts.FusionK, 60)
 	s := &Server{es: es, model: model, opts: opts, log: opts.Logger, slots: make(chan struct{}, opts.MaxInflight+opts.QueueSize)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

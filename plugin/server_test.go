@@ -243,3 +243,35 @@ func TestHealthAndMetrics(t *testing.T) {
 	require.Contains(t, rec.Body.String(), `icicle_requests_total{endpoint="rerank",mode="reranked",status="200"} 1`)
 	require.Contains(t, rec.Body.String(), `icicle_routes_total{route="copy"} 1`)
 }
+
+func TestPolicies(t *testing.T) {
+	es := &fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }}
+	t.Run("bm25 never calls the model", func(t *testing.T) {
+		m := &fakeReranker{rank: func(context.Context, string, []inference.Candidate) (inference.Result, error) {
+			t.Fatal("model called under policy bm25")
+			return inference.Result{}, nil
+		}}
+		s := newTestServer(t, es, m, func(o *Options) { o.Policy = "bm25" })
+		code, body, _ := do(t, s, "POST", "/v1/search", `{"query":"q"}`)
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, "bm25", body["mode"])
+		require.NotContains(t, body, "fallback_reason")
+		require.Equal(t, "Alpha", body["results"].([]any)[0].(map[string]any)["docid"])
+	})
+	t.Run("fusion interleaves the model and BM25 by reciprocal rank", func(t *testing.T) {
+		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.Policy = "fusion"; o.FusionK = 60 })
+		code, body, _ := do(t, s, "POST", "/v1/search", `{"query":"q","size":10}`)
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, "fused", body["mode"])
+		var got []string
+		for _, r := range body["results"].([]any) {
+			m := r.(map[string]any)
+			got = append(got, fmt.Sprintf("%s/%s", m["docid"], m["provenance"]))
+		}
+		// Beta: 1/61 + 1/62 (model 1st, BM25 2nd); Alpha: 1/61; Seen Doc: 1/62; Gamma: 1/63.
+		require.Equal(t, []string{"Beta/copy", "Alpha/bm25", "Seen Doc/parametric", "Gamma/bm25"}, got)
+		first := body["results"].([]any)[0].(map[string]any)
+		require.InDelta(t, 1.0/61+1.0/62, first["score"], 1e-12)
+		require.EqualValues(t, 2, first["bm25_rank"])
+	})
+}

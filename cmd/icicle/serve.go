@@ -31,6 +31,10 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	log := newLogger(cfg.Log, os.Stderr)
+	// Refuse settings this build cannot honour rather than ignore them.
+	if cfg.AB.Enabled || cfg.AB.ImpressionLog != "" {
+		return errors.New("ab.enabled / ab.impression_log: A/B arms and the impression log are not implemented in this build; leave them unset")
+	}
 
 	model, info, err := loadModel(cfg.Model, cfg.Concurrency.MaxInflight, log)
 	if err != nil {
@@ -74,6 +78,7 @@ func serve(ctx context.Context, args []string) error {
 		MaxInflight: cfg.Concurrency.MaxInflight, QueueSize: cfg.Concurrency.QueueSize,
 		ConsecutiveFailures: cfg.Breaker.ConsecutiveFailures, OpenTimeout: cfg.Breaker.OpenTimeout,
 		HalfOpenMaxRequests: cfg.Breaker.HalfOpenMaxRequests, BreakerCountInterval: cfg.Breaker.Interval,
+		Policy: cfg.Policy.Mode, FusionK: cfg.Policy.FusionK,
 		MinCopyProb: cfg.Policy.MinCopyProb, MinTopScore: cfg.Policy.MinTopScore,
 		Model: info, Logger: log, Registry: reg, Ingester: es,
 	})
