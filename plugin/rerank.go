@@ -195,6 +195,8 @@ func (s *Server) rank(ctx context.Context, query string, hits []adapter.Hit, siz
 		return Response{}, err
 	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
 		return fallback("breaker_open")
+	case errors.Is(err, inference.ErrContextFull):
+		return fallback("context_full")
 	case errors.Is(err, context.DeadlineExceeded):
 		s.log.Warn("model timed out", "err", err)
 		return fallback("model_timeout")

@@ -129,7 +129,10 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 			s.metrics.breakerState.Set(float64(to))
 		},
 		// A client that went away says nothing about the model's health.
-		IsSuccessful: func(err error) bool { return err == nil || errors.Is(err, context.Canceled) },
+		// A prompt that cannot fit the model's context is the request's size, not the model's fault.
+		IsSuccessful: func(err error) bool {
+			return err == nil || errors.Is(err, context.Canceled) || errors.Is(err, inference.ErrContextFull)
+		},
 	})
 
 	gin.SetMode(gin.ReleaseMode)

@@ -275,3 +275,15 @@ func TestPolicies(t *testing.T) {
 		require.EqualValues(t, 2, first["bm25_rank"])
 	})
 }
+
+func TestContextFullFallsBackWithoutTrippingTheBreaker(t *testing.T) {
+	es := &fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }}
+	m := &fakeReranker{rank: func(context.Context, string, []inference.Candidate) (inference.Result, error) {
+		return inference.Result{}, fmt.Errorf("rank: prompt of header and query is 900 tokens, budget 512: %w", inference.ErrContextFull)
+	}}
+	s := newTestServer(t, es, m, nil) // the breaker opens after 2 failures
+	for range 4 {
+		_, body, _ := do(t, s, "POST", "/v1/search", `{"query":"q"}`)
+		require.Equal(t, "context_full", body["fallback_reason"])
+	}
+}

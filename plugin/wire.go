@@ -88,7 +88,7 @@ type Response struct {
 	RequestID string `json:"request_id"`
 	Mode      Mode   `json:"mode"`
 	// FallbackReason says why Mode is bm25_fallback: model_error, model_timeout, breaker_open, overloaded,
-	// low_confidence.
+	// low_confidence, context_full (the query alone does not fit the model's prompt budget).
 	FallbackReason string `json:"fallback_reason,omitempty"`
 	// HitsReceived is the number of BM25 hits the ranking started from.
 	HitsReceived int `json:"hits_received"`
