@@ -85,6 +85,9 @@ type EngineOptions struct {
 	// PrefillChunk is the number of prompt tokens per prefill Run (default 512). Smaller chunks bound the
 	// attention-mask buffer (chunk x prompt floats) and activation memory.
 	PrefillChunk int
+	// EncodeCacheEntries bounds the LRU of encoded prompt segments (summaries, titles, block pieces) that
+	// repeat across requests for the same stored documents (default 16384; negative disables).
+	EncodeCacheEntries int
 	// Logger receives debug lines; nil discards.
 	Logger *slog.Logger
 }
@@ -112,15 +115,12 @@ type worker struct {
 }
 
 // NewEngine builds the global trie from the seen corpus and prepares one worker per model. The engine
-// owns the models and closes them in Close; it does not own tok.
+// owns the models and closes them in Close; it does not own tok, which it wraps in an encode cache.
 func NewEngine(man *Manifest, tok Tokenizer, models []Model, seen []string, opts EngineOptions) (*Engine, error) {
 	if len(models) == 0 {
 		return nil, errors.New("new engine: no models")
 	}
-	prompts, err := NewPromptBuilder(tok, man.Template)
-	if err != nil {
-		return nil, fmt.Errorf("new engine: %w", err)
-	}
+	// The seen corpus is encoded once, directly; the cache serves the per-request segments.
 	seqs, err := docidSeqs(tok, seen, man.EndTokenID)
 	if err != nil {
 		return nil, fmt.Errorf("new engine: seen corpus: %w", err)
@@ -128,6 +128,13 @@ func NewEngine(man *Manifest, tok Tokenizer, models []Model, seen []string, opts
 	global, err := BuildTrie(seqs, man.EndTokenID)
 	if err != nil {
 		return nil, fmt.Errorf("new engine: seen corpus: %w", err)
+	}
+	if n := cmp.Or(opts.EncodeCacheEntries, 16384); n > 0 {
+		tok = newEncodeCache(tok, n)
+	}
+	prompts, err := NewPromptBuilder(tok, man.Template)
+	if err != nil {
+		return nil, fmt.Errorf("new engine: %w", err)
 	}
 	e := &Engine{man: man, tok: tok, prompts: prompts, global: global, seen: seen,
 		workers: make(chan *worker, len(models)), chunk: cmp.Or(opts.PrefillChunk, 512), log: opts.Logger}

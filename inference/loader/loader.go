@@ -22,6 +22,8 @@ type Options struct {
 	Quantized bool
 	// Runtime is passed to every session.
 	Runtime ort.Options
+	// EncodeCacheEntries is passed to the engine (inference.EngineOptions): 0 default, negative off.
+	EncodeCacheEntries int
 	// Logger receives load and engine logs; nil discards.
 	Logger *slog.Logger
 }
@@ -77,7 +79,7 @@ func Open(dir string, opts Options) (_ *Model, err error) {
 		}
 		models = append(models, m)
 	}
-	engine, err := inference.NewEngine(man, tk, models, seen, inference.EngineOptions{Logger: opts.Logger})
+	engine, err := inference.NewEngine(man, tk, models, seen, inference.EngineOptions{Logger: opts.Logger, EncodeCacheEntries: opts.EncodeCacheEntries})
 	if err != nil {
 		return nil, fmt.Errorf("open model %s: %w", dir, err)
 	}
