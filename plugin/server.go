@@ -29,6 +29,8 @@ type Searcher interface {
 	Resolve(ctx context.Context, docids []string) (map[string]adapter.Hit, error)
 	// Check reports the cluster's version and whether the index is usable.
 	Check(ctx context.Context) (adapter.ClusterInfo, error)
+	// SeenCount counts the documents marked seen (the model's trained corpus) in the index.
+	SeenCount(ctx context.Context) (int, error)
 }
 
 // Ingester is what POST /v1/ingest needs from Elasticsearch (*adapter.Adapter satisfies it).
@@ -152,15 +154,27 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 // Handler returns the HTTP handler.
 func (s *Server) Handler() http.Handler { return s.router }
 
+// ready serves /readyz: 503 unless Elasticsearch answers and the index is usable. It also reports
+// whether the index's seen documents match the model's seen corpus; a mismatch (an index ingested for
+// another model) is reported and logged but does not make the sidecar unready, because parametric
+// docids resolve by id whatever the flag says and only the choice of context candidates is affected.
 func (s *Server) ready(c *gin.Context) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)
 	defer cancel()
 	if _, err := s.es.Check(ctx); err != nil {
 		s.log.Warn("not ready: elasticsearch", "err", err)
-		c.JSON(http.StatusServiceUnavailable, gin.H{"ready": false, "elasticsearch": "unreachable"})
+		c.JSON(http.StatusServiceUnavailable, gin.H{"ready": false, "elasticsearch": "unreachable or index unusable"})
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"ready": true, "model": s.opts.Model.Name, "breaker": s.breaker.State().String()})
+	body := gin.H{"ready": true, "model": s.opts.Model.Name, "breaker": s.breaker.State().String()}
+	if n, err := s.es.SeenCount(ctx); err == nil {
+		body["index_seen"], body["model_seen"] = n, s.opts.Model.SeenDocIDs
+		body["seen_consistent"] = n == s.opts.Model.SeenDocIDs
+		if n != s.opts.Model.SeenDocIDs {
+			s.log.Warn("seen corpus differs between the index and the model", "index_seen", n, "model_seen", s.opts.Model.SeenDocIDs)
+		}
+	}
+	c.JSON(http.StatusOK, body)
 }
 
 func (s *Server) requestID(c *gin.Context) {

@@ -21,6 +21,8 @@ import (
 type fakeSearcher struct {
 	searchNew func(ctx context.Context, q string, k int) ([]adapter.Hit, error)
 	resolve   func(ctx context.Context, ids []string) (map[string]adapter.Hit, error)
+	checkErr  error
+	seen      int
 }
 
 func (f *fakeSearcher) SearchNew(ctx context.Context, q string, k int) ([]adapter.Hit, error) {
@@ -39,8 +41,10 @@ func (f *fakeSearcher) Resolve(ctx context.Context, ids []string) (map[string]ad
 }
 
 func (f *fakeSearcher) Check(context.Context) (adapter.ClusterInfo, error) {
-	return adapter.ClusterInfo{}, nil
+	return adapter.ClusterInfo{}, f.checkErr
 }
+
+func (f *fakeSearcher) SeenCount(context.Context) (int, error) { return f.seen, nil }
 
 // fakeReranker scripts the model's answer.
 type fakeReranker struct {
@@ -71,7 +75,7 @@ func newTestServer(t *testing.T, es *fakeSearcher, m *fakeReranker, mod func(*Op
 	t.Helper()
 	opts := Options{MaxBodyBytes: 1 << 20, RequestTimeout: time.Second, ESBudgetFraction: 0.3, MaxQueryChars: 100,
 		MaxHits: 1000, MaxCandidates: 100, MaxInflight: 2, QueueSize: 2, ConsecutiveFailures: 2, OpenTimeout: time.Hour,
-		MinTopScore: -1e9, Model: ModelInfo{Name: "fake"}}
+		MinTopScore: -1e9, Model: ModelInfo{Name: "fake", SeenDocIDs: 200}}
 	if mod != nil {
 		mod(&opts)
 	}
@@ -237,6 +241,13 @@ func TestHealthAndMetrics(t *testing.T) {
 	code, body, _ := do(t, s, "GET", "/readyz", "")
 	require.Equal(t, 200, code)
 	require.Equal(t, true, body["ready"])
+	require.Equal(t, false, body["seen_consistent"], "the fake index has 0 seen documents, the model 200")
+	require.EqualValues(t, 200, body["model_seen"])
+
+	down := newTestServer(t, &fakeSearcher{checkErr: errors.New("connection refused")}, &fakeReranker{rank: copyBeta}, nil)
+	code, body, _ = do(t, down, "GET", "/readyz", "")
+	require.Equal(t, 503, code)
+	require.Equal(t, false, body["ready"])
 	do(t, s, "POST", "/v1/rerank", rerankBody(threeHits(), "q"))
 	rec := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "GET", "/metrics", nil))
