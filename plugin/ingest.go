@@ -87,12 +87,8 @@ func (s *Server) ingest(c *gin.Context) {
 		s.fail(c, "ingest", &InputError{Field: "refresh", Problem: fmt.Sprintf("%q, want true, wait_for or false", q)})
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, s.opts.MaxBodyBytes))
+	body, err := s.readBody(c)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if !errors.As(err, &tooBig) {
-			err = &InputError{Field: "body", Problem: "unreadable: " + err.Error()}
-		}
 		s.fail(c, "ingest", err)
 		return
 	}

@@ -89,11 +89,25 @@ func (s *Server) search(c *gin.Context) {
 	s.respond(c, "search", start, resp)
 }
 
-// decode reads a JSON body within the size limit, naming the field of a type error.
-func (s *Server) decode(c *gin.Context, v any) error {
+// readBody reads the request body within Options.MaxBodyBytes. Too large stays an *http.MaxBytesError
+// (413); any other read failure is bad input on "body".
+func (s *Server) readBody(c *gin.Context) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, s.opts.MaxBodyBytes))
 	if err != nil {
-		return fmt.Errorf("read body: %w", err)
+		var tooBig *http.MaxBytesError
+		if !errors.As(err, &tooBig) {
+			err = &InputError{Field: "body", Problem: "unreadable: " + err.Error()}
+		}
+		return nil, err
+	}
+	return body, nil
+}
+
+// decode reads a JSON body within the size limit, naming the field of a type error.
+func (s *Server) decode(c *gin.Context, v any) error {
+	body, err := s.readBody(c)
+	if err != nil {
+		return err
 	}
 	if !utf8.Valid(body) {
 		return &InputError{Field: "body", Problem: "invalid UTF-8"}
@@ -157,7 +171,7 @@ func hitsFromES(in []ESHit) ([]adapter.Hit, error) {
 // rank runs the model over hits and builds the response, falling back to the BM25 order when the model
 // fails, is slow, is shed or is doubted. Only a client cancellation is returned as an error.
 func (s *Server) rank(ctx context.Context, query string, hits []adapter.Hit, size int, esDur time.Duration) (Response, error) {
-	size = min(cmp0(size, s.opts.Decode.BeamWidth), 100)
+	size = min(cmp.Or(size, s.opts.Decode.BeamWidth), 100)
 	resp := Response{RequestID: "", HitsReceived: len(hits), Model: s.opts.Model.Name}
 	resp.Timings.ES = ms(esDur)
 	cands := hits[:min(len(hits), s.opts.MaxCandidates)]
@@ -337,10 +351,3 @@ func (s *Server) fail(c *gin.Context, endpoint string, err error) {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func ptr[T any](v T) *T { return &v }
-
-func cmp0(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
-}
