@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"compress/gzip"
 	"context"
 	"flag"
 	"fmt"
@@ -164,20 +163,11 @@ func (p *progress) readSoFar(lines, rejected int) {
 // countTotal counts the corpus's non-blank lines concurrently with the ingestion, so the total shows up
 // when known without delaying the first document. A read error leaves the total unknown.
 func (p *progress) countTotal(ctx context.Context, path string) {
-	f, err := os.Open(path)
+	r, err := openMaybeGzip(path)
 	if err != nil {
 		return
 	}
-	defer f.Close()
-	var r io.Reader = f
-	if strings.HasSuffix(path, ".gz") {
-		zr, err := gzip.NewReader(f)
-		if err != nil {
-			return
-		}
-		defer zr.Close()
-		r = zr
-	}
+	defer r.Close()
 	br := bufio.NewReaderSize(r, 256<<10)
 	buf := make([]byte, 256<<10)
 	var n int64
