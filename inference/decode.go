@@ -283,7 +283,7 @@ func (d *decoding) run(ctx context.Context) (Result, error) {
 	if len(ctxDocs) > 0 {
 		lpCopy := float64(z0[copyID]) - lse0
 		res.PCopy = math.Exp(lpCopy)
-		copied, err := d.copyRoute(ctx, ctxTrie, lpCopy)
+		copied, err := d.copyRoute(ctx, ctxTrie, len(ctxDocs), lpCopy)
 		if err != nil {
 			return Result{}, err
 		}
@@ -319,8 +319,7 @@ func (d *decoding) prefill(ctx context.Context) ([]float32, error) {
 		}
 		mask := d.w.maskBuf(n, past)
 		for i := range n {
-			row := mask[i*(past+n) : (i+1)*(past+n)]
-			clear(row[:past+i+1]) // causal: the past and the chunk up to itself
+			maskRow(mask, i, past+n, past+i+1) // causal: the past and the chunk up to itself
 		}
 		var err error
 		logits, err = d.forward(ctx, Step{IDs: ids, Positions: pos, Mask: mask, LogitsIndex: d.w.index(n - 1)})
@@ -333,17 +332,18 @@ func (d *decoding) prefill(ctx context.Context) ([]float32, error) {
 
 // copyRoute scores every context docid exactly: [COPY] and every trie token that leads somewhere are
 // fed in one Run as a token tree (each token attends to the prompt, its ancestors and itself, at
-// position prompt+depth), and logits are read at every branching node. It returns each docid's score.
-func (d *decoding) copyRoute(ctx context.Context, t *Trie, lpCopy float64) ([]float64, error) {
-	scores := make([]float64, 0, t.Len())
+// position prompt+depth), and logits are read at every branching node. It returns the score of each of
+// the trie's docs docids.
+func (d *decoding) copyRoute(ctx context.Context, t *Trie, docs int, lpCopy float64) ([]float64, error) {
 	// Index the fed tokens: fed[node] is the new-token index of the token leading to node; the context
 	// trie's root is reached by [COPY] (index 0).
 	type fedNode struct {
 		node   NodeID
 		parent int // new-token index of the parent, -1 for [COPY]
 		depth  int
+		row    int // logits row of a branching node, -1 otherwise
 	}
-	order := []fedNode{{node: 0, parent: -1}}
+	order := []fedNode{{node: 0, parent: -1, row: -1}}
 	tokIDs := []int64{d.e.man.CopyTokenID}
 	branching := false
 	for i := 0; i < len(order); i++ {
@@ -355,7 +355,7 @@ func (d *decoding) copyRoute(ctx context.Context, t *Trie, lpCopy float64) ([]fl
 			if int64(tok) == d.e.man.EndTokenID {
 				continue // nothing follows an end token, so it need not be fed
 			}
-			order = append(order, fedNode{node: kids[j], parent: i, depth: order[i].depth + 1})
+			order = append(order, fedNode{node: kids[j], parent: i, depth: order[i].depth + 1, row: -1})
 			tokIDs = append(tokIDs, int64(tok))
 		}
 	}
@@ -369,16 +369,15 @@ func (d *decoding) copyRoute(ctx context.Context, t *Trie, lpCopy float64) ([]fl
 	copy(ids, tokIDs)
 	mask := d.w.maskBuf(n, past)
 	var want []int64
-	rowOf := make(map[int]int) // new-token index -> logits row
-	for i, f := range order {
+	for i := range order {
+		f := &order[i]
 		pos[i] = int64(d.p + f.depth)
-		row := mask[i*(past+n) : (i+1)*(past+n)]
-		clear(row[:d.p])
+		row := maskRow(mask, i, past+n, d.p)
 		for a := i; a >= 0; a = order[a].parent {
 			row[past+a] = 0
 		}
 		if toks, _ := t.Children(f.node); len(toks) > 1 {
-			rowOf[i] = len(want)
+			f.row = len(want)
 			want = append(want, int64(i))
 		}
 	}
@@ -388,16 +387,16 @@ func (d *decoding) copyRoute(ctx context.Context, t *Trie, lpCopy float64) ([]fl
 	}
 	// Accumulate scores breadth first; leaves (after end tokens) carry the docid's score.
 	v := d.e.man.VocabSize
-	acc := make(map[NodeID]float64, n)
+	acc := make([]float64, t.Len()) // score of the path to each node
 	acc[0] = lpCopy
-	byDoc := make(map[int]float64)
-	for i, f := range order {
+	scores := make([]float64, docs)
+	for _, f := range order {
 		toks, kids := t.Children(f.node)
 		base := acc[f.node]
 		var z []float32
 		var lse float64
-		if r, ok := rowOf[i]; ok {
-			z = logits[r*v : (r+1)*v]
+		if f.row >= 0 {
+			z = logits[f.row*v : (f.row+1)*v]
 			lse = logSumExp(z, toks)
 		}
 		for j, tok := range toks {
@@ -406,14 +405,11 @@ func (d *decoding) copyRoute(ctx context.Context, t *Trie, lpCopy float64) ([]fl
 				s += float64(z[tok]) - lse
 			}
 			if doc := t.Doc(kids[j]); doc >= 0 {
-				byDoc[doc] = s
+				scores[doc] = s
 			} else {
 				acc[kids[j]] = s
 			}
 		}
-	}
-	for doc := range len(byDoc) {
-		scores = append(scores, byDoc[doc])
 	}
 	return scores, nil
 }
@@ -520,8 +516,7 @@ func (d *decoding) feedBeams(ctx context.Context, live []*beam) ([]float32, erro
 		for j := range b.pending {
 			ids[k] = int64(b.toks[depth0+j])
 			pos[k] = int64(d.p + depth0 + j)
-			row := mask[k*(past+n) : (k+1)*(past+n)]
-			clear(row[:d.p])
+			row := maskRow(mask, k, past+n, d.p)
 			for _, a := range b.fed {
 				row[a] = 0
 			}
@@ -567,17 +562,24 @@ func (w *worker) buffers(n int) (ids, pos []int64) {
 	return w.ids[:n], w.pos[:n]
 }
 
-// maskBuf returns a reusable n x (past+n) mask with every entry masked.
+// maskBuf returns a reusable n x (past+n) mask buffer; every row must be initialised with maskRow.
 func (w *worker) maskBuf(n, past int) []float32 {
 	size := n * (past + n)
 	if cap(w.mask) < size {
 		w.mask = make([]float32, size)
 	}
-	m := w.mask[:size]
-	for i := range m {
-		m[i] = MaskedValue
+	return w.mask[:size]
+}
+
+// maskRow initialises row i of a mask with the given width: the first visible columns attend, the rest
+// are masked (callers then open single columns such as tree ancestors). Each entry is written once.
+func maskRow(mask []float32, i, width, visible int) []float32 {
+	row := mask[i*width : (i+1)*width]
+	clear(row[:visible])
+	for j := visible; j < width; j++ {
+		row[j] = MaskedValue
 	}
-	return m
+	return row
 }
 
 // index returns a one-element logits index.
