@@ -31,6 +31,7 @@ class ModelConfig:
     rope_theta: float = 10000.0
     rms_eps: float = 1e-5
     max_context_tokens: int = 4096
+    qk_norm: bool = False  # per-head RMSNorm on q and k before RoPE (Qwen3)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -59,6 +60,9 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False)
         self.v_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False)
         self.o_proj = nn.Linear(c.heads * c.head_dim, c.hidden, bias=False)
+        if c.qk_norm:
+            self.q_norm = RMSNorm(c.head_dim, c.rms_eps)
+            self.k_norm = RMSNorm(c.head_dim, c.rms_eps)
 
     def forward(self, x, cos, sin, mask, past_k, past_v):
         # x [B,n,H]; cos/sin [B,n,hd]; mask additive [B,n,past+n]; past_* [B,past,kvh,hd]
@@ -67,6 +71,8 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(b, n, c.heads, c.head_dim)
         k = self.k_proj(x).view(b, n, c.kv_heads, c.head_dim)
         v = self.v_proj(x).view(b, n, c.kv_heads, c.head_dim)
+        if c.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         cs, sn = cos.unsqueeze(2), sin.unsqueeze(2)
         q = q * cs + _rotate_half(q) * sn
         k = k * cs + _rotate_half(k) * sn

@@ -1,6 +1,8 @@
-"""One entry point: split -> tokenizer -> stage 0 -> stage 1 -> ONNX export (+int8) -> parity -> golden.
+"""One entry point: split -> tokenizer -> stage 0 (indexing SFT) -> stage 1 (ICL SFT with [COPY]) -> stage 2
+(DPO) -> stage 3 (title-only LoRA, merged) -> ONNX export (+int8) -> parity -> golden.
 
     python -m icicle.pipeline --config tiny --out ../models/tiny
+    python -m icicle.pipeline --config small --out ../models/small --from stage1   # reuse WORK/stage1.pt
 
 Writes the MODEL_FORMAT.md directory into --out (manifest.json, model.onnx, model.int8.onnx, tokenizer.json,
 seen_docids.txt, golden/) plus train_report.json (losses, held-out metrics, parity, timings). Checkpoints
@@ -26,8 +28,12 @@ from .golden import write_golden
 from .model import Decoder
 from .negatives import RandomNegatives
 from .prompt import TEMPLATE
-from .tokenizer import build_tokenizer, Tok
-from .train import docid_vocab, eval_parametric, icl_report, run_stage0, run_stage1, select_corpus
+from .align import mine_pairs, run_stage2, run_stage3, title_only_report
+from .train import (docid_vocab, eval_parametric, icl_report, new_model, new_tok, run_stage0, run_stage1,
+                    select_corpus)
+
+
+STAGES = ("stage0", "stage1", "stage2", "stage3")
 
 
 def _avg(xs, n=20):
@@ -41,7 +47,8 @@ def main(argv=None) -> None:
     ap.add_argument("--config", default="tiny")
     ap.add_argument("--out", required=True, help="model directory to write")
     ap.add_argument("--work", default=None, help="checkpoint folder (default training/out/<config>)")
-    ap.add_argument("--resume", action="store_true", help="reuse WORK/stage1.pt and skip training")
+    ap.add_argument("--from", dest="from_stage", choices=STAGES, default=None,
+                    help="load WORK/<stage>.pt and run only the later stages (stage3: export only)")
     a = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cfg = get_config(a.config)
@@ -54,7 +61,7 @@ def main(argv=None) -> None:
     os.makedirs(a.out, exist_ok=True)
     t_all = time.time()
     times = {}
-    log_f = open(os.path.join(work, "pipeline.log"), "w")
+    log_f = open(os.path.join(work, "pipeline.log"), "a" if a.from_stage else "w")
 
     def log(msg: str) -> None:
         line = f"[{time.time() - t_all:7.1f}s] {msg}"
@@ -63,12 +70,12 @@ def main(argv=None) -> None:
         log_f.flush()
 
     split = make_split()
-    tok = Tok(build_tokenizer())
+    tok = new_tok(cfg)
     corpus = select_corpus(split, cfg)
     log(f"split {split.data_version}: D_train {len(split.d_train)} D_new {len(split.d_new)} train {len(split.train)} "
         f"dev {len(split.dev)} test {len(split.test)}; seen corpus {len(corpus.seen)} docs, "
         f"{len(corpus.train_queries)} train queries; copy id {tok.copy_id} end id {tok.end_id}")
-    model = Decoder(cfg.model)
+    model = new_model(cfg, tok.copy_id)
     gtrie = Trie.build(corpus.seen, tok.encode, tok.end_id)
     sneg = RandomNegatives(corpus.seen)
     report: dict = {"config": cfg.name, "data_version": split.data_version, "seen_docs": len(corpus.seen),
@@ -76,41 +83,74 @@ def main(argv=None) -> None:
 
     out_vocab = docid_vocab(tok, split.d_train)
     report["train_out_vocab"] = int(out_vocab.numel())
-    if a.resume:
-        model.load_state_dict(torch.load(os.path.join(work, "stage1.pt")))
+    start = 0
+    if a.from_stage:
+        model.load_state_dict(torch.load(os.path.join(work, f"{a.from_stage}.pt")))
         report.update(json.load(open(os.path.join(work, "train_metrics.json"))))
         times.update(report.pop("times_train", {}))
-    else:
-        _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times, work, log)
+        start = STAGES.index(a.from_stage) + 1
+        log(f"resumed from {work}/{a.from_stage}.pt")
+    _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times, work, log, start)
     _export(a, model, tok, split, corpus, cfg, report, times, t_all, log)
 
 
-def _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times, work, log):
-    report["init_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
-    log(f"init ICL copy accuracy: {report['init_icl']}")
-    t = time.time()
-    l0 = run_stage0(model, tok, corpus, cfg, log, out_vocab)
-    times["stage0_s"] = time.time() - t
-    torch.save(model.state_dict(), os.path.join(work, "stage0.pt"))
-    report["stage0"] = {"steps": len(l0), "loss_first20": _avg(l0, 20), "loss_last20": _avg(l0, -20)}
-    report["stage0_parametric_trainq"] = eval_parametric(model, tok, cfg, corpus.train_queries, split.docs, sneg, gtrie, 60)
-    report["stage0_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
-    log(f"stage0 {report['stage0']} parametric(train queries) {report['stage0_parametric_trainq']} "
-        f"ICL {report['stage0_icl']}")
+def _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times, work, log, start):
+    def done(stage: str, t: float) -> None:
+        times[f"{stage}_s"] = time.time() - t
+        torch.save(model.state_dict(), os.path.join(work, f"{stage}.pt"))
+        with open(os.path.join(work, "train_metrics.json"), "w") as f:
+            json.dump({**report, "times_train": times}, f, indent=2)
 
-    t = time.time()
-    l1 = run_stage1(model, tok, corpus, cfg, sneg, log, out_vocab)
-    times["stage1_s"] = time.time() - t
-    torch.save(model.state_dict(), os.path.join(work, "stage1.pt"))
-    report["stage1"] = {"steps": len(l1), "loss_first20": _avg(l1, 20), "loss_last20": _avg(l1, -20)}
-    t = time.time()
-    report["stage1_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
-    report["stage1_parametric_trainq"] = eval_parametric(model, tok, cfg, corpus.train_queries, split.docs, sneg, gtrie, 60)
-    times["eval_s"] = time.time() - t
-    log(f"stage1 {report['stage1']} ICL {report['stage1_icl']} "
-        f"parametric(train queries) {report['stage1_parametric_trainq']}")
-    with open(os.path.join(work, "train_metrics.json"), "w") as f:
-        json.dump({**report, "times_train": times}, f, indent=2)
+    if start <= 0:
+        report["init_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
+        log(f"init ICL copy accuracy: {report['init_icl']}")
+        t = time.time()
+        l0 = run_stage0(model, tok, corpus, cfg, log, out_vocab)
+        report["stage0"] = {"steps": len(l0), "loss_first20": _avg(l0, 20), "loss_last20": _avg(l0, -20)}
+        report["stage0_parametric_trainq"] = eval_parametric(model, tok, cfg, corpus.train_queries, split.docs, sneg,
+                                                             gtrie, 60)
+        report["stage0_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
+        log(f"stage0 {report['stage0']} parametric(train queries) {report['stage0_parametric_trainq']} "
+            f"ICL {report['stage0_icl']}")
+        done("stage0", t)
+    if start <= 1:
+        t = time.time()
+        l1 = run_stage1(model, tok, corpus, cfg, sneg, log, out_vocab)
+        report["stage1"] = {"steps": len(l1), "loss_first20": _avg(l1, 20), "loss_last20": _avg(l1, -20)}
+        report["stage1_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
+        report["stage1_parametric_trainq"] = eval_parametric(model, tok, cfg, corpus.train_queries, split.docs, sneg,
+                                                             gtrie, 60)
+        log(f"stage1 {report['stage1']} ICL {report['stage1_icl']} "
+            f"parametric(train queries) {report['stage1_parametric_trainq']}")
+        done("stage1", t)
+    if start <= 2:
+        t = time.time()
+        pairs, mined = mine_pairs(model, tok, cfg, corpus, sneg, gtrie, random.Random(cfg.seed + 20), cfg.mine_beam,
+                                  cfg.dpo_max_pairs)
+        log(f"stage2 mined {mined}")
+        r2 = run_stage2(model, pairs, out_vocab, cfg, log)
+        l2 = r2.pop("losses")
+        report["stage2"] = {"mined": mined, "steps": len(l2), "loss_first20": _avg(l2, 20),
+                            "loss_last20": _avg(l2, -20), **r2}
+        report["stage2_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
+        report["stage2_parametric_trainq"] = eval_parametric(model, tok, cfg, corpus.train_queries, split.docs, sneg,
+                                                             gtrie, 60)
+        report["stage2_title_only"] = title_only_report(model, tok, cfg, split, corpus, gtrie)
+        log(f"stage2 {report['stage2']} ICL {report['stage2_icl']} parametric {report['stage2_parametric_trainq']} "
+            f"title-only {report['stage2_title_only']}")
+        done("stage2", t)
+    if start <= 3:
+        t = time.time()
+        l3, trainable = run_stage3(model, tok, cfg, corpus, sneg, out_vocab, log)
+        report["stage3"] = {"steps": len(l3), "lora_trainable_params": trainable, "loss_first20": _avg(l3, 20),
+                            "loss_last20": _avg(l3, -20)}
+        report["stage3_title_only"] = title_only_report(model, tok, cfg, split, corpus, gtrie)
+        report["stage3_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
+        report["stage3_parametric_trainq"] = eval_parametric(model, tok, cfg, corpus.train_queries, split.docs, sneg,
+                                                             gtrie, 60)
+        log(f"stage3 {report['stage3']} title-only {report['stage3_title_only']} ICL {report['stage3_icl']} "
+            f"parametric {report['stage3_parametric_trainq']}")
+        done("stage3", t)
 
 
 def _export(a, model, tok, split, corpus, cfg, report, times, t_all, log):

@@ -103,12 +103,12 @@ def build_tokenizer(path: str | None = None):
 class Tok:
     """Thin wrapper: encode (add_special_tokens=False, memoised), ids of [COPY] and the end token, docid ids."""
 
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer, end_token: str = END_TOKEN) -> None:
         self.tk = tokenizer
         self.copy_id = tokenizer.token_to_id(COPY_TOKEN)
-        self.end_id = tokenizer.token_to_id(END_TOKEN)
+        self.end_id = tokenizer.token_to_id(end_token)
         if self.copy_id is None or self.end_id is None:
-            raise ValueError("tokenizer lacks [COPY] or <|endoftext|>")
+            raise ValueError(f"tokenizer lacks {COPY_TOKEN} or the end token {end_token}")
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
         self._enc = functools.lru_cache(maxsize=200_000)(self._encode)
 

@@ -1,8 +1,10 @@
-"""Training stages (SFT). Stage 0: indexing SFT; stage 1: ICL SFT with [COPY]. Later stages (DPO, title-only
-LoRA adaptation) are not implemented yet.
+"""Training stages 0 and 1 (SFT). Stage 0: indexing SFT; stage 1: ICL SFT with [COPY]. Stages 2 (DPO) and 3
+(title-only LoRA) are in align.py. One command per stage (each reads the previous stage's checkpoint):
 
     python -m icicle.train stage0 --config tiny --out DIR        # writes DIR/stage0.pt
     python -m icicle.train stage1 --config tiny --out DIR        # reads DIR/stage0.pt, writes DIR/stage1.pt
+    python -m icicle.train stage2 --config tiny --out DIR        # reads DIR/stage1.pt, writes DIR/stage2.pt
+    python -m icicle.train stage3 --config tiny --out DIR        # reads DIR/stage2.pt, writes DIR/stage3.pt
 
 An instance is (prompt ids, answer ids); the loss is the mean cross-entropy over answer tokens only.
 - Stage 0 (indexing): doc -> title with prompt INDEX_TEMPLATE over the first `index_text_tokens` of the text,
@@ -142,7 +144,7 @@ def loss_on(model: Decoder, insts: list[Instance], out_vocab: torch.Tensor | Non
     ids, pad, gb, gt, tgt = _batch(insts)
     if out_vocab is not None:
         tgt = torch.searchsorted(out_vocab, tgt)
-    return F.cross_entropy(model.train_logits(ids, pad, gb, gt, out_vocab), tgt)
+    return F.cross_entropy(model.train_logits(ids, pad, gb, gt, out_vocab).float(), tgt)
 
 
 def docid_vocab(tok: Tok, titles: list[str]) -> torch.Tensor:
@@ -159,7 +161,7 @@ def docid_vocab(tok: Tok, titles: list[str]) -> torch.Tensor:
 
 
 def sft(model: Decoder, make_epoch, sc: StageConfig, seed: int, log=print, name: str = "sft",
-        out_vocab: torch.Tensor | None = None) -> list[float]:
+        out_vocab: torch.Tensor | None = None, bf16: bool = False) -> list[float]:
     """Runs sc.epochs of SFT; make_epoch(epoch) returns that epoch's instances. Returns per-step losses."""
     rng = random.Random(seed)
     epochs = [make_epoch(e) for e in range(sc.epochs)] if sc.epochs else []
@@ -182,13 +184,17 @@ def sft(model: Decoder, make_epoch, sc: StageConfig, seed: int, log=print, name:
         batches = [order[i: i + sc.batch] for i in range(0, len(order), sc.batch)]
         rng.shuffle(batches)
         for bt in batches:
-            loss = loss_on(model, bt, out_vocab)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = loss_on(model, bt, out_vocab)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
             losses.append(loss.item())
+            if len(losses) % 100 == 0:
+                log(f"{name} step {len(losses)}/{total} loss(last 100) {sum(losses[-100:]) / 100:.4f} "
+                    f"({time.time() - t0:.0f}s)")
         n = len(batches)
         log(f"{name} epoch {e + 1}/{sc.epochs} loss {sum(losses[-n:]) / n:.4f} ({time.time() - t0:.0f}s)")
     model.eval()
@@ -198,7 +204,7 @@ def sft(model: Decoder, make_epoch, sc: StageConfig, seed: int, log=print, name:
 def run_stage0(model: Decoder, tok: Tok, corpus: Corpus, cfg: TrainConfig, log=print,
                out_vocab: torch.Tensor | None = None) -> list[float]:
     insts = index_instances(tok, corpus, cfg)
-    return sft(model, lambda e: insts, cfg.stage0, cfg.seed, log, "stage0", out_vocab)
+    return sft(model, lambda e: insts, cfg.stage0, cfg.seed, log, "stage0", out_vocab, cfg.bf16)
 
 
 def run_stage1(model: Decoder, tok: Tok, corpus: Corpus, cfg: TrainConfig, negs: NegativeSampler | None = None,
@@ -208,11 +214,32 @@ def run_stage1(model: Decoder, tok: Tok, corpus: Corpus, cfg: TrainConfig, negs:
     copy_negs = RandomNegatives(sorted({q.docid for q in corpus.copy_queries})) if corpus.copy_queries else None
     return sft(model, lambda e: stage1_instances(tok, corpus, cfg, negs, random.Random(cfg.seed * 1000 + e), anchors,
                                                  copy_negs),
-               cfg.stage1, cfg.seed + 1, log, "stage1", out_vocab)
+               cfg.stage1, cfg.seed + 1, log, "stage1", out_vocab, cfg.bf16)
+
+
+def new_tok(cfg: TrainConfig) -> Tok:
+    """The config's tokenizer: the backbone directory's tokenizer.json (+[COPY]) for a local HF backbone, else
+    SmolLM2's, rebuilt from the GGUF."""
+    from .backbone import SMOLLM2, hf_dir_tokenizer
+    from .tokenizer import build_tokenizer
+
+    if cfg.backbone_source and cfg.backbone_source != SMOLLM2:
+        return Tok(hf_dir_tokenizer(cfg.backbone_source))
+    return Tok(build_tokenizer())
+
+
+def new_model(cfg: TrainConfig, copy_id: int | None = None) -> Decoder:
+    """The stage-0 starting point: the config's pretrained backbone slice, or a random init. copy_id: the
+    [COPY] id, whose embedding row starts at the mean embedding for a HF backbone."""
+    if cfg.backbone_source:
+        from .backbone import load_backbone
+
+        return load_backbone(cfg.model, cfg.backbone_source, list(cfg.backbone_keep) or None, copy_id)
+    return Decoder(cfg.model)
 
 
 def eval_icl(model: Decoder, tok: Tok, cfg: TrainConfig, queries: list[Query], docs: dict[str, Doc],
-             negs: NegativeSampler, global_trie: Trie, n: int, seed: int = 123) -> dict:
+             negs: NegativeSampler, global_trie: Trie, n: int, seed: int = 123, title_only: bool = False) -> dict:
     """Held-out 3-shot context-dependent instances: copy_pick_acc = the gold has the best copy-route score
     among the candidates (chance 1/shots); route_copy_rate = share with p_copy > 0.5; mean_p_copy."""
     rng = random.Random(seed)
@@ -222,7 +249,7 @@ def eval_icl(model: Decoder, tok: Tok, cfg: TrainConfig, queries: list[Query], d
     pick = route = 0
     pc = 0.0
     for q in qs:
-        inst, titles = icl_instance(tok, cfg, q, docs, negs, rng, True)
+        inst, titles = icl_instance(tok, cfg, q, docs, negs, rng, True, title_only)
         ctx = Trie.build(titles, tok.encode, tok.end_id)
         sc = CachedPromptScorer(step, inst.prompt, empty)
         res = decode(sc, global_trie, ctx, tok.copy_id, tok.end_id, beam_width=1)
@@ -287,26 +314,38 @@ def main(argv=None) -> None:
     ap.add_argument("--config", default="tiny")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    if a.stage in ("stage2", "stage3"):
-        raise NotImplementedError(f"{a.stage} (DPO / title-only LoRA adaptation) is not implemented yet")
     cfg = get_config(a.config)
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     os.makedirs(a.out, exist_ok=True)
-    tok = load_tok()
+    tok = new_tok(cfg)
     split = make_split()
     corpus = select_corpus(split, cfg)
-    model = Decoder(cfg.model)
+    model = new_model(cfg, tok.copy_id)
     out_vocab = docid_vocab(tok, split.d_train)
+    prev = {"stage1": "stage0", "stage2": "stage1", "stage3": "stage2"}.get(a.stage)
+    if prev:
+        model.load_state_dict(torch.load(os.path.join(a.out, f"{prev}.pt")))
+    negs = RandomNegatives(corpus.seen)
+    result: object
     if a.stage == "stage0":
-        losses = run_stage0(model, tok, corpus, cfg, out_vocab=out_vocab)
+        result = run_stage0(model, tok, corpus, cfg, out_vocab=out_vocab)
+    elif a.stage == "stage1":
+        result = run_stage1(model, tok, corpus, cfg, out_vocab=out_vocab)
+    elif a.stage == "stage2":
+        from .align import mine_pairs, run_stage2
+
+        gtrie = Trie.build(corpus.seen, tok.encode, tok.end_id)
+        pairs, _ = mine_pairs(model, tok, cfg, corpus, negs, gtrie, random.Random(cfg.seed + 20), cfg.mine_beam,
+                              cfg.dpo_max_pairs)
+        result = run_stage2(model, pairs, out_vocab, cfg)
     else:
-        model.load_state_dict(torch.load(os.path.join(a.out, "stage0.pt")))
-        losses = run_stage1(model, tok, corpus, cfg, out_vocab=out_vocab)
+        from .align import run_stage3
+
+        result = run_stage3(model, tok, cfg, corpus, negs, out_vocab)[0]
     torch.save(model.state_dict(), os.path.join(a.out, f"{a.stage}.pt"))
     with open(os.path.join(a.out, f"{a.stage}_losses.json"), "w") as f:
-        json.dump(losses, f)
-
+        json.dump(result, f)
 
 if __name__ == "__main__":
     main()
