@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/config"
 	"github.com/icicle-search/sidecar/internal/compress"
 )
 
@@ -26,6 +28,9 @@ func ingest(ctx context.Context, args []string) error {
 	refresh := fs.Bool("refresh", true, "make documents searchable before returning")
 	flushTimeout := fs.Duration("flush-timeout", 2*time.Minute, "timeout of one bulk request (at least elasticsearch.request_timeout)")
 	quiet := fs.Bool("quiet", false, "no progress line on stderr (there is none when stderr is not a terminal)")
+	compressorKind := fs.String("compressor", "", "summaries of documents without one: extractive or llm (default: compressor.kind from config, extractive)")
+	llmURL := fs.String("llm-url", "", "OpenAI-compatible base URL up to /v1 for -compressor llm (default: compressor.llm_url)")
+	llmModel := fs.String("llm-model", "", "model name for -compressor llm (default: compressor.llm_model)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -48,6 +53,12 @@ func ingest(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	cc := cfg.Compressor
+	cc.Kind, cc.LLMURL, cc.LLMModel = cmp.Or(*compressorKind, cc.Kind), cmp.Or(*llmURL, cc.LLMURL), cmp.Or(*llmModel, cc.LLMModel)
+	comp, workers, err := newCompressor(cc)
+	if err != nil {
+		return err
+	}
 	// A bulk flush of megabytes to a cold or busy node can take longer than a search; ingestion gets its
 	// own per-request timeout rather than the one sized for the request path.
 	cfg.Elasticsearch.RequestTimeout = max(cfg.Elasticsearch.RequestTimeout, *flushTimeout)
@@ -64,14 +75,11 @@ func ingest(ctx context.Context, args []string) error {
 		return err
 	}
 	defer r.Close()
-	var compressed, nSeen int
-	docs := func(yield func(adapter.Doc) bool) {
+	var compressed atomic.Int64
+	var nSeen int
+	read := func(yield func(adapter.Doc) bool) {
 		for d := range r.All() {
 			prog.readSoFar(r.Lines(), len(r.Rejected()))
-			if d.Summary == "" {
-				d.Summary = compress.Extractive(d.Text)
-				compressed++
-			}
 			d.Seen = seen[d.DocID]
 			if d.Seen {
 				nSeen++
@@ -81,23 +89,31 @@ func ingest(ctx context.Context, args []string) error {
 			}
 		}
 	}
+	// Documents without a summary get one from the compressor, in corpus order; an LLM compressor runs
+	// `workers` requests at once, and its first failure (after retries) stops the ingestion.
+	docs, compressErr := compress.Apply(ctx, comp, workers, iter.Seq[adapter.Doc](read),
+		func(d *adapter.Doc) (string, string, bool) { return d.Title, d.Text, d.Summary == "" },
+		func(d *adapter.Doc, s string) { d.Summary = s; compressed.Add(1) })
 	opts := adapter.IngestOptions{Refresh: *refresh}
 	if prog != nil {
 		opts.Progress = prog.accounted
 		go prog.countTotal(ctx, *corpus)
 		prog.start(500 * time.Millisecond)
 	}
-	rep, err := es.Ingest(ctx, iter.Seq[adapter.Doc](docs), opts)
+	rep, err := es.Ingest(ctx, docs, opts)
 	prog.readSoFar(r.Lines(), len(r.Rejected()))
 	prog.stop()
 	if err != nil {
 		return fmt.Errorf("ingest %s: %w", *corpus, err)
 	}
+	if err := compressErr(); err != nil {
+		return fmt.Errorf("ingest %s: stopped after %d documents written: %w (rerunning is idempotent)", *corpus, rep.Indexed+rep.Updated, err)
+	}
 	if err := r.Err(); err != nil {
 		return fmt.Errorf("read %s: %w", *corpus, err)
 	}
 	fmt.Printf("ingest %s into %s: indexed %d, updated %d, failed %d, rejected %d; seen %d, summaries computed %d (%s)\n",
-		*corpus, cfg.Elasticsearch.Index, rep.Indexed, rep.Updated, len(rep.Failed), len(r.Rejected()), nSeen, compressed, compress.Name)
+		*corpus, cfg.Elasticsearch.Index, rep.Indexed, rep.Updated, len(rep.Failed), len(r.Rejected()), nSeen, compressed.Load(), comp.ID())
 	for _, f := range rep.Failed {
 		fmt.Printf("  failed %q: %s\n", f.DocID, f.Reason)
 	}
@@ -108,6 +124,22 @@ func ingest(ctx context.Context, args []string) error {
 		return fmt.Errorf("%d documents failed", len(rep.Failed))
 	}
 	return nil
+}
+
+// newCompressor builds the summary compressor of c and the number of documents to compress at once.
+func newCompressor(c config.Compressor) (compress.Compressor, int, error) {
+	switch c.Kind {
+	case config.CompressorExtractive:
+		return compress.Lead{}, 1, nil
+	case config.CompressorLLM:
+		l, err := compress.NewLLM(compress.LLMConfig{URL: c.LLMURL, Model: c.LLMModel, APIKey: c.APIKey,
+			Timeout: c.Timeout, MaxRetries: c.MaxRetries, MaxTokens: c.MaxTokens})
+		if err != nil {
+			return nil, 0, fmt.Errorf("-compressor llm: %w (set -llm-url and -llm-model, or compressor.llm_url and compressor.llm_model)", err)
+		}
+		return l, max(c.Concurrency, 1), nil
+	}
+	return nil, 0, fmt.Errorf("-compressor: want %q or %q, got %q", config.CompressorExtractive, config.CompressorLLM, c.Kind)
 }
 
 // isTerminal reports whether f is a character device, as a terminal is. /dev/null is one too, which only
