@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/elastic/elastic-transport-go/v8/elastictransport"
 	"github.com/elastic/go-elasticsearch/v8"
 	"github.com/elastic/go-elasticsearch/v8/esapi"
 )
@@ -50,8 +51,10 @@ type Options struct {
 	// Ingest gets its own). The caller's context still applies. Default: 10s; negative means no limit.
 	RequestTimeout time.Duration
 	// MaxRetries is how many times a request that failed with 429, 502, 503, 504 or a connection error is
-	// retried, with exponential backoff (100ms doubling, at most 2s, full jitter). Default: 3; negative
-	// disables retries.
+	// retried, with exponential backoff (100ms doubling, at most 2s, full jitter). A backoff that would end
+	// after the context's deadline is not waited: the last failure is returned at once, and a deadline that
+	// ends the retries is reported as ErrUnavailable, not as context.DeadlineExceeded (a cluster that refuses
+	// connections is down, not slow). Default: 3; negative disables retries.
 	MaxRetries int
 	// Transport replaces the HTTP transport; tests use it to serve fixtures. Default: http.DefaultTransport
 	// configured by go-elasticsearch.
@@ -62,11 +65,17 @@ type Options struct {
 // and release it with Close.
 type Adapter struct {
 	es        *elasticsearch.Client
+	rt        *retrier // es with the adapter's retries: every request goes through it
 	transport http.RoundTripper
 	index     string
 	timeout   time.Duration
 	log       *slog.Logger
 	now       func() time.Time
+	// retries and backoff are the retrier's policy (rt), which Ingest also applies to bulk items that
+	// Elasticsearch shed for load; seenPageSize is ListSeen's page (SeenPageSize; tests shrink it).
+	retries      int
+	backoff      func(attempt int) time.Duration
+	seenPageSize int
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -99,17 +108,9 @@ func New(opts Options, logger *slog.Logger) (*Adapter, error) {
 		Password:               opts.Password,
 		CertificateFingerprint: opts.CertFingerprint,
 		Transport:              opts.Transport,
-		RetryOnStatus: []int{
-			http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout,
-		},
-		MaxRetries:   max(retries, 0),
-		DisableRetry: retries < 0,
-		RetryBackoff: func(attempt int) time.Duration {
-			d := min(100*time.Millisecond<<min(attempt-1, 5), 2*time.Second)
-			d = time.Duration(rand.Int64N(int64(d)) + 1)
-			logger.Debug("elasticsearch retry", "attempt", attempt, "backoff_ms", d.Milliseconds())
-			return d
-		},
+		// One attempt per request: the adapter's retrier retries, knowing the request's deadline.
+		DisableRetry: true,
+		Interceptors: []elastictransport.InterceptorFunc{markRoundTrip},
 	}
 	if cfg.Transport == nil {
 		// Our own transport rather than go-elasticsearch's private clone, so Close can drop idle
@@ -134,7 +135,16 @@ func New(opts Options, logger *slog.Logger) (*Adapter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configure elasticsearch client: %w", err)
 	}
-	return &Adapter{es: es, transport: cfg.Transport, index: index, timeout: timeout, log: logger, now: time.Now}, nil
+	a := &Adapter{es: es, transport: cfg.Transport, index: index, timeout: timeout, log: logger, now: time.Now,
+		retries: max(retries, 0), backoff: retryBackoff, seenPageSize: SeenPageSize}
+	a.rt = &retrier{es: es, retries: a.retries, backoff: retryBackoff, log: logger}
+	return a, nil
+}
+
+// retryBackoff is the wait before retry number attempt (1-based): 100ms doubling, at most 2s, full jitter.
+func retryBackoff(attempt int) time.Duration {
+	d := min(100*time.Millisecond<<min(attempt-1, 5), 2*time.Second)
+	return time.Duration(rand.Int64N(int64(d)) + 1)
 }
 
 // Index returns the name of the index the adapter reads and writes.
@@ -234,21 +244,17 @@ type request interface {
 // do runs one request under the adapter's timeout, turns error responses into *ResponseError and decodes a
 // successful body into out (unless out is nil). Transport failures wrap ErrUnavailable, and so does the
 // adapter's own RequestTimeout expiring (together with context.DeadlineExceeded); the caller's context
-// errors are returned as they are so callers can tell cancellation, or their own deadline, from outage.
+// errors are returned as they are so callers can tell cancellation, or their own deadline, from outage,
+// except that a deadline ending retries of connection failures or overload answers is an outage too.
 func (a *Adapter) do(ctx context.Context, req request, out any) error {
 	if a.closed.Load() {
 		return ErrClosed
 	}
 	rctx, cancel := a.withTimeout(ctx)
 	defer cancel()
-	res, err := req.Do(rctx, a.es)
+	res, err := req.Do(rctx, a.rt)
 	if err != nil {
-		if ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
-			// Our RequestTimeout fired, not the caller's deadline: the cluster is there but not answering,
-			// which callers must be able to tell from bad input or their own budget running out.
-			return fmt.Errorf("%w: no answer within %s: %w", ErrUnavailable, a.timeout, context.DeadlineExceeded)
-		}
-		return transportError(rctx, err)
+		return a.noAnswer(ctx, rctx, err)
 	}
 	defer res.Body.Close()
 	if res.IsError() {

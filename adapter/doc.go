@@ -20,8 +20,9 @@
 //
 // Errors wrap the sentinels ErrUnavailable (cluster unreachable, overloaded or failing after retries),
 // ErrIndexMissing and ErrMappingMismatch, so callers map them with errors.Is; context cancellation and
-// deadlines are passed through unchanged. Requests that get 429, 502, 503 or 504 are retried with
-// exponential backoff and jitter.
+// deadlines are passed through unchanged. Requests that fail to connect or get 429, 502, 503 or 504 are
+// retried with exponential backoff and jitter, never waiting past the context's deadline; a deadline that
+// ends such retries is ErrUnavailable (the cluster is down), not context.DeadlineExceeded (it is slow).
 //
 // ReadCorpus reads BEIR-style JSONL corpora (docid, title, text, optional summary), rejecting bad records
 // with their line number while the rest flow on to Ingest.

@@ -8,9 +8,9 @@ import (
 
 var (
 	// ErrUnavailable means Elasticsearch could not be reached, kept answering 429/502/503/504 after the
-	// configured retries, or did not answer within Options.RequestTimeout (then the error also matches
-	// context.DeadlineExceeded). Callers should treat it as a dependency outage (HTTP 502/503/504), not as
-	// bad input.
+	// configured retries or until the context's deadline cut them short, or did not answer within
+	// Options.RequestTimeout (then the error also matches context.DeadlineExceeded). Callers should treat
+	// it as a dependency outage (HTTP 502/503/504), not as bad input.
 	ErrUnavailable = errors.New("elasticsearch unavailable")
 
 	// ErrIndexMissing means the configured index does not exist; run EnsureIndex (or ingest) first.

@@ -63,7 +63,7 @@ type Failure struct {
 	Reason string
 	// Retryable is true when the document itself was not at fault: it was not written because the bulk
 	// request failed (connection, timeout, 429/5xx after retries), Elasticsearch refused it for load (item
-	// status 429/502/503/504), or the run stopped first. Sending it again may succeed, and is safe: writes
+	// status 429/502/503/504) at every attempt (Options.MaxRetries resends), or the run stopped first. Sending it again may succeed, and is safe: writes
 	// are idempotent. False for documents that are invalid or that Elasticsearch rejected as such.
 	Retryable bool
 }
@@ -98,6 +98,11 @@ type stored struct {
 // index missing); the report is valid alongside it and accounts for everything drawn before the stop.
 // Documents are written with the "index" action into the configured index, which should exist (EnsureIndex):
 // with auto-creation off a missing index fails every document.
+//
+// A bulk response can be 200 with some items refused for load (status 429 when the write thread pool's
+// queue is full, or 502/503/504). Those documents are sent again in further bulk requests, after the
+// same backoff as the client's request retries and at most Options.MaxRetries times; each is counted once,
+// by the attempt that settles it.
 func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOptions) (IngestReport, error) {
 	var rep IngestReport
 	if a.closed.Load() {
@@ -123,7 +128,7 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 		flushErr error
 	)
 	cfg := esutil.BulkIndexerConfig{
-		Client:     a.es,
+		Client:     a.rt,
 		Index:      a.index,
 		NumWorkers: workers,
 		FlushBytes: opts.FlushBytes,
@@ -156,10 +161,7 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 		}
 		mu.Unlock()
 	}
-	bi, err := esutil.NewBulkIndexer(cfg)
-	if err != nil {
-		return rep, fmt.Errorf("ingest %q: %w", a.index, err)
-	}
+	var requests uint64 // bulk requests of every round, for the log
 
 	start := a.now()
 	fail := func(i int, docid, reason string, retryable bool) {
@@ -172,6 +174,56 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 			outcome[i] = true
 		}
 		rep.Failed = append(rep.Failed, Failure{DocID: docid, Reason: reason, Retryable: retryable})
+	}
+	// Items that Elasticsearch shed for load inside an otherwise successful bulk response (status 429, or
+	// 502/503/504) are not the documents' fault and not yet failures: they go into shed and are sent again
+	// in a later round, after a backoff, up to the adapter's MaxRetries rounds. Only an item shed in the last
+	// round is a failure (Retryable). outcome[i] is set once, by whichever round settles document i.
+	var shed []shedItem
+	add := func(bi esutil.BulkIndexer, i int, body []byte, round int) error {
+		docid := docids[i]
+		return bi.Add(ctx, esutil.BulkIndexerItem{
+			Action:     "index",
+			DocumentID: DocumentID(docid),
+			Body:       bytes.NewReader(body),
+			OnSuccess: func(_ context.Context, _ esutil.BulkIndexerItem, res esutil.BulkIndexerResponseItem) {
+				mu.Lock()
+				defer mu.Unlock()
+				if outcome[i] {
+					return
+				}
+				outcome[i] = true
+				if res.Result == "updated" {
+					rep.Updated++
+				} else {
+					rep.Indexed++
+				}
+			},
+			OnFailure: func(_ context.Context, _ esutil.BulkIndexerItem, res esutil.BulkIndexerResponseItem, err error) {
+				// err is a failure of the whole bulk request (after the client's retries): never the document's
+				// fault. Per-item errors are, unless the node shed the item for load.
+				reason := fmt.Sprintf("status %d", res.Status)
+				if res.Error.Type != "" {
+					reason = res.Error.Type + ": " + res.Error.Reason
+				}
+				switch {
+				case err != nil:
+					fail(i, docid, err.Error(), true)
+				case retryable(res.Status) && round < a.retries:
+					mu.Lock()
+					shed = append(shed, shedItem{i: i, body: body, reason: reason})
+					mu.Unlock()
+				case retryable(res.Status) && round > 0:
+					fail(i, docid, fmt.Sprintf("%s (sent %d times)", reason, round+1), true)
+				default:
+					fail(i, docid, reason, retryable(res.Status))
+				}
+			},
+		})
+	}
+	bi, err := esutil.NewBulkIndexer(cfg)
+	if err != nil {
+		return rep, fmt.Errorf("ingest %q: %w", a.index, err)
 	}
 	var addErr error
 	for d := range docs {
@@ -196,39 +248,8 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 		outcome = append(outcome, false)
 		docids = append(docids, d.DocID)
 		mu.Unlock()
-		docid := d.DocID
-		err = bi.Add(ctx, esutil.BulkIndexerItem{
-			Action:     "index",
-			DocumentID: DocumentID(docid),
-			Body:       bytes.NewReader(body),
-			OnSuccess: func(_ context.Context, _ esutil.BulkIndexerItem, res esutil.BulkIndexerResponseItem) {
-				mu.Lock()
-				defer mu.Unlock()
-				if outcome[i] {
-					return
-				}
-				outcome[i] = true
-				if res.Result == "updated" {
-					rep.Updated++
-				} else {
-					rep.Indexed++
-				}
-			},
-			OnFailure: func(_ context.Context, _ esutil.BulkIndexerItem, res esutil.BulkIndexerResponseItem, err error) {
-				// err is a failure of the whole bulk request (after the client's retries): never the document's
-				// fault. Per-item errors are, unless the node shed the item for load.
-				switch {
-				case err != nil:
-					fail(i, docid, err.Error(), true)
-				case res.Error.Type != "":
-					fail(i, docid, res.Error.Type+": "+res.Error.Reason, retryable(res.Status))
-				default:
-					fail(i, docid, fmt.Sprintf("status %d", res.Status), retryable(res.Status))
-				}
-			},
-		})
-		if err != nil {
-			fail(i, docid, "not sent: "+err.Error(), true)
+		if err := add(bi, i, body, 0); err != nil {
+			fail(i, d.DocID, "not sent: "+err.Error(), true)
 			addErr = err
 			break
 		}
@@ -237,6 +258,45 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 	// returning earlier would let callbacks write to the report after we hand it out.
 	if err := bi.Close(context.WithoutCancel(ctx)); err != nil && addErr == nil {
 		addErr = err
+	}
+	requests += bi.Stats().NumRequests
+
+	// Retry rounds for shed items. Every indexer of the previous round is closed, so shed is ours alone.
+	for round := 1; len(shed) > 0; round++ {
+		pending := shed
+		shed = nil
+		a.log.Info("ingest: retrying documents shed by elasticsearch", "index", a.index, "docs", len(pending),
+			"round", round, "reason", pending[0].reason)
+		if addErr == nil {
+			addErr = sleepCtx(ctx, a.backoff(round))
+		}
+		if addErr != nil {
+			for _, p := range pending {
+				fail(p.i, docids[p.i], p.reason+"; not sent again: "+addErr.Error(), true)
+			}
+			break
+		}
+		rbi, err := esutil.NewBulkIndexer(cfg)
+		if err != nil {
+			addErr = err
+			for _, p := range pending {
+				fail(p.i, docids[p.i], p.reason+"; not sent again: "+err.Error(), true)
+			}
+			break
+		}
+		for k, p := range pending {
+			if err := add(rbi, p.i, p.body, round); err != nil {
+				addErr = err
+				for _, q := range pending[k:] {
+					fail(q.i, docids[q.i], q.reason+"; not sent again: "+err.Error(), true)
+				}
+				break
+			}
+		}
+		if err := rbi.Close(context.WithoutCancel(ctx)); err != nil && addErr == nil {
+			addErr = err
+		}
+		requests += rbi.Stats().NumRequests
 	}
 
 	mu.Lock()
@@ -248,9 +308,8 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 			rep.Failed = append(rep.Failed, Failure{DocID: docids[i], Reason: "no result from the bulk indexer", Retryable: true})
 		}
 	}
-	st := bi.Stats()
 	a.log.Info("ingest", "index", a.index, "indexed", rep.Indexed, "updated", rep.Updated,
-		"failed", len(rep.Failed), "requests", st.NumRequests, "took_ms", a.now().Sub(start).Milliseconds())
+		"failed", len(rep.Failed), "requests", requests, "took_ms", a.now().Sub(start).Milliseconds())
 	if opts.Progress != nil {
 		opts.Progress(rep.Total()) // the workers are gone: this is the last call, with the final count
 	}
@@ -268,6 +327,25 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 }
 
 type cancelKey struct{}
+
+// shedItem is a document Elasticsearch refused for load in a bulk response, kept to be sent again.
+type shedItem struct {
+	i      int    // the document's index in outcome and docids
+	body   []byte // its encoded source
+	reason string // the item's error, for the failure if no retry gets it through
+}
+
+// sleepCtx waits d or until ctx is done, whichever is first, and returns ctx's error in the second case.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // invalidDoc returns why a document cannot be indexed, or "".
 func invalidDoc(d Doc) string {
