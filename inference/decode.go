@@ -49,6 +49,11 @@ type Stats struct {
 	TokensFed int
 	// KVBytesMoved is the KV-cache bytes the model returned and the engine appended.
 	KVBytesMoved int64
+	// CopyRuns is the number of Runs of the copy route (more than 1 when its mask was chunked).
+	CopyRuns int
+	// CopyMaskBytes is the largest attention mask of one copy-route Run, in bytes (bounded by
+	// EngineOptions.CopyMaskBytes unless a single subtree of the context trie is larger).
+	CopyMaskBytes int64
 	// Prefill and Decode split the time spent in the model.
 	Prefill, Decode time.Duration
 }
@@ -80,6 +85,9 @@ type Options struct {
 	TitleOnly bool
 }
 
+// DefaultCopyMaskBytes is the default EngineOptions.CopyMaskBytes.
+const DefaultCopyMaskBytes = 64 << 20
+
 // EngineOptions configure NewEngine.
 type EngineOptions struct {
 	// PrefillChunk is the number of prompt tokens per prefill Run (default 512). Smaller chunks bound the
@@ -88,6 +96,10 @@ type EngineOptions struct {
 	// EncodeCacheEntries bounds the LRU of encoded prompt segments (summaries, titles, block pieces) that
 	// repeat across requests for the same stored documents (default 16384; negative disables).
 	EncodeCacheEntries int
+	// CopyMaskBytes bounds the attention mask of one copy-route Run, tokens x (prompt+tokens) float32
+	// (default 64 MiB; negative: no bound, the whole token tree in one Run). A larger tree is fed in
+	// several Runs over the same prompt cache, with identical scores (decoding.copyRoute).
+	CopyMaskBytes int64
 	// Logger receives debug lines; nil discards.
 	Logger *slog.Logger
 }
@@ -102,7 +114,9 @@ type Engine struct {
 	seen    []string
 	workers chan *worker
 	chunk   int
-	log     *slog.Logger
+	// copyMaskBytes is EngineOptions.CopyMaskBytes with its default.
+	copyMaskBytes int64
+	log           *slog.Logger
 }
 
 type worker struct {
@@ -137,7 +151,8 @@ func NewEngine(man *Manifest, tok Tokenizer, models []Model, seen []string, opts
 		return nil, fmt.Errorf("new engine: %w", err)
 	}
 	e := &Engine{man: man, tok: tok, prompts: prompts, global: global, seen: seen,
-		workers: make(chan *worker, len(models)), chunk: cmp.Or(opts.PrefillChunk, 512), log: opts.Logger}
+		workers: make(chan *worker, len(models)), chunk: cmp.Or(opts.PrefillChunk, 512),
+		copyMaskBytes: cmp.Or(opts.CopyMaskBytes, DefaultCopyMaskBytes), log: opts.Logger}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
@@ -307,6 +322,9 @@ func (d *decoding) run(ctx context.Context) (Result, error) {
 
 // prefill feeds the prompt in chunks and returns the logits after its last token.
 func (d *decoding) prefill(ctx context.Context) ([]float32, error) {
+	// The last chunk's mask, at most chunk x prompt, is the largest: size the buffer for it once rather
+	// than growing it chunk by chunk (a cold worker would allocate the sum of all chunks' masks).
+	d.w.maskBuf(min(d.e.chunk, d.p), d.p-min(d.e.chunk, d.p))
 	var logits []float32
 	for s := 0; s < d.p; s += d.e.chunk {
 		end := min(s+d.e.chunk, d.p)
@@ -330,88 +348,151 @@ func (d *decoding) prefill(ctx context.Context) ([]float32, error) {
 	return logits, nil
 }
 
-// copyRoute scores every context docid exactly: [COPY] and every trie token that leads somewhere are
-// fed in one Run as a token tree (each token attends to the prompt, its ancestors and itself, at
-// position prompt+depth), and logits are read at every branching node. It returns the score of each of
-// the trie's docs docids.
+// copyRoute scores every context docid exactly. [COPY] and the trie tokens on the way to a branching node
+// are fed as a token tree (each token attends to the prompt, its ancestors and itself, at position
+// prompt+depth), and logits are read at every branching node; tokens below the last branching node of a
+// path are forced, cost 0 and are not fed (jump-forward). The tree goes in one Run when its attention
+// mask, n x (prompt+n) float32, fits EngineOptions.CopyMaskBytes; otherwise in several Runs, each a
+// sub-forest of whole subtrees of the context trie's root. The first Run also feeds [COPY]; the cache is
+// cut back to prompt+[COPY] after each Run, so every Run attends to the same prompt KV (never a copy of
+// it) and every token still sees exactly the prompt, [COPY] and its ancestors: the scores are those of
+// one Run. A single subtree over the budget goes alone, over it. It returns the score of each of the
+// trie's docs docids.
 func (d *decoding) copyRoute(ctx context.Context, t *Trie, docs int, lpCopy float64) ([]float64, error) {
-	// Index the fed tokens: fed[node] is the new-token index of the token leading to node; the context
-	// trie's root is reached by [COPY] (index 0).
-	type fedNode struct {
-		node   NodeID
-		parent int // new-token index of the parent, -1 for [COPY]
-		depth  int
-		row    int // logits row of a branching node, -1 otherwise
-	}
-	order := []fedNode{{node: 0, parent: -1, row: -1}}
-	tokIDs := []int64{d.e.man.CopyTokenID}
-	branching := false
-	for i := 0; i < len(order); i++ {
-		toks, kids := t.Children(order[i].node)
-		if len(toks) > 1 {
-			branching = true
-		}
-		for j, tok := range toks {
-			if int64(tok) == d.e.man.EndTokenID {
-				continue // nothing follows an end token, so it need not be fed
-			}
-			order = append(order, fedNode{node: kids[j], parent: i, depth: order[i].depth + 1, row: -1})
-			tokIDs = append(tokIDs, int64(tok))
+	// branches[n]: n's subtree holds a branching node, so n must be fed. Children have larger ids than
+	// their parents (the trie is numbered breadth first), so one backward pass settles it.
+	branches := make([]bool, t.Len())
+	for n := t.Len() - 1; n >= 0; n-- {
+		toks, kids := t.Children(NodeID(n))
+		branches[n] = len(toks) > 1
+		for _, k := range kids {
+			branches[n] = branches[n] || branches[k]
 		}
 	}
-	if !branching {
+	if !branches[0] {
 		// Every docid is forced after [COPY]: one docid, score lpCopy, no Run needed (jump-forward).
 		return []float64{lpCopy}, nil
 	}
-	n := len(order)
+	acc := make([]float64, t.Len()) // score of the path to each fed node
+	acc[0] = lpCopy
+	scores := make([]float64, docs)
+	for _, c := range d.copyChunks(t, branches) {
+		if err := d.copyChunk(ctx, t, c, branches, acc, scores); err != nil {
+			return nil, fmt.Errorf("copy route: %w", err)
+		}
+		d.w.cache.Truncate(d.p + 1) // keep the prompt and [COPY] for the next chunk
+	}
+	return scores, nil
+}
+
+// fedNode is one token of a copy-route chunk: tok, leading to trie node node.
+type fedNode struct {
+	node   NodeID
+	tok    int64
+	parent int // index in the chunk of the parent's token; -1 for [COPY] and for later chunks' subtree roots
+	depth  int // [COPY] is 0
+}
+
+// copyChunks splits the fed token tree (nodes with branches set) into the chunks copyRoute feeds, each
+// in parent-before-child order. The first starts with [COPY] (node 0); a subtree is never split.
+func (d *decoding) copyChunks(t *Trie, branches []bool) [][]fedNode {
+	budget := d.e.copyMaskBytes
+	fits := func(n, past int) bool { return budget < 0 || int64(n)*int64(past+n)*4 <= budget }
+	chunks := [][]fedNode{{{node: 0, tok: d.e.man.CopyTokenID, parent: -1}}}
+	past := d.p // the first chunk's past: the prompt
+	rootToks, rootKids := t.Children(0)
+	var sub []fedNode
+	for j, tok := range rootToks {
+		if !branches[rootKids[j]] {
+			continue
+		}
+		// The fed part of the subtree under this child of the root, breadth first, parents indexed in sub.
+		sub = append(sub[:0], fedNode{node: rootKids[j], tok: int64(tok), parent: -1, depth: 1})
+		for i := 0; i < len(sub); i++ {
+			toks, kids := t.Children(sub[i].node)
+			for k, tk := range toks {
+				if branches[kids[k]] {
+					sub = append(sub, fedNode{node: kids[k], tok: int64(tk), parent: i, depth: sub[i].depth + 1})
+				}
+			}
+		}
+		cur := chunks[len(chunks)-1]
+		first := len(chunks) == 1
+		if (!first || len(cur) > 1) && !fits(len(cur)+len(sub), past) {
+			chunks = append(chunks, nil)
+			cur, past, first = nil, d.p+1, false // later chunks find [COPY] in the cache
+		}
+		off := len(cur)
+		for _, f := range sub {
+			switch {
+			case f.parent >= 0:
+				f.parent += off
+			case first:
+				f.parent = 0 // [COPY], fed in this chunk
+			}
+			cur = append(cur, f)
+		}
+		chunks[len(chunks)-1] = cur
+	}
+	return chunks
+}
+
+// copyChunk feeds one chunk in one Run and carries the path scores down: acc for fed nodes, scores for
+// docids. Parents come before children, and acc of a later chunk's subtree root was set by [COPY]'s row
+// in the first chunk.
+func (d *decoding) copyChunk(ctx context.Context, t *Trie, chunk []fedNode, branches []bool, acc, scores []float64) error {
+	n := len(chunk)
 	past := d.w.cache.Len()
 	ids, pos := d.w.buffers(n)
-	copy(ids, tokIDs)
 	mask := d.w.maskBuf(n, past)
+	rows := make([]int, n) // logits row of a branching node, -1 otherwise
 	var want []int64
-	for i := range order {
-		f := &order[i]
+	for i, f := range chunk {
+		ids[i] = f.tok
 		pos[i] = int64(d.p + f.depth)
-		row := maskRow(mask, i, past+n, d.p)
-		for a := i; a >= 0; a = order[a].parent {
+		row := maskRow(mask, i, past+n, past) // the prompt, and [COPY] once it is in the cache
+		for a := i; a >= 0; a = chunk[a].parent {
 			row[past+a] = 0
 		}
+		rows[i] = -1
 		if toks, _ := t.Children(f.node); len(toks) > 1 {
-			f.row = len(want)
+			rows[i] = len(want)
 			want = append(want, int64(i))
 		}
 	}
 	logits, err := d.forward(ctx, Step{IDs: ids, Positions: pos, Mask: mask, LogitsIndex: want})
 	if err != nil {
-		return nil, fmt.Errorf("copy route: %w", err)
+		return err
 	}
-	// Accumulate scores breadth first; leaves (after end tokens) carry the docid's score.
+	d.stats.CopyRuns++
+	d.stats.CopyMaskBytes = max(d.stats.CopyMaskBytes, int64(len(mask))*4)
 	v := d.e.man.VocabSize
-	acc := make([]float64, t.Len()) // score of the path to each node
-	acc[0] = lpCopy
-	scores := make([]float64, docs)
-	for _, f := range order {
+	for i, f := range chunk {
 		toks, kids := t.Children(f.node)
-		base := acc[f.node]
 		var z []float32
 		var lse float64
-		if f.row >= 0 {
-			z = logits[f.row*v : (f.row+1)*v]
+		if rows[i] >= 0 {
+			z = logits[rows[i]*v : (rows[i]+1)*v]
 			lse = logSumExp(z, toks)
 		}
 		for j, tok := range toks {
-			s := base
+			s := acc[f.node]
 			if z != nil {
 				s += float64(z[tok]) - lse
 			}
-			if doc := t.Doc(kids[j]); doc >= 0 {
-				scores[doc] = s
-			} else {
-				acc[kids[j]] = s
+			k := kids[j]
+			if branches[k] {
+				acc[k] = s // fed, in this chunk or a later one
+				continue
 			}
+			for t.Doc(k) < 0 { // a forced chain down to its docid's leaf
+				_, next := t.Children(k)
+				k = next[0]
+			}
+			scores[t.Doc(k)] = s
 		}
 	}
-	return scores, nil
+	return nil
 }
 
 // beam is a live or finished hypothesis of the parametric route.

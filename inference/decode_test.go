@@ -240,3 +240,21 @@ func TestRankContextErrors(t *testing.T) {
 	_, err = e.Rank(t.Context(), "q", nil, Options{})
 	require.NoError(t, err)
 }
+
+// TestRankContextFull: header and query alone over the budget is no prompt at all, with or without
+// candidates: ErrContextFull before any Run, never a decode of a longer prompt (MODEL_FORMAT.md, "Prompt
+// budget"; the Python reference raises ContextFullError on the same cases).
+func TestRankContextFull(t *testing.T) {
+	e, m := newTestEngine(t, []string{"Oslo"}, hashLogits)
+	fixed := len("H:\n") + len("Q: q\nA:\n") // the fake template, one token per byte
+	for _, cands := range [][]Candidate{nil, {{Title: "Bern", Summary: "s"}}} {
+		_, err := e.Rank(t.Context(), "q", cands, Options{MaxPromptTokens: fixed - 1})
+		require.ErrorIs(t, err, ErrContextFull)
+		require.Zero(t, m.calls, "no Run for a prompt that cannot be built")
+		res, err := e.Rank(t.Context(), "q", cands, Options{MaxPromptTokens: fixed})
+		require.NoError(t, err, "exactly the budget: a prompt without candidates, parametric only")
+		require.Zero(t, res.InContext)
+		require.Equal(t, fixed, res.PromptTokens)
+		m.calls = 0
+	}
+}

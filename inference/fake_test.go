@@ -3,7 +3,6 @@ package inference
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"strings"
 )
 
@@ -40,6 +39,8 @@ type fakeModel struct {
 	logitsFn func(seq []int64) []float32
 	toks     []int64   // token at each cache position
 	out      []float32 // reused like a native model's output buffer, so aliasing bugs show
+	seq      []int64   // scratch: one row's visible sequence
+	zeros    []float32 // scratch: the fake's keys and values
 	calls    int
 	failAt   int // fail the Nth call (1-based); 0 never
 }
@@ -60,11 +61,14 @@ func (f *fakeModel) Forward(ctx context.Context, s Step, c *KVCache) ([]float32,
 	if len(s.Mask) != n*(past+n) || len(s.Positions) != n {
 		return nil, fmt.Errorf("fake model: bad shapes ids %d pos %d mask %d past %d", n, len(s.Positions), len(s.Mask), past)
 	}
-	all := append(append([]int64(nil), f.toks...), s.IDs...)
+	// The cache's tokens then the new ones; buffers are reused so that the fake adds little to the
+	// engine's own allocations in benchmarks.
+	f.toks = append(f.toks, s.IDs...)
+	all := f.toks
 	out := f.out[:0]
 	for _, li := range s.LogitsIndex {
 		row := s.Mask[int(li)*(past+n) : (int(li)+1)*(past+n)]
-		var seq []int64
+		seq := f.seq[:0]
 		for j, m := range row {
 			if m == 0 {
 				seq = append(seq, all[j])
@@ -77,23 +81,26 @@ func (f *fakeModel) Forward(ctx context.Context, s Step, c *KVCache) ([]float32,
 			return nil, fmt.Errorf("fake model: token %d at position %d sees %d tokens", li, got, len(seq))
 		}
 		out = append(out, f.logitsFn(seq)...)
+		f.seq = seq
 	}
-	zeros := make([]float32, n)
+	if cap(f.zeros) < n {
+		f.zeros = make([]float32, n)
+	}
+	zeros := f.zeros[:n]
 	if err := c.Append(n, [][]float32{zeros}, [][]float32{zeros}); err != nil {
+		f.toks = f.toks[:past]
 		return nil, err
 	}
-	f.toks = all
 	f.out = out
 	return out, nil
 }
 
 // hashLogits gives every (sequence, token) pair a fixed pseudo-random logit in [-2, 2).
 func hashLogits(seq []int64) []float32 {
-	h := fnv.New64a()
+	seed := uint64(14695981039346656037) // FNV-1a over the token ids
 	for _, t := range seq {
-		fmt.Fprintf(h, "%d,", t)
+		seed = (seed ^ uint64(t)) * 1099511628211
 	}
-	seed := h.Sum64()
 	z := make([]float32, fakeVocab)
 	for t := range z {
 		x := seed ^ uint64(t)*0x9E3779B97F4A7C15

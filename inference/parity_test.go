@@ -117,3 +117,68 @@ func TestDecodeParityWithPython(t *testing.T) {
 	require.Positive(t, cases)
 	t.Logf("%d golden decode cases match the Python reference; largest score difference %.2e", cases, maxDiff)
 }
+
+// TestCopyChunkingParity ranks the golden cases twice on the committed model: with the copy route's
+// token tree in one Run, and chunked into one Run per subtree of the context trie's root (CopyMaskBytes
+// 1 byte). The two must agree within chunkTolerance (the same fp32 graph over the same visible tokens,
+// with attention sums over differently shaped masks), and both with the Python reference.
+func TestCopyChunkingParity(t *testing.T) {
+	const chunkTolerance = 1e-4
+	dir := modelDir()
+	f, err := os.Open(filepath.Join(dir, "golden", "decode.jsonl"))
+	if os.IsNotExist(err) {
+		t.Skipf("no golden vectors in %s (make model-tiny writes them)", dir)
+	}
+	require.NoError(t, err)
+	defer f.Close()
+	lib := os.Getenv("ICICLE_ORT_LIB")
+	if lib == "" {
+		t.Skip("ICICLE_ORT_LIB not set (eval \"$(scripts/env.sh)\")")
+	}
+	require.NoError(t, ort.Init(lib))
+	t.Cleanup(func() { _ = ort.Shutdown() })
+	open := func(budget int64) *loader.Model {
+		lm, err := loader.Open(dir, loader.Options{CopyMaskBytes: budget, Runtime: ort.Options{Threads: 2}})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = lm.Close() })
+		return lm
+	}
+	one, chunked := open(-1).Engine, open(1).Engine
+
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	cases, multi, maxDiff := 0, 0, 0.0
+	for line := 1; sc.Scan(); line++ {
+		var g goldenDecode
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &g))
+		cases++
+		a, err := one.Rank(t.Context(), g.Query, g.Candidates, g.options())
+		require.NoError(t, err, "line %d", line)
+		b, err := chunked.Rank(t.Context(), g.Query, g.Candidates, g.options())
+		require.NoError(t, err, "line %d", line)
+		require.LessOrEqual(t, a.Stats.CopyRuns, 1, "line %d", line)
+		if b.Stats.CopyRuns > 1 {
+			multi++
+		}
+		require.Equal(t, a.Stats.TokensFed, b.Stats.TokensFed, "line %d", line)
+		require.Equal(t, a.PCopy, b.PCopy, "line %d: step 0 is the same Run", line)
+		require.Len(t, b.Beams, len(a.Beams), "line %d", line)
+		require.Equal(t, g.Beams[0].DocID, b.Beams[0].DocID, "line %d: top-1", line)
+		// Beams within chunkTolerance of each other may swap: compare scores by docid, and by position.
+		byDoc := make(map[string]float64, len(a.Beams))
+		for _, x := range a.Beams {
+			byDoc[x.DocID] = x.Score
+		}
+		for i, x := range b.Beams {
+			require.InDelta(t, a.Beams[i].Score, x.Score, chunkTolerance, "line %d beam %d", line, i)
+			require.InDelta(t, g.Beams[i].Score, x.Score, scoreTolerance, "line %d beam %d", line, i)
+			if s, ok := byDoc[x.DocID]; ok {
+				require.InDelta(t, s, x.Score, chunkTolerance, "line %d %s", line, x.DocID)
+				maxDiff = max(maxDiff, math.Abs(s-x.Score))
+			}
+		}
+	}
+	require.NoError(t, sc.Err())
+	require.Positive(t, multi, "some golden case has a copy route of several subtrees")
+	t.Logf("%d golden cases (%d chunked into several Runs): largest score difference chunked vs one Run %.2e", cases, multi, maxDiff)
+}

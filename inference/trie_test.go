@@ -65,3 +65,18 @@ func TestTrieEmpty(t *testing.T) {
 	require.Empty(t, toks)
 	require.Equal(t, 1, tr.Len())
 }
+
+// TestTrieChildrenFollowParents pins the numbering the copy route relies on (one backward pass over the
+// nodes sees every child before its parent).
+func TestTrieChildrenFollowParents(t *testing.T) {
+	seqs, err := docidSeqs(fakeTokenizer{}, []string{"Bern", "Berlin", "Bergen", "Oslo", "B", "Lyon", "Lyonnais"}, fakeEnd)
+	require.NoError(t, err)
+	tr, err := BuildTrie(seqs, fakeEnd)
+	require.NoError(t, err)
+	for n := range tr.Len() {
+		_, kids := tr.Children(NodeID(n))
+		for _, k := range kids {
+			require.Greater(t, int(k), n)
+		}
+	}
+}

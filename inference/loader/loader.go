@@ -24,6 +24,8 @@ type Options struct {
 	Runtime ort.Options
 	// EncodeCacheEntries is passed to the engine (inference.EngineOptions): 0 default, negative off.
 	EncodeCacheEntries int
+	// CopyMaskBytes is passed to the engine (inference.EngineOptions): 0 default (64 MiB), negative no bound.
+	CopyMaskBytes int64
 	// Logger receives load and engine logs; nil discards.
 	Logger *slog.Logger
 }
@@ -79,7 +81,8 @@ func Open(dir string, opts Options) (_ *Model, err error) {
 		}
 		models = append(models, m)
 	}
-	engine, err := inference.NewEngine(man, tk, models, seen, inference.EngineOptions{Logger: opts.Logger, EncodeCacheEntries: opts.EncodeCacheEntries})
+	engine, err := inference.NewEngine(man, tk, models, seen, inference.EngineOptions{Logger: opts.Logger, EncodeCacheEntries: opts.EncodeCacheEntries,
+		CopyMaskBytes: opts.CopyMaskBytes})
 	if err != nil {
 		return nil, fmt.Errorf("open model %s: %w", dir, err)
 	}

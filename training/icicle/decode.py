@@ -24,6 +24,10 @@ Parametric route, beam width W:
         those ending in [end] -> finished; the rest are the new live beams
 Final: union of the copy-route docids and the finished parametric beams; a docid in both keeps the higher
 score and its route (copy on an exact tie); sort by (score desc, docid utf-8 bytes asc); first W.
+
+Prompt budget: decoding starts from prompt_for_decoding, which raises ContextFullError when the header and
+query block alone exceed max_prompt_tokens (the Go engine's inference.ErrContextFull): there is no prompt
+to decode, not a prompt without candidates (MODEL_FORMAT.md, "Prompt budget").
 """
 from __future__ import annotations
 
@@ -33,12 +37,36 @@ from typing import Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 
+from .prompt import Candidate, Prompt, build_prompt
+
 ROUTE_COPY = "copy"
 ROUTE_PARAMETRIC = "parametric"
 
 
 class EmptyAllowedSetError(ValueError):
     """Raised when the step-0 allowed set is empty (no seen corpus and no candidates)."""
+
+
+class ContextFullError(ValueError):
+    """Raised when the header and query block alone exceed the prompt budget (Go: inference.ErrContextFull)."""
+
+
+def prompt_for_decoding(
+    encode: Callable[[str], list[int]],
+    query: str,
+    candidates: Sequence[Candidate],
+    max_prompt_tokens: int,
+    **kw,
+) -> Prompt:
+    """Builds the prompt to decode, as build_prompt does, but raises ContextFullError where build_prompt
+    returns a prompt over max_prompt_tokens (header + query block alone longer than the budget, so no
+    candidate fits either). The model was never trained past its budget, and a parametric-only answer
+    from such a prompt would look like a real one; the sidecar answers BM25 with context_full instead."""
+    p = build_prompt(encode, query, candidates, max_prompt_tokens, **kw)
+    if len(p.ids) > max_prompt_tokens:
+        raise ContextFullError(
+            f"prompt of header and query is {len(p.ids)} tokens, budget {max_prompt_tokens}: context full")
+    return p
 
 
 @dataclass

@@ -1,10 +1,13 @@
 """Trie + routed decoding on a scripted fake model (no weights): exact scores countable by hand."""
+import json
 import math
+import os
 
 import numpy as np
 import pytest
 
-from icicle.decode import EmptyAllowedSetError, Trie, decode
+from icicle.decode import ContextFullError, EmptyAllowedSetError, Trie, decode, prompt_for_decoding
+from icicle.prompt import TEMPLATE, Candidate
 
 V, END, COPY = 16, 0, 15
 
@@ -125,3 +128,40 @@ def test_empty_context_has_no_copy_and_empty_allowed_set_errors():
 def test_beam_width_must_be_positive():
     with pytest.raises(ValueError):
         decode(Fake({}), trie(("g", [1])), Trie(), COPY, END, beam_width=0)
+
+
+# The over-budget prompt: no prompt to decode (ContextFullError, the Go engine's ErrContextFull), never a
+# prompt longer than the budget. One id per character, so the sizes are countable.
+H = len(TEMPLATE["header"])
+Q = len("Query: q\nOutput:\n")
+
+
+def chars(s):
+    return [ord(c) for c in s]
+
+
+@pytest.mark.parametrize("cands", [[], [Candidate("A", "sum")]])
+def test_over_budget_prompt_is_context_full(cands):
+    with pytest.raises(ContextFullError, match=f"is {H + Q} tokens, budget {H + Q - 1}"):
+        prompt_for_decoding(chars, "q", cands, H + Q - 1)
+    p = prompt_for_decoding(chars, "q", cands, H + Q)  # exactly the budget: a prompt without candidates
+    assert p.included == 0 and len(p.ids) == H + Q
+
+
+def test_context_full_cases_shared_with_go(tok):
+    """inference/testdata/context_full.jsonl, which inference/context_full_test.go checks too."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "inference", "testdata", "context_full.jsonl")
+    with open(path, encoding="utf-8") as f:
+        cases = [json.loads(line) for line in f]
+    assert cases
+    for c in cases:
+        cands = [Candidate(x["title"], x["summary"]) for x in c["candidates"]]
+        if c["context_full"]:
+            with pytest.raises(ContextFullError):
+                prompt_for_decoding(tok.encode, c["query"], cands, c["max_prompt_tokens"])
+            continue
+        p = prompt_for_decoding(tok.encode, c["query"], cands, c["max_prompt_tokens"])
+        assert len(p.ids) <= c["max_prompt_tokens"], c["name"]
+        assert p.included == c["included"], c["name"]
+        if "prompt_tokens" in c:
+            assert len(p.ids) == c["prompt_tokens"], c["name"]
