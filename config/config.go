@@ -29,6 +29,8 @@ type Config struct {
 	Log Log `yaml:"log"`
 	// Metrics is the Prometheus endpoint.
 	Metrics Metrics `yaml:"metrics"`
+	// Compressor computes the summaries of ingested documents that arrive without one.
+	Compressor Compressor `yaml:"compressor"`
 
 	// fromEnv maps a YAML key ("server.addr") to the environment variable Load took its value from, so
 	// that Validate can name the variable. Nil when nothing came from the environment.
@@ -64,6 +66,9 @@ type Server struct {
 	// MaxHits is the most hits accepted in a request body; more get 400. Only the top
 	// Decode.MaxCandidates of them reach the model. Default 1000.
 	MaxHits int `yaml:"max_hits"`
+	// AdminToken enables the admin endpoint (POST /v1/admin/model, hot model swap) for requests carrying
+	// "Authorization: Bearer <token>"; at least 16 characters. Default "" (the endpoint is off: 404).
+	AdminToken string `yaml:"admin_token"`
 }
 
 // Elasticsearch configures the go-elasticsearch client. Set either APIKey or Username/Password, not both.
@@ -206,10 +211,20 @@ type AB struct {
 	// Mode is "split" or "interleave" (the AB* constants). Default "split".
 	Mode string `yaml:"mode"`
 	// KeyHeader is the request header whose value is hashed to pick the arm; a valid HTTP header name.
-	// Default "X-ICICLE-AB-Key".
+	// A request without it is assigned by its request id. Default "X-ICICLE-AB-Key".
 	KeyHeader string `yaml:"key_header"`
-	// ImpressionLog is the path of a JSONL file that impressions are appended to. Default "" (off).
+	// Experiment names the experiment and salts the key hash: changing it re-draws every key's arm and
+	// pseudonym. Recorded in each impression; 1..64 characters. Default "icicle".
+	Experiment string `yaml:"experiment"`
+	// ImpressionLog is the path of a JSONL file that impressions of /v1/search are appended to (see
+	// docs/ab.md); written whether or not Enabled is set. Default "" (off).
 	ImpressionLog string `yaml:"impression_log"`
+	// ImpressionLogMaxBytes rotates the impression log (renamed with a timestamp suffix, never deleted)
+	// once it would grow past this size, in bytes; 0 never rotates. Default 256 MiB (268435456).
+	ImpressionLogMaxBytes int64 `yaml:"impression_log_max_bytes"`
+	// ImpressionBuffer is how many impressions may wait for the writer; when it is full new ones are
+	// dropped (and counted) rather than slow the request down. Default 4096.
+	ImpressionBuffer int `yaml:"impression_buffer"`
 }
 
 // Log configures the slog handler built in cmd/.
@@ -226,6 +241,43 @@ type Metrics struct {
 	Enabled bool `yaml:"enabled"`
 	// Path is the URL path of the metrics endpoint; starts with "/". Default "/metrics".
 	Path string `yaml:"path"`
+}
+
+// Compressor kinds for Compressor.Kind.
+const (
+	// CompressorExtractive keeps the first 120 words of the text (internal/compress.Extractive).
+	CompressorExtractive = "extractive"
+	// CompressorLLM asks an OpenAI-compatible chat completions endpoint for the paper's summary.
+	CompressorLLM = "llm"
+)
+
+// Compressor configures how `icicle ingest` and `POST /v1/ingest` summarise a document that has no summary (internal/compress).
+// The model must be served summaries like those it was trained on, so change Kind together with the model.
+type Compressor struct {
+	// Kind is "extractive" (the first 120 words: free, deterministic, what training/ uses by default) or
+	// "llm" (the paper's abstractive summary, appendix D.1 prompt in internal/compress/prompt.json).
+	// Default "extractive".
+	Kind string `yaml:"kind"`
+	// LLMURL is the base URL of the OpenAI-compatible API, up to and including /v1
+	// ("http://127.0.0.1:8000/v1"); requests go to <llm_url>/chat/completions. Required for "llm".
+	// Default "".
+	LLMURL string `yaml:"llm_url"`
+	// LLMModel is the "model" of each request, such as "Qwen/Qwen2.5-14B-Instruct". Required for "llm".
+	// Default "".
+	LLMModel string `yaml:"llm_model"`
+	// APIKey is sent as "Authorization: Bearer <key>"; "" sends none. Default "".
+	APIKey string `yaml:"api_key"`
+	// Timeout bounds one request to the LLM. Default 60s.
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxRetries is how many times a request failing with a transport error, 429 or 5xx is repeated
+	// (exponential backoff from 1s); 0 disables retries. Default 3.
+	MaxRetries int `yaml:"max_retries"`
+	// MaxTokens is the longest summary, in the LLM's tokens (the request's max_tokens; the paper: 256).
+	// Default 256.
+	MaxTokens int `yaml:"max_tokens"`
+	// Concurrency is how many LLM requests ingestion keeps in flight; documents are still written in
+	// corpus order. Default 4.
+	Concurrency int `yaml:"concurrency"`
 }
 
 // Default returns the configuration used when neither a file nor the environment says otherwise. Each
@@ -277,9 +329,12 @@ func Default() Config {
 			QueueTimeout: 200 * time.Millisecond,
 		},
 		AB: AB{
-			SplitB:    0.5,
-			Mode:      ABSplit,
-			KeyHeader: "X-ICICLE-AB-Key",
+			SplitB:                0.5,
+			Mode:                  ABSplit,
+			KeyHeader:             "X-ICICLE-AB-Key",
+			Experiment:            "icicle",
+			ImpressionLogMaxBytes: 256 << 20,
+			ImpressionBuffer:      4096,
 		},
 		Log: Log{
 			Level:  "info",
@@ -289,10 +344,17 @@ func Default() Config {
 			Enabled: true,
 			Path:    "/metrics",
 		},
+		Compressor: Compressor{
+			Kind:        CompressorExtractive,
+			Timeout:     60 * time.Second,
+			MaxRetries:  3,
+			MaxTokens:   256,
+			Concurrency: 4,
+		},
 	}
 }
 
-// Redacted returns a copy of c fit for logging: the API key and password become "REDACTED" and a
+// Redacted returns a copy of c fit for logging: the API key, password and admin token become "REDACTED" and a
 // password inside an address URL becomes "xxxxx".
 func (c Config) Redacted() Config {
 	const mask = "REDACTED"
@@ -301,6 +363,12 @@ func (c Config) Redacted() Config {
 	}
 	if c.Elasticsearch.Password != "" {
 		c.Elasticsearch.Password = mask
+	}
+	if c.Server.AdminToken != "" {
+		c.Server.AdminToken = mask
+	}
+	if c.Compressor.APIKey != "" {
+		c.Compressor.APIKey = mask
 	}
 	if c.Elasticsearch.Addresses != nil {
 		addrs := make([]string, len(c.Elasticsearch.Addresses))

@@ -127,6 +127,7 @@ func TestLoadGood(t *testing.T) {
 				Addr: "0.0.0.0:9090", ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second,
 				WriteTimeout: 10 * time.Second, ShutdownTimeout: 20 * time.Second, MaxBodyBytes: 1 << 20,
 				RequestTimeout: 1500 * time.Millisecond, ESBudgetFraction: 0.25, MaxQueryChars: 512, MaxHits: 200,
+				AdminToken: "0123456789abcdef-admin",
 			}
 			c.Elasticsearch = Elasticsearch{
 				Addresses: []string{"https://es-1.internal:9200", "https://es-2.internal:9200"},
@@ -142,10 +143,12 @@ func TestLoadGood(t *testing.T) {
 			c.Breaker = Breaker{ConsecutiveFailures: 3, Interval: 0, OpenTimeout: time.Minute, HalfOpenMaxRequests: 2}
 			c.Policy = Policy{Mode: PolicyFusion, MinCopyProb: 0.2, MinTopScore: -12.5, FusionK: 10}
 			c.Concurrency = Concurrency{MaxInflight: 4, QueueSize: 0, QueueTimeout: 100 * time.Millisecond}
-			c.AB = AB{Enabled: true, SplitB: 0.1, Mode: ABInterleave, KeyHeader: "X-Session-Id",
-				ImpressionLog: "/var/log/icicle/impressions.jsonl"}
+			c.AB = AB{Enabled: true, SplitB: 0.1, Mode: ABInterleave, KeyHeader: "X-Session-Id", Experiment: "nq-2025-q3",
+				ImpressionLog: "/var/log/icicle/impressions.jsonl", ImpressionLogMaxBytes: 0, ImpressionBuffer: 100}
 			c.Log = Log{Level: "debug", Format: "json"}
 			c.Metrics = Metrics{Enabled: false, Path: "/internal/metrics"}
+			c.Compressor = Compressor{Kind: CompressorLLM, LLMURL: "https://llm.internal/v1", LLMModel: "Qwen/Qwen2.5-14B-Instruct",
+				APIKey: "sk-test", Timeout: 2 * time.Minute, MaxRetries: 5, MaxTokens: 200, Concurrency: 16}
 		},
 		"minimal.good.yaml": func(c *Config) {
 			c.Elasticsearch.Addresses = []string{"http://elasticsearch:9200"}
@@ -185,7 +188,7 @@ func TestLoadBad(t *testing.T) {
 			"model.quantized", "model.dir", "decode", "breaker.interval",
 		},
 		"bad_values.bad.yaml": {
-			"server.addr", "server.request_timeout", "server.es_budget_fraction", "server.max_hits",
+			"server.addr", "server.request_timeout", "server.es_budget_fraction", "server.max_hits", "server.admin_token",
 			"elasticsearch.addresses[1]", "elasticsearch.api_key", "elasticsearch.cert_fingerprint",
 			"elasticsearch.index", "elasticsearch.max_retries",
 			"model.provider",
@@ -193,9 +196,11 @@ func TestLoadBad(t *testing.T) {
 			"breaker.consecutive_failures", "breaker.open_timeout",
 			"policy.mode", "policy.min_copy_prob", "policy.min_top_score",
 			"concurrency.max_inflight",
-			"ab.split_b", "ab.mode", "ab.key_header",
+			"ab.split_b", "ab.mode", "ab.key_header", "ab.experiment", "ab.impression_log_max_bytes", "ab.impression_buffer",
 			"log.level", "log.format",
 			"metrics.path",
+			"compressor.llm_url", "compressor.llm_model", "compressor.timeout", "compressor.max_retries",
+			"compressor.max_tokens", "compressor.concurrency",
 		},
 		"duplicate_key.bad.yaml": {"decode.beam_width"},
 		"two_documents.bad.yaml": nil, // not a field error: the message names the problem
@@ -331,6 +336,21 @@ func TestLoadEnv(t *testing.T) {
 				require.Empty(t, c.Elasticsearch.Addresses)
 				require.Equal(t, "x:eQ==", c.Elasticsearch.CloudID)
 			},
+		},
+		{
+			name: "llm compressor from the environment",
+			env: map[string]string{"ICICLE_COMPRESSOR_KIND": "llm", "ICICLE_COMPRESSOR_LLM_URL": "http://127.0.0.1:8000/v1",
+				"ICICLE_COMPRESSOR_LLM_MODEL": "m", "ICICLE_COMPRESSOR_API_KEY": "k", "ICICLE_COMPRESSOR_CONCURRENCY": "8"},
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, Compressor{Kind: CompressorLLM, LLMURL: "http://127.0.0.1:8000/v1", LLMModel: "m", APIKey: "k",
+					Timeout: time.Minute, MaxRetries: 3, MaxTokens: 256, Concurrency: 8}, c.Compressor)
+			},
+		},
+		{
+			name:    "llm compressor with a bad url and no model",
+			env:     map[string]string{"ICICLE_COMPRESSOR_KIND": "llm", "ICICLE_COMPRESSOR_LLM_URL": "localhost:8000"},
+			errKeys: []string{"compressor.llm_url", "compressor.llm_model"},
+			errEnvs: []string{"ICICLE_COMPRESSOR_LLM_URL", ""},
 		},
 		{
 			name:    "cloud id and explicit addresses conflict",
@@ -494,7 +514,15 @@ func TestValidate(t *testing.T) {
 			[]string{"server.read_timeout", "breaker.interval"}},
 		{"zero budget fraction", func(c *Config) { c.Server.ESBudgetFraction = 0 }, []string{"server.es_budget_fraction"}},
 		{"empty header", func(c *Config) { c.AB.KeyHeader = "" }, []string{"ab.key_header"}},
+		{"admin token with a space", func(c *Config) { c.Server.AdminToken = "0123456789 abcdef" }, []string{"server.admin_token"}},
+		{"admin token of 16 characters", func(c *Config) { c.Server.AdminToken = "0123456789abcdef" }, nil},
 		{"upper-case level", func(c *Config) { c.Log.Level = "INFO" }, []string{"log.level"}},
+		{"llm compressor without url and model", func(c *Config) { c.Compressor.Kind = CompressorLLM },
+			[]string{"compressor.llm_url", "compressor.llm_model"}},
+		{"llm compressor", func(c *Config) {
+			c.Compressor.Kind, c.Compressor.LLMURL, c.Compressor.LLMModel = CompressorLLM, "http://127.0.0.1:8000/v1", "m"
+		}, nil},
+		{"unknown compressor", func(c *Config) { c.Compressor.Kind = "abstractive" }, []string{"compressor.kind"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -526,6 +554,8 @@ func TestRedacted(t *testing.T) {
 	c := Default()
 	c.Elasticsearch.APIKey = "secret-key"
 	c.Elasticsearch.Password = "secret-pass"
+	c.Server.AdminToken = "secret-admin-token"
+	c.Compressor.APIKey = "secret-llm-key"
 	c.Elasticsearch.Addresses = []string{"https://u:secret-url@es:9200", "http://es2:9200"}
 	r := c.Redacted()
 	out := string(marshal(t, r))

@@ -36,6 +36,9 @@ func (c Config) Validate() error {
 	}
 	v.atLeast("server.max_query_chars", int64(s.MaxQueryChars), 1)
 	v.atLeast("server.max_hits", int64(s.MaxHits), 1)
+	if t := s.AdminToken; t != "" && (len(t) < 16 || strings.ContainsAny(t, " \t\r\n")) {
+		v.add("server.admin_token", "want at least 16 characters without spaces (a bearer token), got %d characters", len(t))
+	}
 
 	es := c.Elasticsearch
 	switch {
@@ -128,6 +131,11 @@ func (c Config) Validate() error {
 	if !isToken(ab.KeyHeader) {
 		v.add("ab.key_header", "want an HTTP header name such as \"X-ICICLE-AB-Key\", got %q", ab.KeyHeader)
 	}
+	if n := len(ab.Experiment); n < 1 || n > 64 {
+		v.add("ab.experiment", "want 1..64 characters, got %q", ab.Experiment)
+	}
+	v.atLeast("ab.impression_log_max_bytes", ab.ImpressionLogMaxBytes, 0)
+	v.atLeast("ab.impression_buffer", int64(ab.ImpressionBuffer), 1)
 
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, "text", "json")
@@ -135,6 +143,21 @@ func (c Config) Validate() error {
 	if !strings.HasPrefix(c.Metrics.Path, "/") {
 		v.add("metrics.path", "want a URL path starting with \"/\", got %q", c.Metrics.Path)
 	}
+
+	cp := c.Compressor
+	v.oneOf("compressor.kind", cp.Kind, CompressorExtractive, CompressorLLM)
+	if cp.LLMURL != "" || cp.Kind == CompressorLLM {
+		if u, err := url.Parse(cp.LLMURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.add("compressor.llm_url", "want the http or https base URL of an OpenAI-compatible API such as \"http://127.0.0.1:8000/v1\" (required when compressor.kind is llm), got %q", cp.LLMURL)
+		}
+	}
+	if cp.Kind == CompressorLLM && strings.TrimSpace(cp.LLMModel) == "" {
+		v.add("compressor.llm_model", "must be set when compressor.kind is llm")
+	}
+	v.positive("compressor.timeout", cp.Timeout)
+	v.atLeast("compressor.max_retries", int64(cp.MaxRetries), 0)
+	v.atLeast("compressor.max_tokens", int64(cp.MaxTokens), 1)
+	v.atLeast("compressor.concurrency", int64(cp.Concurrency), 1)
 
 	return errors.Join(v.errs...)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"slices"
 	"strconv"
@@ -32,16 +33,18 @@ type IngestResponse struct {
 	// Rejected lists records that were not accepted (malformed, missing fields, too large, duplicate
 	// docid, "seen" not a boolean), in line order.
 	Rejected []IngestRejection `json:"rejected"`
-	// SummariesComputed counts accepted documents without a summary that got the extractive one.
+	// SummariesComputed counts written or failed documents without a summary that got one from the
+	// server's compressor (Options.Compressor).
 	SummariesComputed int `json:"summaries_computed"`
 	// LinesRead is how many lines (array elements for a JSON array body) were read. It is the whole body
 	// unless Error is set.
 	LinesRead int `json:"lines_read"`
-	// Error is set only with 503: Elasticsearch became unavailable and ingestion stopped. The counts say
-	// what was done before the stop; lines after LinesRead were not read. Resending the whole body is safe:
-	// ingestion is idempotent (a document's _id derives from its docid).
+	// Error is set only with 503: Elasticsearch, or the compressor that summarises documents sent without
+	// a summary, became unavailable and ingestion stopped. The counts say what was done before the stop;
+	// lines after LinesRead were not read. Resending the whole body is safe: ingestion is idempotent (a
+	// document's _id derives from its docid).
 	Error string `json:"error,omitempty"`
-	// SummaryCompressor names the compressor of the computed summaries (compress.Name).
+	// SummaryCompressor names the compressor of the computed summaries (compress.Compressor.ID).
 	SummaryCompressor string  `json:"summary_compressor"`
 	TookMS            float64 `json:"took_ms"`
 }
@@ -68,9 +71,24 @@ type IngestRejection struct {
 // internal error text either. The original is logged.
 const reasonUnavailable = "not written: elasticsearch unavailable"
 
+// Reasons of the documents a compressor failure left unwritten (the error itself is logged).
+const (
+	reasonCompressorDown    = "not written: summary compressor unavailable"
+	reasonCompressorRefused = "not written: the summary compressor refused the document; send it with a summary"
+	reasonStopped           = "not written: ingestion stopped"
+)
+
+// compressItem is a document on its way through the compressor, with whether its summary is computed.
+type compressItem struct {
+	doc      adapter.Doc
+	computed bool
+}
+
 // ingest serves POST /v1/ingest: a BEIR corpus (JSONL or a JSON array of {docid, title, text, summary?,
 // seen?}) bulk-written into the index. Records are parsed and rejected by adapter.CorpusReader, as the
-// ingest command does; absent summaries get compress.Extractive, the compressor training uses.
+// ingest command does; absent summaries come from Options.Compressor (compress.Lead, the extractive one
+// training uses, when nil), as in the ingest command: CompressWorkers documents at a time, in order, and
+// the first failure stops the ingestion (503).
 func (s *Server) ingest(c *gin.Context) {
 	start := time.Now()
 	if s.opts.Ingester == nil {
@@ -98,14 +116,21 @@ func (s *Server) ingest(c *gin.Context) {
 		return
 	}
 
-	resp := IngestResponse{Failed: []IngestFailure{}, Rejected: []IngestRejection{}, SummaryCompressor: compress.Name}
+	comp := s.opts.Compressor
+	if comp == nil {
+		comp = compress.Lead{}
+	}
+	resp := IngestResponse{Failed: []IngestFailure{}, Rejected: []IngestRejection{}, SummaryCompressor: comp.ID()}
 	cr := adapter.NewCorpusReader(bytes.NewReader(lines), adapter.CorpusLimits{})
 	cur := lineCursor{buf: lines}
 	var (
 		seenRejected []adapter.RecordError
-		accepted     int
+		drawn        []string // docids of the accepted records, in order; read ahead of the writes by up to CompressWorkers
+		accepted     int      // how many of them went to the Ingester
 	)
-	docs := func(yield func(adapter.Doc) bool) {
+	// With CompressWorkers > 1, read runs on compress.Apply's goroutine; the handler looks at what it
+	// wrote only after Ingest has returned, when that goroutine has ended.
+	read := func(yield func(compressItem) bool) {
 		for d := range cr.All() {
 			n := cr.Lines() // the line d came from: the reader yields right after reading it
 			seen, problem := seenField(cur.line(n))
@@ -114,20 +139,31 @@ func (s *Server) ingest(c *gin.Context) {
 				continue
 			}
 			d.Seen = seen
-			if d.Summary == "" {
-				d.Summary = compress.Extractive(d.Text)
-				resp.SummariesComputed++
-			}
-			accepted++
-			if !yield(d) {
+			drawn = append(drawn, d.DocID)
+			if !yield(compressItem{doc: d}) {
 				return
 			}
 		}
 	}
-	// No deadline of our own: every bulk request has the adapter's RequestTimeout, the body is bounded by
-	// MaxBodyBytes, and the server's WriteTimeout bounds the whole exchange.
+	// No deadline of our own: every bulk request has the adapter's RequestTimeout, each compression the
+	// compressor's, the body is bounded by MaxBodyBytes, and the server's WriteTimeout bounds the exchange.
 	ctx := c.Request.Context()
+	compressed, compressErr := compress.Apply(ctx, comp, s.opts.CompressWorkers, iter.Seq[compressItem](read),
+		func(it *compressItem) (string, string, bool) { return it.doc.Title, it.doc.Text, it.doc.Summary == "" },
+		func(it *compressItem, summary string) { it.doc.Summary, it.computed = summary, true })
+	docs := func(yield func(adapter.Doc) bool) {
+		for it := range compressed {
+			accepted++
+			if it.computed {
+				resp.SummariesComputed++
+			}
+			if !yield(it.doc) {
+				return
+			}
+		}
+	}
 	rep, ingestErr := s.opts.Ingester.Ingest(ctx, docs, adapter.IngestOptions{Refresh: refresh})
+	compErr := compressErr()
 
 	resp.RequestID = requestID(c)
 	resp.Indexed, resp.Updated, resp.LinesRead = rep.Indexed, rep.Updated, cr.Lines()
@@ -139,6 +175,18 @@ func (s *Server) ingest(c *gin.Context) {
 		}
 		resp.Failed = append(resp.Failed, out)
 	}
+	// Accepted records that never reached the Ingester: the one the compressor failed on, and those read
+	// ahead of it. They were read, so they are accounted for here.
+	for i, id := range drawn[min(accepted, len(drawn)):] {
+		out := IngestFailure{DocID: id, Reason: reasonStopped, Retryable: true}
+		if i == 0 && compErr != nil {
+			out.Reason, out.Retryable = reasonCompressorDown, true
+			if !compressorRetryable(compErr) {
+				out.Reason, out.Retryable = reasonCompressorRefused, false
+			}
+		}
+		resp.Failed = append(resp.Failed, out)
+	}
 	for _, r := range append(cr.Rejected(), seenRejected...) {
 		resp.Rejected = append(resp.Rejected, IngestRejection{Line: r.Line, DocID: r.DocID, Reason: r.Reason})
 	}
@@ -146,7 +194,7 @@ func (s *Server) ingest(c *gin.Context) {
 
 	status := http.StatusOK
 	switch {
-	case ingestErr != nil && ctx.Err() != nil:
+	case (ingestErr != nil || compErr != nil) && ctx.Err() != nil:
 		s.fail(c, "ingest", fmt.Errorf("ingest: %w", ctx.Err()))
 		return
 	case errors.Is(ingestErr, adapter.ErrUnavailable):
@@ -164,6 +212,13 @@ func (s *Server) ingest(c *gin.Context) {
 		// The Ingester broke its contract; say so loudly rather than let documents vanish.
 		s.fail(c, "ingest", fmt.Errorf("ingest: report accounts for %d of %d accepted documents", rep.Total(), accepted))
 		return
+	case compErr != nil:
+		// As an Elasticsearch outage: what came before is written, the rest of the body is not read.
+		s.log.Warn("ingest stopped: summary compressor failed", "request_id", resp.RequestID, "compressor", comp.ID(),
+			"lines_read", resp.LinesRead, "indexed", resp.Indexed, "updated", resp.Updated, "failed", len(resp.Failed), "err", compErr)
+		status = http.StatusServiceUnavailable
+		resp.Error = "summary compressor unavailable: ingestion stopped; resend the whole body (ingestion is idempotent)"
+		c.Header("Retry-After", "1")
 	case len(resp.Failed) > 0 || len(resp.Rejected) > 0:
 		status = http.StatusMultiStatus
 	}
@@ -174,6 +229,17 @@ func (s *Server) ingest(c *gin.Context) {
 		"updated", resp.Updated, "failed", len(resp.Failed), "rejected", len(resp.Rejected),
 		"summaries_computed", resp.SummariesComputed, "took_ms", resp.TookMS)
 	c.JSON(status, resp)
+}
+
+// compressorRetryable reports whether a compressor's error may go away on its own (the endpoint down or
+// overloaded) rather than being its answer for this document (a 4xx, an unusable completion).
+func compressorRetryable(err error) bool {
+	var se *compress.StatusError
+	if errors.As(err, &se) {
+		return se.Code == http.StatusRequestTimeout || se.Code == http.StatusTooManyRequests || se.Code >= 500
+	}
+	var re *compress.ResponseError
+	return !errors.As(err, &re)
 }
 
 // corpusLines returns the body as JSONL for adapter.CorpusReader: a JSONL body as it is, a JSON array as

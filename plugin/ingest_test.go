@@ -3,11 +3,13 @@ package plugin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"iter"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -224,4 +226,116 @@ func docIDsOf(docs []adapter.Doc) []string {
 		out[i] = d.DocID
 	}
 	return out
+}
+
+// fakeCompressor summarises as "summary of <title>" unless compress says otherwise; it records the titles
+// it was asked for.
+type fakeCompressor struct {
+	compress func(ctx context.Context, title, text string) (string, error)
+	mu       sync.Mutex
+	titles   []string
+}
+
+func (*fakeCompressor) ID() string { return "fake-compressor-v1" }
+
+func (f *fakeCompressor) Compress(ctx context.Context, title, text string) (string, error) {
+	f.mu.Lock()
+	f.titles = append(f.titles, title)
+	f.mu.Unlock()
+	if f.compress != nil {
+		return f.compress(ctx, title, text)
+	}
+	return "summary of " + title, nil
+}
+
+func newCompressorServer(t *testing.T, ing Ingester, comp compress.Compressor, workers int) *Server {
+	t.Helper()
+	return newTestServer(t, &fakeSearcher{}, &fakeReranker{}, func(o *Options) {
+		o.Ingester, o.Compressor, o.CompressWorkers = ing, comp, workers
+	})
+}
+
+func TestIngestHandlerUsesTheCompressor(t *testing.T) {
+	for _, workers := range []int{1, 3} {
+		t.Run(fmt.Sprint("workers ", workers), func(t *testing.T) {
+			ing, comp := &fakeIngester{}, &fakeCompressor{}
+			w, resp := postIngest(t, newCompressorServer(t, ing, comp, workers), "", lineAlpha+"\n"+lineBeta+"\n"+lineGamma)
+			require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+			require.Equal(t, []adapter.Doc{
+				{DocID: "Alpha", Title: "Alpha", Text: "alpha text one two three", Summary: "given"},
+				{DocID: "Beta", Title: "Beta", Text: "  beta\ttext  words ", Summary: "summary of Beta", Seen: true},
+				{DocID: "Gamma", Title: "Gamma", Text: "gamma text", Summary: "summary of Gamma"},
+			}, ing.got, "in body order; a given summary is kept")
+			require.ElementsMatch(t, []string{"Beta", "Gamma"}, comp.titles, "only documents without a summary")
+			require.Equal(t, 2, resp.SummariesComputed)
+			require.Equal(t, "fake-compressor-v1", resp.SummaryCompressor)
+		})
+	}
+	t.Run("nil is the extractive default", func(t *testing.T) {
+		ing := &fakeIngester{}
+		_, resp := postIngest(t, newCompressorServer(t, ing, nil, 0), "", lineBeta)
+		require.Equal(t, compress.Extractive("  beta\ttext  words "), ing.got[0].Summary)
+		require.Equal(t, compress.Name, resp.SummaryCompressor)
+	})
+}
+
+// TestIngestHandlerCompressorFails: the first document the compressor fails on stops the ingestion, as
+// in the ingest command. What came before is written; that document is listed as failed (retryable
+// unless the compressor refused it for good), and so is any document read ahead of it; later lines are
+// not read. The compressor's error text stays in the log.
+func TestIngestHandlerCompressorFails(t *testing.T) {
+	lineDelta := `{"docid": "Delta", "title": "Delta", "text": "delta text"}`
+	body := lineAlpha + "\n" + lineBeta + "\n" + lineGamma + "\n" + lineDelta
+	for _, tt := range []struct {
+		name      string
+		err       error
+		workers   int
+		retryable bool
+		reason    string
+	}{
+		{"endpoint down", errors.New("post http://10.9.8.7/v1/chat/completions: connection refused"), 1, true, reasonCompressorDown},
+		{"endpoint overloaded", &compress.StatusError{Code: 503, Body: "busy"}, 1, true, reasonCompressorDown},
+		{"document refused", &compress.StatusError{Code: 400, Body: "context length exceeded at 10.9.8.7"}, 1, false, reasonCompressorRefused},
+		{"unusable answer", &compress.ResponseError{Field: "choices[0].message.content", Msg: "empty at 10.9.8.7"}, 1, false, reasonCompressorRefused},
+		{"endpoint down, documents read ahead", errors.New("connection refused at 10.9.8.7"), 3, true, reasonCompressorDown},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ing := &fakeIngester{}
+			comp := &fakeCompressor{compress: func(_ context.Context, title, _ string) (string, error) {
+				if title == "Beta" {
+					return "", tt.err
+				}
+				return "summary of " + title, nil
+			}}
+			w, resp := postIngest(t, newCompressorServer(t, ing, comp, tt.workers), "", body)
+			require.Equal(t, http.StatusServiceUnavailable, w.Code, w.Body.String())
+			require.Equal(t, "1", w.Header().Get("Retry-After"))
+			require.Contains(t, resp.Error, "summary compressor unavailable")
+			require.NotContains(t, w.Body.String(), "10.9.8.7", "internal error text stays in the log")
+			require.Equal(t, []string{"Alpha"}, docIDsOf(ing.got), "what came before the failure is written")
+			require.Equal(t, 1, resp.Indexed)
+			require.NotEmpty(t, resp.Failed)
+			require.Equal(t, IngestFailure{DocID: "Beta", Reason: tt.reason, Retryable: tt.retryable}, resp.Failed[0])
+			for _, f := range resp.Failed[1:] {
+				require.Equal(t, IngestFailure{DocID: f.DocID, Reason: reasonStopped, Retryable: true}, f, "read ahead, not sent")
+			}
+			if tt.workers <= 1 {
+				require.Equal(t, 2, resp.LinesRead, "nothing is read after the failed document")
+			}
+			require.Equal(t, resp.LinesRead, resp.Indexed+resp.Updated+len(resp.Failed)+len(resp.Rejected),
+				"every line read is accounted for: %+v", resp)
+		})
+	}
+	t.Run("client gone while compressing", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		comp := &fakeCompressor{compress: func(ctx context.Context, _, _ string) (string, error) {
+			cancel()
+			return "", ctx.Err()
+		}}
+		s := newCompressorServer(t, &fakeIngester{}, comp, 1)
+		req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/ingest", strings.NewReader(lineBeta))
+		w := httptest.NewRecorder()
+		s.Handler().ServeHTTP(w, req)
+		require.Equal(t, statusClientClosed, w.Code, w.Body.String())
+	})
 }

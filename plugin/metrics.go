@@ -10,6 +10,9 @@ type metrics struct {
 	fallbacks    *prometheus.CounterVec
 	inContext    prometheus.Histogram
 	breakerState prometheus.Gauge
+	abArms       *prometheus.CounterVec
+	interleaved  *prometheus.CounterVec
+	swaps        *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -28,7 +31,33 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Candidates in the model's prompt.", Buckets: []float64{0, 1, 3, 10, 20, 50, 100}}),
 		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{Name: "icicle_breaker_state",
 			Help: "Model circuit breaker: 0 closed, 1 half-open, 2 open."}),
+		abArms: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_ab_requests_total",
+			Help: "A/B answers of /v1/search by arm (A, B, interleaved)."}, []string{"arm"}),
+		interleaved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_ab_interleaved_results_total",
+			Help: "Results shown in interleaved answers by the team that placed them (A, B); clicks are credited offline."}, []string{"team"}),
+		swaps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_model_swaps_total",
+			Help: "Hot model swaps by result (success, failure)."}, []string{"result"}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.stage, m.routes, m.fallbacks, m.inContext, m.breakerState)
+	reg.MustRegister(m.requests, m.duration, m.stage, m.routes, m.fallbacks, m.inContext, m.breakerState,
+		m.abArms, m.interleaved, m.swaps)
 	return m
+}
+
+// watchImpressions exposes the impression log's counters, read at scrape time.
+func watchImpressions(reg prometheus.Registerer, l *ImpressionLog) {
+	counter := func(name, help string, labels prometheus.Labels, read func(ImpressionCounts) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},
+			func() float64 { return float64(read(l.Counts())) })
+	}
+	const dropped = "Impressions not written, by reason: buffer_full (the writer fell behind; never waited for), closed, write_error."
+	reg.MustRegister(
+		counter("icicle_impressions_written_total", "Impressions written to the log.", nil,
+			func(c ImpressionCounts) uint64 { return c.Written }),
+		counter("icicle_impressions_dropped_total", dropped, prometheus.Labels{"reason": "buffer_full"},
+			func(c ImpressionCounts) uint64 { return c.DroppedFull }),
+		counter("icicle_impressions_dropped_total", dropped, prometheus.Labels{"reason": "closed"},
+			func(c ImpressionCounts) uint64 { return c.DroppedClosed }),
+		counter("icicle_impressions_dropped_total", dropped, prometheus.Labels{"reason": "write_error"},
+			func(c ImpressionCounts) uint64 { return c.Failed }),
+	)
 }

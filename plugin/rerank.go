@@ -54,7 +54,8 @@ func (s *Server) rerank(c *gin.Context) {
 	s.respond(c, "rerank", start, resp)
 }
 
-// search serves POST /v1/search: BM25 over new documents by the sidecar, then the same as rerank.
+// search serves POST /v1/search: BM25 over new documents by the sidecar, then the same as rerank; or,
+// with the A/B experiment on, the request's arm (ab.go).
 func (s *Server) search(c *gin.Context) {
 	start := time.Now()
 	var req SearchRequest
@@ -68,25 +69,27 @@ func (s *Server) search(c *gin.Context) {
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.RequestTimeout)
 	defer cancel()
-	esCtx, esCancel := context.WithTimeout(ctx, time.Duration(float64(s.opts.RequestTimeout)*s.opts.ESBudgetFraction))
-	esStart := time.Now()
-	hits, err := s.es.SearchNew(esCtx, req.Query, s.opts.MaxCandidates)
-	esCancel()
-	esDur := time.Since(esStart)
-	s.metrics.stage.WithLabelValues("es").Observe(esDur.Seconds())
-	if err != nil {
-		if c.Request.Context().Err() != nil {
-			err = c.Request.Context().Err()
-		}
-		s.fail(c, "search", fmt.Errorf("search new documents: %w: %w", ErrUpstream, err))
-		return
-	}
-	resp, err := s.rank(ctx, req.Query, hits, req.Size, esDur)
+	resp, err := s.searchAB(ctx, c, req)
 	if err != nil {
 		s.fail(c, "search", err)
 		return
 	}
 	s.respond(c, "search", start, resp)
+}
+
+// searchModel is the ICICLE answer (arm B): BM25 over new documents within Elasticsearch's share of the
+// budget, then rank.
+func (s *Server) searchModel(ctx context.Context, query string, size int) (Response, error) {
+	esCtx, esCancel := context.WithTimeout(ctx, time.Duration(float64(s.opts.RequestTimeout)*s.opts.ESBudgetFraction))
+	esStart := time.Now()
+	hits, err := s.es.SearchNew(esCtx, query, s.opts.MaxCandidates)
+	esCancel()
+	esDur := time.Since(esStart)
+	s.metrics.stage.WithLabelValues("es").Observe(esDur.Seconds())
+	if err != nil {
+		return Response{}, upstreamError(ctx, "search new documents", err)
+	}
+	return s.rank(ctx, query, hits, size, esDur)
 }
 
 // readBody reads the request body within Options.MaxBodyBytes. Too large stays an *http.MaxBytesError
@@ -172,7 +175,7 @@ func hitsFromES(in []ESHit) ([]adapter.Hit, error) {
 // fails, is slow, is shed or is doubted. Only a client cancellation is returned as an error.
 func (s *Server) rank(ctx context.Context, query string, hits []adapter.Hit, size int, esDur time.Duration) (Response, error) {
 	size = min(cmp.Or(size, s.opts.Decode.BeamWidth), 100)
-	resp := Response{RequestID: "", HitsReceived: len(hits), Model: s.opts.Model.Name}
+	resp := Response{RequestID: "", HitsReceived: len(hits), Model: s.modelInfo().Name}
 	resp.Timings.ES = ms(esDur)
 	cands := hits[:min(len(hits), s.opts.MaxCandidates)]
 	resp.CandidatesTruncated = len(hits) > len(cands)

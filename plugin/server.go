@@ -10,6 +10,7 @@ import (
 	"iter"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -19,18 +20,31 @@ import (
 
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/internal/compress"
 )
 
 // Searcher is what the handlers need from Elasticsearch.
 type Searcher interface {
 	// SearchNew returns the BM25 top k over new (unseen) documents, with title and summary.
 	SearchNew(ctx context.Context, query string, k int) ([]adapter.Hit, error)
+	// SearchAll returns the BM25 top k over all documents: arm A of the A/B experiment.
+	SearchAll(ctx context.Context, query string, k int) ([]adapter.Hit, error)
 	// Resolve finds the documents of docids (titles) in one request; missing ones are absent.
 	Resolve(ctx context.Context, docids []string) (map[string]adapter.Hit, error)
 	// Check reports the cluster's version and whether the index is usable.
 	Check(ctx context.Context) (adapter.ClusterInfo, error)
 	// SeenCount counts the documents marked seen (the model's trained corpus) in the index.
 	SeenCount(ctx context.Context) (int, error)
+	// SeenDiff lists the index's seen documents and compares them with the model's seen corpus: exact
+	// counts of the docids missing on each side, with the first few of each. It reads every seen docid
+	// (seconds for 100K), so /readyz runs it in the background and shows the last result (seendiff.go).
+	SeenDiff(ctx context.Context, modelSeen []string) (adapter.SeenDiff, error)
+	// RawSearch forwards a search to /{index}/_search with the query string and body unchanged and returns
+	// Elasticsearch's status, headers and body, error statuses included; err is set only when no answer
+	// came (wrapping adapter.ErrUnavailable, or the context's error). The drop-in /{index}/_search uses it.
+	RawSearch(ctx context.Context, index string, query url.Values, body []byte) (int, http.Header, []byte, error)
+	// Index is the index Resolve reads: the _index of the parametric hits the drop-in inserts.
+	Index() string
 }
 
 // Ingester is what POST /v1/ingest needs from Elasticsearch (*adapter.Adapter satisfies it).
@@ -83,9 +97,26 @@ type Options struct {
 	MinCopyProb float64
 	MinTopScore float64
 	Model       ModelInfo
+	// SeenDiffInterval is how long /readyz reuses a seen-corpus diff (Searcher.SeenDiff) before it starts
+	// a new one in the background (default 5m; after a failure 30s at most).
+	SeenDiffInterval time.Duration
 	// Ingester serves POST /v1/ingest; nil disables the endpoint (404).
 	Ingester Ingester
-	Logger   *slog.Logger
+	// Compressor summarises the documents POST /v1/ingest receives without a summary; nil is
+	// compress.Lead, the extractive default. It must be the compressor the model's training data used.
+	Compressor compress.Compressor
+	// CompressWorkers is how many documents Compressor summarises at once (documents are still written in
+	// body order); 0 or 1 is one at a time.
+	CompressWorkers int
+	// AB is the A/B experiment on /v1/search (ab.go, docs/ab.md); the zero value is off.
+	AB ABOptions
+	// Impressions, when set, receives one line per /v1/search answer; the caller closes it after the
+	// HTTP server has drained.
+	Impressions *ImpressionLog
+	// AdminToken enables POST /v1/admin/model (hot swap; the model must be a *Swapper) for requests
+	// with "Authorization: Bearer <AdminToken>"; "" leaves the endpoint off (404).
+	AdminToken string
+	Logger     *slog.Logger
 	// Registry receives the metrics; nil creates a private one.
 	Registry *prometheus.Registry
 }
@@ -100,6 +131,7 @@ type Server struct {
 	slots   chan struct{}
 	metrics *metrics
 	router  *gin.Engine
+	seen    seenDiffState
 }
 
 // New builds the server and its routes.
@@ -111,6 +143,8 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	opts.HalfOpenMaxRequests = cmp.Or(opts.HalfOpenMaxRequests, 1)
 	opts.Policy = cmp.Or(opts.Policy, "model")
 	opts.FusionK = cmp.Or(opts.FusionK, 60)
+	opts.SeenDiffInterval = cmp.Or(opts.SeenDiffInterval, 5*time.Minute)
+	opts.AB = opts.AB.withDefaults()
 	s := &Server{es: es, model: model, opts: opts, log: opts.Logger, slots: make(chan struct{}, opts.MaxInflight+opts.QueueSize)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -120,6 +154,9 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 		reg = prometheus.NewRegistry()
 	}
 	s.metrics = newMetrics(reg)
+	if opts.Impressions != nil {
+		watchImpressions(reg, opts.Impressions)
+	}
 	s.breaker = gobreaker.NewCircuitBreaker[inference.Result](gobreaker.Settings{
 		Name:        "model",
 		MaxRequests: uint32(opts.HalfOpenMaxRequests),
@@ -142,12 +179,21 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	r.Use(s.recoverer, s.requestID)
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", s.ready)
-	r.GET("/v1/model", func(c *gin.Context) { c.JSON(http.StatusOK, s.opts.Model) })
+	r.GET("/v1/model", func(c *gin.Context) { c.JSON(http.StatusOK, s.modelInfo()) })
+	if _, swappable := model.(*Swapper); swappable && opts.AdminToken != "" {
+		r.POST("/v1/admin/model", s.adminAuth, s.adminModel)
+	}
 	r.POST("/v1/rerank", s.rerank)
 	r.POST("/v1/search", s.search)
 	r.POST("/v1/ingest", s.ingest)
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	r.GET("/openapi.yaml", serveOpenAPI)
+	// Elasticsearch's search API (dropin.go). gin matches static segments before the :index parameter, so
+	// /v1/... and the other routes keep their handlers; only <one segment>/_search reaches the drop-in.
+	r.GET("/:index/_search", s.dropin)
+	r.POST("/:index/_search", s.dropin)
 	s.router = r
+	s.refreshSeenDiff() // in the background, so the first readiness probes usually have it
 	return s
 }
 
@@ -166,12 +212,18 @@ func (s *Server) ready(c *gin.Context) {
 		c.JSON(http.StatusServiceUnavailable, gin.H{"ready": false, "elasticsearch": "unreachable or index unusable"})
 		return
 	}
-	body := gin.H{"ready": true, "model": s.opts.Model.Name, "breaker": s.breaker.State().String()}
+	model := s.modelInfo() // the current one: a hot swap changes the seen corpus
+	body := gin.H{"ready": true, "model": model.Name, "breaker": s.breaker.State().String()}
+	diffBody, diff := s.seenDiffBody(model)
+	if diffBody != nil {
+		body["seen_diff"] = diffBody
+	}
 	if n, err := s.es.SeenCount(ctx); err == nil {
-		body["index_seen"], body["model_seen"] = n, s.opts.Model.SeenDocIDs
-		body["seen_consistent"] = n == s.opts.Model.SeenDocIDs
-		if n != s.opts.Model.SeenDocIDs {
-			s.log.Warn("seen corpus differs between the index and the model", "index_seen", n, "model_seen", s.opts.Model.SeenDocIDs)
+		body["index_seen"], body["model_seen"] = n, model.SeenDocIDs
+		// Equal counts can hide different sets; the diff (at most SeenDiffInterval old) tells them apart.
+		body["seen_consistent"] = n == model.SeenDocIDs && (diff == nil || diff.Consistent())
+		if n != model.SeenDocIDs {
+			s.log.Warn("seen corpus differs between the index and the model", "index_seen", n, "model_seen", model.SeenDocIDs)
 		}
 	}
 	c.JSON(http.StatusOK, body)

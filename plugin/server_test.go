@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -20,13 +21,24 @@ import (
 // fakeSearcher is an Elasticsearch stand-in for handler tests; each method is a function field.
 type fakeSearcher struct {
 	searchNew func(ctx context.Context, q string, k int) ([]adapter.Hit, error)
+	searchAll func(ctx context.Context, q string, k int) ([]adapter.Hit, error) // nil: an error
 	resolve   func(ctx context.Context, ids []string) (map[string]adapter.Hit, error)
+	seenDiff  func(ctx context.Context, modelSeen []string) (adapter.SeenDiff, error)
+	// rawSearch answers the drop-in's forwarded search; nil: 200 with esSearchBody.
+	rawSearch func(ctx context.Context, index string, query url.Values, body []byte) (int, http.Header, []byte, error)
 	checkErr  error
 	seen      int
 }
 
 func (f *fakeSearcher) SearchNew(ctx context.Context, q string, k int) ([]adapter.Hit, error) {
 	return f.searchNew(ctx, q, k)
+}
+
+func (f *fakeSearcher) SearchAll(ctx context.Context, q string, k int) ([]adapter.Hit, error) {
+	if f.searchAll == nil {
+		return nil, errors.New("fakeSearcher: SearchAll not scripted")
+	}
+	return f.searchAll(ctx, q, k)
 }
 
 func (f *fakeSearcher) Resolve(ctx context.Context, ids []string) (map[string]adapter.Hit, error) {
@@ -45,6 +57,22 @@ func (f *fakeSearcher) Check(context.Context) (adapter.ClusterInfo, error) {
 }
 
 func (f *fakeSearcher) SeenCount(context.Context) (int, error) { return f.seen, nil }
+
+func (f *fakeSearcher) SeenDiff(ctx context.Context, modelSeen []string) (adapter.SeenDiff, error) {
+	if f.seenDiff == nil {
+		return adapter.SeenDiff{ModelSeen: len(modelSeen), MissingInIndex: modelSeen, MissingInIndexCount: len(modelSeen)}, nil
+	}
+	return f.seenDiff(ctx, modelSeen)
+}
+
+func (f *fakeSearcher) RawSearch(ctx context.Context, index string, query url.Values, body []byte) (int, http.Header, []byte, error) {
+	if f.rawSearch == nil {
+		return http.StatusOK, http.Header{"X-Elastic-Product": {"Elasticsearch"}}, []byte(esSearchBody), nil
+	}
+	return f.rawSearch(ctx, index, query, body)
+}
+
+func (f *fakeSearcher) Index() string { return "icicle-docs" }
 
 // fakeReranker scripts the model's answer.
 type fakeReranker struct {
@@ -232,6 +260,39 @@ func TestSearchElasticsearchDown(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Equal(t, "1", hdr.Get("Retry-After"))
 	require.NotContains(t, body["error"], "connection refused", "internal text stays in the log")
+}
+
+// TestSearchElasticsearchBudgetSpent: when the Elasticsearch share of the budget runs out, the adapter's
+// verdict decides the status. Retries of refused connections cut short by the deadline are an outage (503
+// with Retry-After, as the adapter reports them: ErrUnavailable without context.DeadlineExceeded); a
+// cluster that took the request and did not answer in time is a 504.
+func TestSearchElasticsearchBudgetSpent(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		err        func(ctx context.Context) error
+		wantStatus int
+		wantError  string
+	}{
+		{"retrying refused connections", func(context.Context) error {
+			return fmt.Errorf("search new: %w: 3 attempts failed before the deadline, the last: %w",
+				adapter.ErrUnavailable, errors.New("connection refused"))
+		}, http.StatusServiceUnavailable, "elasticsearch unavailable"},
+		{"no answer in time", func(ctx context.Context) error { return ctx.Err() }, http.StatusGatewayTimeout, "elasticsearch timed out"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			es := &fakeSearcher{searchNew: func(ctx context.Context, _ string, _ int) ([]adapter.Hit, error) {
+				<-ctx.Done() // the ES share of the budget
+				return nil, tt.err(ctx)
+			}}
+			s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.RequestTimeout = 100 * time.Millisecond })
+			code, body, hdr := do(t, s, "POST", "/v1/search", `{"query":"q"}`)
+			require.Equal(t, tt.wantStatus, code, body)
+			require.Equal(t, tt.wantError, body["error"])
+			if code == http.StatusServiceUnavailable {
+				require.Equal(t, "1", hdr.Get("Retry-After"))
+			}
+		})
+	}
 }
 
 func TestHealthAndMetrics(t *testing.T) {

@@ -74,6 +74,9 @@ type Result struct {
 	BM25Rank *int `json:"bm25_rank,omitempty"`
 	// Resolved is false when a parametric docid could not be found in Elasticsearch.
 	Resolved bool `json:"resolved"`
+	// Team is the A/B interleaving team that placed the result (A: BM25 over all documents, B: ICICLE);
+	// absent outside interleaving.
+	Team Team `json:"team,omitempty"`
 }
 
 // Timings are the stages of one request, in milliseconds.
@@ -103,6 +106,18 @@ type Response struct {
 	Results    []Result `json:"results"`
 	Timings    Timings  `json:"timings"`
 	Model      string   `json:"model,omitempty"`
+	// AB says which arm of the A/B experiment answered; absent when the experiment is off.
+	AB *ABInfo `json:"ab,omitempty"`
+}
+
+// ABInfo is the A/B section of a /v1/search response (docs/ab.md).
+type ABInfo struct {
+	// Arm is A (BM25 over all documents), B (ICICLE) or interleaved (each result has a team).
+	Arm Arm `json:"arm"`
+	// Experiment is ab.experiment.
+	Experiment string `json:"experiment"`
+	// KeySource is "header" (the key header was sent) or "request_id" (it was not: assigned per request).
+	KeySource string `json:"key_source"`
 }
 
 // ErrorBody is the body of every non-2xx response.

@@ -1,6 +1,7 @@
 // Command icicle is the ICICLE sidecar: it serves the reranking API next to Elasticsearch (serve),
-// loads corpora into the index (ingest), and compares the sidecar with plain BM25 on labelled queries
-// (compare). This package only wires: config -> adapter, inference, plugin.
+// loads corpora into the index (ingest), evaluates the sidecar against plain BM25 on labelled queries
+// (eval, alias compare), and loads a running sidecar with concurrent clients (load). This package only
+// wires: config -> adapter, inference, plugin.
 package main
 
 import (
@@ -26,7 +27,9 @@ const usage = `usage: icicle <command> [flags]
 commands:
   serve     run the sidecar HTTP server
   ingest    bulk-index a BEIR corpus (JSONL, optionally .gz) into Elasticsearch
-  compare   run labelled queries through BM25 and the sidecar and print a side-by-side table
+  seen      compare the index's seen documents with the model's seen_docids.txt (-list: print them)
+  eval      BM25 vs the sidecar on labelled queries, N-shot sweep, paper protocol (alias: compare)
+  load      concurrent clients against a running sidecar: throughput, latency, errors, fallbacks, RSS
 
 Run "icicle <command> -h" for the command's flags. Configuration: -config FILE (YAML), then
 ICICLE_* environment variables; see config/example.yaml.
@@ -45,8 +48,12 @@ func main() {
 		err = serve(ctx, args)
 	case "ingest":
 		err = ingest(ctx, args)
-	case "compare":
-		err = compare(ctx, args, os.Stdout)
+	case "seen":
+		err = seen(ctx, args, os.Stdout)
+	case "eval", "compare":
+		err = evaluate(ctx, args, os.Stdout)
+	case "load":
+		err = runLoad(ctx, args, os.Stdout)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

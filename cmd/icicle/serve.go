@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,15 +33,32 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	log := newLogger(cfg.Log, os.Stderr)
-	// Refuse settings this build cannot honour rather than ignore them.
-	if cfg.AB.Enabled || cfg.AB.ImpressionLog != "" {
-		return errors.New("ab.enabled / ab.impression_log: A/B arms and the impression log are not implemented in this build; leave them unset")
-	}
-
-	model, info, err := loadModel(cfg.Model, cfg.Concurrency.MaxInflight, log)
+	// POST /v1/ingest summarises documents sent without a summary as `icicle ingest` does.
+	comp, compWorkers, err := newCompressor(cfg.Compressor)
 	if err != nil {
+		return fmt.Errorf("summary compressor (compressor.kind %q): %w", cfg.Compressor.Kind, err)
+	}
+	// SIGHUP reloads model.dir (the configured directory, not one posted to /v1/admin/model since).
+	// Caught from here on, so that one sent while the model loads does not kill the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	if err := ort.Init(cfg.Model.ORTLibrary); err != nil {
+		return fmt.Errorf("init onnx runtime %q (set model.ort_library or ICICLE_ORT_LIB; scripts/ort.sh installs it): %w", cfg.Model.ORTLibrary, err)
+	}
+	// Every model, the first and those hot-swapped in later (docs/model-swap.md), opens with the same
+	// session options; the Swapper closes each after its last request.
+	open := func(dir string) (plugin.LoadedModel, error) {
+		return openModel(dir, cfg.Model, cfg.Concurrency.MaxInflight, log)
+	}
+	first, err := open(cfg.Model.Dir)
+	if err != nil {
+		_ = ort.Shutdown()
 		return err
 	}
+	info := first.Info
+	model := plugin.NewSwapper(first, open, log)
 	defer func() {
 		if err := model.Close(); err != nil {
 			log.Error("close model", "err", err)
@@ -67,9 +86,23 @@ func serve(ctx context.Context, args []string) error {
 	}
 	cancel()
 
+	var impressions *plugin.ImpressionLog
+	if path := cfg.AB.ImpressionLog; path != "" {
+		if impressions, err = plugin.OpenImpressionLog(path, plugin.ImpressionLogOptions{
+			Buffer: cfg.AB.ImpressionBuffer, MaxBytes: cfg.AB.ImpressionLogMaxBytes, Logger: log}); err != nil {
+			return err
+		}
+		// Deferred after the model's close, so it runs before it: after the HTTP server has drained.
+		defer func() {
+			if err := impressions.Close(); err != nil {
+				log.Error("close impression log", "path", path, "err", err)
+			}
+		}()
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv := plugin.New(es, model.Engine, plugin.Options{
+	srv := plugin.New(es, model, plugin.Options{
 		MaxBodyBytes: cfg.Server.MaxBodyBytes, RequestTimeout: cfg.Server.RequestTimeout,
 		ESBudgetFraction: cfg.Server.ESBudgetFraction, MaxQueryChars: cfg.Server.MaxQueryChars,
 		MaxHits: cfg.Server.MaxHits, MaxCandidates: cfg.Decode.MaxCandidates,
@@ -80,7 +113,10 @@ func serve(ctx context.Context, args []string) error {
 		HalfOpenMaxRequests: cfg.Breaker.HalfOpenMaxRequests, BreakerCountInterval: cfg.Breaker.Interval,
 		Policy: cfg.Policy.Mode, FusionK: cfg.Policy.FusionK,
 		MinCopyProb: cfg.Policy.MinCopyProb, MinTopScore: cfg.Policy.MinTopScore,
-		Model: info, Logger: log, Registry: reg, Ingester: es,
+		Model: info, Logger: log, Registry: reg, Ingester: es, Compressor: comp, CompressWorkers: compWorkers,
+		AB: plugin.ABOptions{Enabled: cfg.AB.Enabled, Mode: cfg.AB.Mode, SplitB: cfg.AB.SplitB, KeyHeader: cfg.AB.KeyHeader,
+			Experiment: cfg.AB.Experiment},
+		Impressions: impressions, AdminToken: cfg.Server.AdminToken,
 	})
 	hs := &http.Server{
 		Addr: cfg.Server.Addr, Handler: srv.Handler(),
@@ -89,11 +125,18 @@ func serve(ctx context.Context, args []string) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.ListenAndServe() }()
-	log.Info("serving", "addr", cfg.Server.Addr, "model", info.Name, "seen_docids", info.SeenDocIDs)
-	select {
-	case err := <-errc:
-		return fmt.Errorf("listen %s: %w", cfg.Server.Addr, err)
-	case <-ctx.Done():
+	log.Info("serving", "addr", cfg.Server.Addr, "model", info.Name, "seen_docids", info.SeenDocIDs,
+		"compressor", comp.ID(), "ab", cfg.AB.Enabled, "ab_mode", cfg.AB.Mode, "impression_log", cfg.AB.ImpressionLog, "admin", cfg.Server.AdminToken != "")
+	for done := false; !done; {
+		select {
+		case err := <-errc:
+			return fmt.Errorf("listen %s: %w", cfg.Server.Addr, err)
+		case <-hup:
+			log.Info("SIGHUP: reloading the model", "dir", cfg.Model.Dir)
+			_, _ = srv.SwapModel(cfg.Model.Dir) // logged and counted there; a failure keeps the old model
+		case <-ctx.Done():
+			done = true
+		}
 	}
 	log.Info("shutting down: draining requests", "timeout", cfg.Server.ShutdownTimeout)
 	sctx, scancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
@@ -104,21 +147,18 @@ func serve(ctx context.Context, args []string) error {
 	return nil
 }
 
-// loadModel initialises ONNX Runtime and opens the model directory with one session per concurrent
-// request.
-func loadModel(c config.Model, sessions int, log *slog.Logger) (*loader.Model, plugin.ModelInfo, error) {
-	if err := ort.Init(c.ORTLibrary); err != nil {
-		return nil, plugin.ModelInfo{}, fmt.Errorf("init onnx runtime %q (set model.ort_library or ICICLE_ORT_LIB; scripts/ort.sh installs it): %w", c.ORTLibrary, err)
-	}
-	m, err := loader.Open(c.Dir, loader.Options{Sessions: sessions, Quantized: c.Quantized, Logger: log,
+// openModel opens a model directory with one session per concurrent request; ONNX Runtime is
+// initialised once, before.
+func openModel(dir string, c config.Model, sessions int, log *slog.Logger) (plugin.LoadedModel, error) {
+	m, err := loader.Open(dir, loader.Options{Sessions: sessions, Quantized: c.Quantized, Logger: log,
 		Runtime: ort.Options{Threads: c.IntraOpThreads, InterOpThreads: c.InterOpThreads, Provider: c.Provider}})
 	if err != nil {
-		return nil, plugin.ModelInfo{}, err
+		return plugin.LoadedModel{}, err
 	}
 	man := m.Manifest
 	info := plugin.ModelInfo{Name: man.Name, Config: man.Config, Backbone: man.Backbone, ModelVersion: man.ModelVersion,
-		DataVersion: man.DataVersion, SeenDocIDs: len(m.Seen), Dir: c.Dir}
-	log.Info("model loaded", "name", man.Name, "file", m.File, "onnx_runtime", ort.Version(), "sessions", max(sessions, 1),
+		DataVersion: man.DataVersion, SeenDocIDs: len(m.Seen), Dir: dir}
+	log.Info("model loaded", "name", man.Name, "dir", dir, "file", m.File, "onnx_runtime", ort.Version(), "sessions", max(sessions, 1),
 		"seen_docids", len(m.Seen), "trie_nodes", m.Engine.GlobalTrie().Len())
-	return m, info, nil
+	return plugin.LoadedModel{Reranker: m.Engine, Info: info, Seen: m.Seen, Close: m.Close}, nil
 }

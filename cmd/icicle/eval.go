@@ -1,0 +1,620 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/internal/eval"
+	"github.com/icicle-search/sidecar/plugin"
+)
+
+// evalFlags are the flags of `icicle eval`.
+type evalFlags struct {
+	cfgPath, sidecar, queries, qrels, split, modelDir, corpus, out string
+	n, concurrency, size, bins, warmup                             int
+	sweep, paperShots                                              []int
+	seed                                                           uint64
+	timeout                                                        time.Duration
+}
+
+// evaluate is `icicle eval` (alias `compare`): labelled queries through arm A (Elasticsearch BM25 over all
+// documents, by the adapter) and arm B (the running sidecar's /v1/search), then the N-shot sweep (the BM25
+// top N new documents posted to /v1/rerank) and the paper's protocol (gold + N-1 random new documents, or N
+// random ones for seen-document queries, posted to /v1/rerank). It prints markdown tables and, with -out,
+// writes report.json, report.md and PNG plots. docs/evaluation.md defines every number.
+func evaluate(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
+	var f evalFlags
+	fs.StringVar(&f.cfgPath, "config", "", "YAML config file (Elasticsearch connection, model.dir)")
+	fs.StringVar(&f.sidecar, "sidecar", "http://127.0.0.1:8080", "base URL of the running sidecar")
+	fs.StringVar(&f.queries, "queries", "data/nq_qed/queries.jsonl.gz", "BEIR queries JSONL (.gz allowed): qid (or _id), query (or text), optional split")
+	fs.StringVar(&f.qrels, "qrels", "data/nq_qed/qrels.tsv", "qrels TSV: qid, docid, relevance (header line allowed)")
+	fs.StringVar(&f.split, "split", "dev", "only queries with this split value (empty: all)")
+	fs.IntVar(&f.n, "n", 100, "queries per subset: the first n seen-document and the first n new-document queries of the split, in file order")
+	fs.StringVar(&f.modelDir, "model-dir", "", "model directory whose seen_docids.txt splits queries into seen/new (default: model.dir)")
+	fs.StringVar(&f.corpus, "corpus", "data/nq_qed/corpus.jsonl.gz", "corpus JSONL whose documents not in seen_docids.txt are the paper protocol's random pool (D_new)")
+	fs.IntVar(&f.concurrency, "concurrency", 4, "requests in flight at once; keep within the sidecar's concurrency.max_inflight + queue_size or answers fall back as overloaded")
+	fs.IntVar(&f.size, "size", 10, "results asked of every arm (Hits@10 and MRR@10 need 10)")
+	fs.IntVar(&f.warmup, "warmup", 5, "queries sent through BM25 and /v1/search first and not scored (cold caches skew latency and trip the ES budget)")
+	fs.IntVar(&f.bins, "bins", 10, "equal-width bins of the calibration errors")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of the paper protocol's random documents (per query, independent of -concurrency)")
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "timeout of one request to the sidecar")
+	fs.StringVar(&f.out, "out", "", "directory to write report.json, report.md and PNG plots into (created)")
+	sweep := fs.String("sweep", "3,10,20,50,100", "N of the N-shot sweep (comma-separated; empty: none)")
+	paper := fs.String("paper-shots", "100", "N of the paper protocol (comma-separated, e.g. 3,10,20,50,100 for the appendix table; empty: none)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var err error
+	if f.sweep, err = parseInts(*sweep, 1, 100); err != nil {
+		return fmt.Errorf("-sweep: %w", err)
+	}
+	if f.paperShots, err = parseInts(*paper, 2, 100); err != nil {
+		return fmt.Errorf("-paper-shots: %w", err)
+	}
+	if f.n < 1 || f.concurrency < 1 || f.size < 1 || f.size > 100 || f.bins < 1 || f.warmup < 0 {
+		return errors.New("-n, -concurrency and -bins must be positive, -warmup not negative, -size within 1..100")
+	}
+	return runEval(ctx, f, out, os.Stderr)
+}
+
+// parseInts reads a comma-separated list of integers within lo..hi, sorted and deduplicated.
+func parseInts(s string, lo, hi int) ([]int, error) {
+	var out []int
+	for part := range strings.SplitSeq(s, ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		v, err := strconv.Atoi(part)
+		if err != nil || v < lo || v > hi {
+			return nil, fmt.Errorf("%q: want integers within %d..%d", part, lo, hi)
+		}
+		out = append(out, v)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// labelled is one query of the evaluation set.
+type labelled struct {
+	ID, Text string
+	Relevant map[string]bool
+	Subset   string
+}
+
+// evalRun holds what every phase of one evaluation shares.
+type evalRun struct {
+	f      evalFlags
+	es     *adapter.Adapter
+	client *sidecarClient
+	qs     []labelled
+	log    io.Writer
+}
+
+func runEval(ctx context.Context, f evalFlags, out, log io.Writer) error {
+	started := time.Now()
+	cfg, err := loadConfig(f.cfgPath)
+	if err != nil {
+		return err
+	}
+	dir := cmp.Or(f.modelDir, cfg.Model.Dir)
+	seen, err := readSeen(dir)
+	if err != nil {
+		return err
+	}
+	qrels, err := readQrels(f.qrels)
+	if err != nil {
+		return err
+	}
+	qs, err := readLabelled(f.queries, f.split, f.n, qrels, seen)
+	if err != nil {
+		return err
+	}
+	if len(qs) == 0 {
+		return fmt.Errorf("no labelled queries of split %q in %s", f.split, f.queries)
+	}
+	es, err := newAdapter(cfg.Elasticsearch, nil)
+	if err != nil {
+		return err
+	}
+	defer es.Close()
+	client := newSidecarClient(f.sidecar, f.timeout, f.concurrency)
+	var model plugin.ModelInfo
+	if err := client.get(ctx, "/v1/model", &model); err != nil {
+		return fmt.Errorf("sidecar %s not answering (start it with `icicle serve`): %w", f.sidecar, err)
+	}
+	r := &evalRun{f: f, es: es, client: client, qs: qs, log: log}
+	meta := eval.Meta{Queries: map[string]int{}, QueriesFile: f.queries, QrelsFile: f.qrels, Split: f.split, ModelDir: dir,
+		SeenDocIDs: len(seen), Sidecar: f.sidecar, Model: model.Name, Index: es.Index(), Concurrency: f.concurrency,
+		Seed: f.seed, Bins: f.bins, Started: started.UTC()}
+	for _, q := range qs {
+		meta.Queries[q.Subset]++
+	}
+
+	for _, q := range qs[:min(f.warmup, len(qs))] {
+		_, _ = es.SearchAll(ctx, q.Text, f.size)
+		_, _ = client.search(ctx, plugin.SearchRequest{Query: q.Text, Size: f.size})
+	}
+	var arms []eval.Arm
+	a, b := r.armsAB(ctx)
+	arms = append(arms, a, b)
+	if len(f.sweep) > 0 {
+		arms = append(arms, r.sweep(ctx)...)
+	}
+	if len(f.paperShots) > 0 {
+		pool, err := r.newPool(ctx, seen)
+		if err != nil {
+			return err
+		}
+		meta.NewDocIDs = len(pool)
+		arms = append(arms, r.paper(ctx, pool)...)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	meta.TookS = time.Since(started).Seconds()
+	rep := eval.Report{Meta: meta, Arms: arms}
+	rep.WriteMarkdown(out)
+	if f.out != "" {
+		if err := writeReport(f.out, rep); err != nil {
+			return err
+		}
+		fmt.Fprintf(log, "eval: wrote %s\n", f.out)
+	}
+	return allFailed(arms)
+}
+
+// allFailed is an error when some arm got no answer at all: the numbers would be zeros, not results.
+func allFailed(arms []eval.Arm) error {
+	for _, a := range arms {
+		s := a.Summaries[eval.SubsetAll]
+		if s.N > 0 && s.Errors == s.N {
+			first := a.Outcomes[0].Err
+			return fmt.Errorf("arm %q: every request failed (first: %s)", a.Name, first)
+		}
+	}
+	return nil
+}
+
+func writeReport(dir string, rep eval.Report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	var js, md bytes.Buffer
+	if err := rep.WriteJSON(&js); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	rep.WriteMarkdown(&md)
+	for name, b := range map[string][]byte{"report.json": js.Bytes(), "report.md": md.Bytes()} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
+	}
+	if _, err := eval.WritePlots(dir, rep); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}
+
+// armsAB runs arm A (BM25 over all documents, by the adapter) and arm B (the sidecar's /v1/search) on
+// every query. For arm B it also asks Elasticsearch for the same BM25 top hits over new documents the
+// sidecar started from, to tell whether the relevant document was among the candidates that fitted the
+// prompt (the response says how many did).
+func (r *evalRun) armsAB(ctx context.Context) (eval.Arm, eval.Arm) {
+	a := make([]eval.Outcome, len(r.qs))
+	b := make([]eval.Outcome, len(r.qs))
+	r.parallel(ctx, "A/B", func(i int) {
+		q := r.qs[i]
+		a[i] = r.outcome(q)
+		a[i].Route = eval.RouteBM25
+		start := time.Now()
+		hits, err := r.es.SearchAll(ctx, q.Text, r.f.size)
+		a[i].Latency = time.Since(start)
+		if err != nil {
+			a[i].Err, a[i].Route = err.Error(), ""
+		}
+		for _, h := range hits {
+			a[i].Ranked = append(a[i].Ranked, h.DocID)
+		}
+
+		b[i] = r.outcome(q)
+		start = time.Now()
+		resp, err := r.client.search(ctx, plugin.SearchRequest{Query: q.Text, Size: r.f.size})
+		b[i].Latency = time.Since(start)
+		if err != nil {
+			b[i].Err = err.Error()
+			return
+		}
+		r.fill(&b[i], resp)
+		if resp.RouterProb != nil {
+			var cands []adapter.Hit
+			if resp.HitsReceived > 0 {
+				if cands, err = r.es.SearchNew(ctx, q.Text, min(resp.HitsReceived, adapter.MaxK)); err != nil {
+					b[i].Err = "context check: " + err.Error()
+					return
+				}
+			}
+			b[i].InContext = inContext(cands, resp.CandidatesInContext, q.Relevant)
+		}
+	})
+	return eval.NewArm("A: BM25 all docs", eval.ProtocolBM25All, 0, a, r.f.bins),
+		eval.NewArm("B: sidecar /v1/search", eval.ProtocolSearch, 0, b, r.f.bins)
+}
+
+// sweep posts the BM25 top N new documents of every query to /v1/rerank, for each N of -sweep. The top
+// max(N) is fetched once per query; a smaller N is its prefix.
+func (r *evalRun) sweep(ctx context.Context) []eval.Arm {
+	maxN := slices.Max(r.f.sweep)
+	top := make([][]adapter.Hit, len(r.qs))
+	errs := make([]error, len(r.qs))
+	r.parallel(ctx, "BM25 top N over new documents", func(i int) {
+		top[i], errs[i] = r.es.SearchNew(ctx, r.qs[i].Text, maxN)
+	})
+	var arms []eval.Arm
+	for _, n := range r.f.sweep {
+		outs := make([]eval.Outcome, len(r.qs))
+		r.parallel(ctx, fmt.Sprintf("sweep N=%d", n), func(i int) {
+			if errs[i] != nil {
+				outs[i] = r.outcome(r.qs[i])
+				outs[i].Err = errs[i].Error()
+				return
+			}
+			outs[i] = r.rerank(ctx, r.qs[i], top[i][:min(n, len(top[i]))])
+		})
+		arms = append(arms, eval.NewArm(fmt.Sprintf("top %d", n), eval.ProtocolTopN, n, outs, r.f.bins))
+	}
+	return arms
+}
+
+// newPool returns the stored documents of the corpus that are not in the seen corpus: D_new, the paper
+// protocol's random documents, with the titles and summaries the index holds.
+func (r *evalRun) newPool(ctx context.Context, seen map[string]bool) ([]adapter.Hit, error) {
+	cr, err := adapter.OpenCorpus(r.f.corpus, adapter.CorpusLimits{})
+	if err != nil {
+		return nil, fmt.Errorf("paper protocol pool: %w", err)
+	}
+	defer cr.Close()
+	var ids []string
+	for d := range cr.All() {
+		if !seen[d.DocID] {
+			ids = append(ids, d.DocID)
+		}
+	}
+	if err := cr.Err(); err != nil {
+		return nil, fmt.Errorf("paper protocol pool: %w", err)
+	}
+	var pool []adapter.Hit
+	for chunk := range slices.Chunk(ids, 500) {
+		found, err := r.es.Resolve(ctx, chunk)
+		if err != nil {
+			return nil, fmt.Errorf("paper protocol pool: %w", err)
+		}
+		for _, d := range chunk {
+			if h, ok := found[d]; ok {
+				pool = append(pool, h)
+			}
+		}
+	}
+	if len(pool) < slices.Max(r.f.paperShots)+1 {
+		return nil, fmt.Errorf("paper protocol pool: %d of the corpus's %d new documents are in index %s; ingest %s first",
+			len(pool), len(ids), r.es.Index(), r.f.corpus)
+	}
+	fmt.Fprintf(r.log, "eval: paper protocol pool: %d new documents (of %d in %s)\n", len(pool), len(ids), r.f.corpus)
+	return pool, nil
+}
+
+// paper runs the paper's protocol for each N of -paper-shots (eval.PaperContext): a new-document query
+// gets its gold document at a random position among N-1 random documents of the pool; a seen-document
+// query gets N random documents (all-noise). The draws depend only on -seed and the query id.
+func (r *evalRun) paper(ctx context.Context, pool []adapter.Hit) []eval.Arm {
+	index := make(map[string]int, len(pool))
+	for i, h := range pool {
+		index[h.DocID] = i
+	}
+	var arms []eval.Arm
+	for _, n := range r.f.paperShots {
+		outs := make([]eval.Outcome, len(r.qs))
+		r.parallel(ctx, fmt.Sprintf("paper N=%d", n), func(i int) {
+			q := r.qs[i]
+			gold := -1
+			if q.Subset == eval.SubsetNew {
+				// The first relevant document in the pool, in docid order (nq_qed has one per query).
+				for _, d := range sortedKeys(q.Relevant) {
+					if j, ok := index[d]; ok {
+						gold = j
+						break
+					}
+				}
+				if gold < 0 {
+					outs[i] = r.outcome(q)
+					outs[i].Err = "paper protocol: no relevant document of the query is in the index"
+					return
+				}
+			}
+			picks := eval.PaperContext(q.ID, r.f.seed, n, len(pool), gold, func(j int) bool { return q.Relevant[pool[j].DocID] })
+			hits := make([]adapter.Hit, len(picks))
+			for k, j := range picks {
+				hits[k] = pool[j]
+			}
+			outs[i] = r.rerank(ctx, q, hits)
+		})
+		arms = append(arms, eval.NewArm(fmt.Sprintf("paper %d", n), eval.ProtocolPaper, n, outs, r.f.bins))
+	}
+	return arms
+}
+
+// rerank posts hits to /v1/rerank as Elasticsearch hits and scores the answer.
+func (r *evalRun) rerank(ctx context.Context, q labelled, hits []adapter.Hit) eval.Outcome {
+	o := r.outcome(q)
+	req := plugin.RerankRequest{Query: q.Text, Size: r.f.size, Hits: make([]plugin.ESHit, len(hits))}
+	for i, h := range hits {
+		src := plugin.HitSource{Title: &h.Title, DocID: &h.DocID}
+		if h.Summary != "" {
+			src.Summary = &h.Summary
+		}
+		raw, _ := json.Marshal(src) // strings only: cannot fail
+		req.Hits[i] = plugin.ESHit{ID: h.ID, Score: &h.Score, Source: raw}
+	}
+	start := time.Now()
+	resp, err := r.client.rerank(ctx, req)
+	o.Latency = time.Since(start)
+	if err != nil {
+		o.Err = err.Error()
+		return o
+	}
+	r.fill(&o, resp)
+	if resp.RouterProb != nil {
+		o.InContext = inContext(hits, resp.CandidatesInContext, q.Relevant)
+	}
+	return o
+}
+
+// outcome starts q's outcome.
+func (r *evalRun) outcome(q labelled) eval.Outcome {
+	return eval.Outcome{QueryID: q.ID, Relevant: q.Relevant, Subset: q.Subset}
+}
+
+// fill copies a sidecar response into o.
+func (r *evalRun) fill(o *eval.Outcome, resp plugin.Response) {
+	for j, res := range resp.Results {
+		o.Ranked = append(o.Ranked, res.DocID)
+		if j == 0 {
+			o.Route = string(res.Provenance)
+		}
+	}
+	o.Fallback = resp.Mode == plugin.ModeBM25Fallback
+	o.FallbackReason = resp.FallbackReason
+	o.RouterProb = resp.RouterProb
+}
+
+// inContext says whether a relevant document is among the first n hits (those that fitted the prompt).
+func inContext(hits []adapter.Hit, n int, relevant map[string]bool) *bool {
+	in := false
+	for _, h := range hits[:min(n, len(hits))] {
+		in = in || relevant[h.DocID]
+	}
+	return &in
+}
+
+// parallel runs fn for every query index on -concurrency workers and reports the phase's time.
+func (r *evalRun) parallel(ctx context.Context, phase string, fn func(i int)) {
+	start := time.Now()
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range r.f.concurrency {
+		wg.Go(func() {
+			for i := range next {
+				fn(i)
+			}
+		})
+	}
+	for i := range r.qs {
+		if ctx.Err() != nil {
+			break
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	fmt.Fprintf(r.log, "eval: %-32s %4d queries %6.1f s\n", phase, len(r.qs), time.Since(start).Seconds())
+}
+
+// sidecarClient speaks to the running sidecar.
+type sidecarClient struct {
+	base string
+	http *http.Client
+}
+
+func newSidecarClient(base string, timeout time.Duration, conns int) *sidecarClient {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = conns
+	return &sidecarClient{base: strings.TrimRight(base, "/"), http: &http.Client{Timeout: timeout, Transport: tr}}
+}
+
+// search posts to /v1/search. An answer from an A/B arm other than B (the sidecar's own A/B experiment
+// is on) is an error: it is not the ICICLE answer this arm measures.
+func (c *sidecarClient) search(ctx context.Context, req plugin.SearchRequest) (plugin.Response, error) {
+	var out struct {
+		plugin.Response
+		// AB is read here rather than from plugin.Response so that this check does not depend on the
+		// experiment's wire types.
+		AB *struct {
+			Arm string `json:"arm"`
+		} `json:"ab"`
+	}
+	if err := c.post(ctx, "/v1/search", req, &out); err != nil {
+		return plugin.Response{}, err
+	}
+	if out.AB != nil && out.AB.Arm != "B" {
+		return plugin.Response{}, fmt.Errorf("POST /v1/search: answered by A/B arm %q, not B: evaluate a sidecar with ab.enabled off", out.AB.Arm)
+	}
+	return out.Response, nil
+}
+
+func (c *sidecarClient) rerank(ctx context.Context, req plugin.RerankRequest) (plugin.Response, error) {
+	var out plugin.Response
+	err := c.post(ctx, "/v1/rerank", req, &out)
+	return out, err
+}
+
+func (c *sidecarClient) post(ctx context.Context, path string, body, out any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return c.do(req, out)
+}
+
+func (c *sidecarClient) get(ctx context.Context, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return err
+	}
+	return c.do(req, out)
+}
+
+// do sends req and decodes a 200 answer into out; any other status is an error naming it and the
+// sidecar's error text.
+func (c *sidecarClient) do(req *http.Request, out any) error {
+	res, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(res.Body, 16<<20))
+	if err != nil {
+		return err
+	}
+	if res.StatusCode != http.StatusOK {
+		var e plugin.ErrorBody
+		_ = json.Unmarshal(raw, &e)
+		return fmt.Errorf("%s %s: status %d: %s", req.Method, req.URL.Path, res.StatusCode, cmp.Or(e.Error, strings.TrimSpace(string(raw))))
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("%s %s: decode response: %w", req.Method, req.URL.Path, err)
+	}
+	return nil
+}
+
+// openMaybeGzip opens path, gunzipping a .gz file.
+func openMaybeGzip(path string) (io.ReadCloser, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasSuffix(path, ".gz") {
+		return f, nil
+	}
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{zr, f}, nil
+}
+
+// readLabelled reads the queries of split that have relevance labels, the first n whose relevant
+// document is seen and the first n whose relevant documents are all new, in file order. A query with
+// any seen relevant document is a seen-document query.
+func readLabelled(path, split string, n int, qrels map[string]map[string]bool, seen map[string]bool) ([]labelled, error) {
+	rc, err := openMaybeGzip(path)
+	if err != nil {
+		return nil, fmt.Errorf("read queries: %w", err)
+	}
+	defer rc.Close()
+	var out []labelled
+	count := map[string]int{}
+	sc := bufio.NewScanner(rc)
+	sc.Buffer(make([]byte, 1<<16), 1<<22)
+	for line := 1; sc.Scan() && (count[eval.SubsetSeen] < n || count[eval.SubsetNew] < n); line++ {
+		var q struct {
+			Qid   string `json:"qid"`
+			ID    string `json:"_id"`
+			Query string `json:"query"`
+			Text  string `json:"text"`
+			Split string `json:"split"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &q); err != nil {
+			return nil, fmt.Errorf("read queries: %s:%d: %w", path, line, err)
+		}
+		id, text := cmp.Or(q.Qid, q.ID), cmp.Or(q.Query, q.Text)
+		if split != "" && q.Split != split || len(qrels[id]) == 0 || strings.TrimSpace(text) == "" {
+			continue
+		}
+		sub := eval.SubsetNew
+		for d := range qrels[id] {
+			if seen[d] {
+				sub = eval.SubsetSeen
+			}
+		}
+		if count[sub] < n {
+			count[sub]++
+			out = append(out, labelled{ID: id, Text: text, Relevant: qrels[id], Subset: sub})
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read queries: %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// readQrels reads a BEIR qrels TSV (qid, docid, relevance; an optional header) into the relevant docids
+// of each query; relevance 0 is not relevant.
+func readQrels(path string) (map[string]map[string]bool, error) {
+	rc, err := openMaybeGzip(path)
+	if err != nil {
+		return nil, fmt.Errorf("read qrels: %w", err)
+	}
+	defer rc.Close()
+	out := make(map[string]map[string]bool)
+	sc := bufio.NewScanner(rc)
+	for line := 1; sc.Scan(); line++ {
+		f := strings.Split(sc.Text(), "\t")
+		if len(f) < 3 || line == 1 && f[0] == "qid" || strings.TrimSpace(f[2]) == "0" {
+			continue
+		}
+		if out[f[0]] == nil {
+			out[f[0]] = make(map[string]bool)
+		}
+		out[f[0]][f[1]] = true
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read qrels: %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// sortedKeys returns a set's keys in order, for deterministic choices.
+func sortedKeys(m map[string]bool) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

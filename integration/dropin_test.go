@@ -1,0 +1,173 @@
+//go:build integration && ort && tokenizers
+
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/elastic/go-elasticsearch/v8"
+	"github.com/stretchr/testify/require"
+
+	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/plugin"
+)
+
+// dropinResponse is the part of an Elasticsearch search response the tests read, plus the sidecar's additions.
+type dropinResponse struct {
+	Took     *int            `json:"took"`
+	TimedOut *bool           `json:"timed_out"`
+	Shards   json.RawMessage `json:"_shards"`
+	Hits     struct {
+		Total struct {
+			Value int `json:"value"`
+		} `json:"total"`
+		Hits []struct {
+			Index  string            `json:"_index"`
+			ID     string            `json:"_id"`
+			Score  *float64          `json:"_score"`
+			Source map[string]any    `json:"_source"`
+			Icicle *plugin.DropinHit `json:"_icicle"`
+		} `json:"hits"`
+	} `json:"hits"`
+	Aggregations json.RawMessage    `json:"aggregations"`
+	Icicle       *plugin.DropinInfo `json:"icicle"`
+	Error        json.RawMessage    `json:"error"`
+	Status       int                `json:"status"`
+}
+
+func postRaw(t *testing.T, url, body string) (int, http.Header, []byte) {
+	t.Helper()
+	res, err := http.Post(url, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, res.Header, b
+}
+
+func TestDropin(t *testing.T) {
+	s := newStack(t, 300)
+	esURL := os.Getenv("ICICLE_ES_URL")
+	index := s.es.Index()
+	query := "who appoints the chair of the federal reserve system"
+	match := `{"query":{"match":{"text":"` + query + `"}},"size":10}`
+
+	t.Run("match query is reranked in Elasticsearch's shape", func(t *testing.T) {
+		code, hdr, b := postRaw(t, s.url+"/"+index+"/_search", match)
+		require.Equal(t, http.StatusOK, code, string(b))
+		require.Equal(t, "Elasticsearch", hdr.Get("X-Elastic-Product"))
+		var resp dropinResponse
+		require.NoError(t, json.Unmarshal(b, &resp))
+		require.NotNil(t, resp.Took)
+		require.NotNil(t, resp.TimedOut)
+		require.NotEmpty(t, resp.Shards)
+		require.Positive(t, resp.Hits.Total.Value)
+
+		ic := resp.Icicle
+		require.NotNil(t, ic)
+		require.Equal(t, plugin.ModeReranked, ic.Mode, ic.Reason)
+		require.Equal(t, "query.match.text", ic.QueryFrom)
+		require.Equal(t, 10, ic.HitsReceived)
+		require.Positive(t, ic.CandidatesInContext)
+		require.NotNil(t, ic.RouterProb)
+		require.Positive(t, ic.Timings.Model)
+
+		// The same query straight to Elasticsearch: the hits the drop-in started from.
+		_, _, direct := postRaw(t, esURL+"/"+index+"/_search", match)
+		var es dropinResponse
+		require.NoError(t, json.Unmarshal(direct, &es))
+		esRank := make(map[string]int)
+		for i, h := range es.Hits.Hits {
+			esRank[h.ID] = i + 1
+		}
+		require.Len(t, resp.Hits.Hits, len(es.Hits.Hits), "the page keeps Elasticsearch's size")
+		ids := make([]string, 0, len(resp.Hits.Hits))
+		for i, h := range resp.Hits.Hits {
+			require.NotNil(t, h.Icicle, "hit %d has _icicle", i)
+			require.Equal(t, index, h.Index)
+			require.NotContains(t, ids, h.ID, "no hit twice")
+			ids = append(ids, h.ID)
+			docid, _ := h.Source["docid"].(string)
+			require.Equal(t, adapter.DocumentID(docid), h.ID)
+			switch h.Icicle.Provenance {
+			case plugin.FromCopy, plugin.FromBM25:
+				require.NotNil(t, h.Icicle.BM25Rank)
+				require.Equal(t, esRank[h.ID], *h.Icicle.BM25Rank, "bm25_rank is the hit's place in Elasticsearch's answer")
+				require.NotNil(t, h.Score, "Elasticsearch's _score is kept")
+			case plugin.FromParametric:
+				if h.Icicle.BM25Rank == nil {
+					require.Nil(t, h.Score, "an inserted document has no Elasticsearch score")
+					require.Contains(t, s.seen, docid, "a parametric docid belongs to the seen corpus")
+				}
+			default:
+				t.Fatalf("hit %d: provenance %q", i, h.Icicle.Provenance)
+			}
+		}
+	})
+
+	t.Run("ext.icicle.query is used and stripped", func(t *testing.T) {
+		body := `{"query":{"bool":{"should":[{"match":{"title":"federal"}},{"match":{"text":"reserve"}}]}},"ext":{"icicle":{"query":"` + query + `"}}}`
+		code, _, b := postRaw(t, s.url+"/"+index+"/_search", body)
+		require.Equal(t, http.StatusOK, code, "Elasticsearch never sees ext.icicle: %s", b)
+		var resp dropinResponse
+		require.NoError(t, json.Unmarshal(b, &resp))
+		require.Equal(t, plugin.ModeReranked, resp.Icicle.Mode)
+		require.Equal(t, "ext.icicle.query", resp.Icicle.QueryFrom)
+	})
+
+	t.Run("an aggregation-only body passes through", func(t *testing.T) {
+		body := `{"size":0,"aggs":{"seen":{"terms":{"field":"seen"}}}}`
+		code, _, b := postRaw(t, s.url+"/"+index+"/_search", body)
+		require.Equal(t, http.StatusOK, code, string(b))
+		var resp dropinResponse
+		require.NoError(t, json.Unmarshal(b, &resp))
+		require.Equal(t, plugin.ModePassthrough, resp.Icicle.Mode)
+		require.Equal(t, plugin.ReasonAggregationsOnly, resp.Icicle.Reason)
+		require.Empty(t, resp.Hits.Hits)
+		_, _, direct := postRaw(t, esURL+"/"+index+"/_search", body)
+		var es dropinResponse
+		require.NoError(t, json.Unmarshal(direct, &es))
+		require.JSONEq(t, string(es.Aggregations), string(resp.Aggregations), "Elasticsearch's aggregations unchanged")
+	})
+
+	t.Run("Elasticsearch's errors pass through", func(t *testing.T) {
+		for _, tc := range []struct {
+			name, path, body, errType string
+			status                    int
+		}{
+			{"bad query", "/" + index + "/_search", `{"query":{"matc":{"text":"x"}}}`, "parsing_exception", 400},
+			{"unknown index", "/icicle-no-such-index/_search", match, "index_not_found_exception", 404},
+		} {
+			code, hdr, b := postRaw(t, s.url+tc.path, tc.body)
+			require.Equal(t, tc.status, code, tc.name)
+			require.Equal(t, "Elasticsearch", hdr.Get("X-Elastic-Product"))
+			var resp dropinResponse
+			require.NoError(t, json.Unmarshal(b, &resp))
+			require.Nil(t, resp.Icicle, "an error is Elasticsearch's alone")
+			require.Equal(t, tc.status, resp.Status)
+			require.Contains(t, string(resp.Error), tc.errType)
+			_, _, direct := postRaw(t, esURL+tc.path, tc.body)
+			require.JSONEq(t, string(direct), string(b), "%s: byte for byte what Elasticsearch said", tc.name)
+		}
+	})
+
+	t.Run("the official Go client works against the sidecar", func(t *testing.T) {
+		client, err := elasticsearch.NewClient(elasticsearch.Config{Addresses: []string{s.url}})
+		require.NoError(t, err)
+		res, err := client.Search(client.Search.WithIndex(index), client.Search.WithBody(bytes.NewReader([]byte(match))))
+		require.NoError(t, err, "the client's product check accepts the sidecar")
+		defer res.Body.Close()
+		require.False(t, res.IsError(), res.String())
+		var resp dropinResponse
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&resp))
+		require.True(t, slices.Contains([]plugin.Mode{plugin.ModeReranked, plugin.ModeBM25Fallback}, resp.Icicle.Mode))
+		require.NotEmpty(t, resp.Hits.Hits)
+	})
+}

@@ -1,0 +1,311 @@
+package plugin
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/inference"
+)
+
+// esSearchBody is Elasticsearch's answer with threeHits (Gamma has no summary), as the fake's RawSearch
+// returns it by default.
+const esSearchBody = `{"took":3,"timed_out":false,"_shards":{"total":1,"successful":1,"skipped":0,"failed":0},
+"hits":{"total":{"value":3,"relation":"eq"},"max_score":3,"hits":[
+{"_index":"icicle-docs","_id":"1","_score":3,"_source":{"docid":"Alpha","title":"Alpha","summary":"a"},"highlight":{"title":["<em>Alpha</em>"]}},
+{"_index":"icicle-docs","_id":"2","_score":2,"_source":{"docid":"Beta","title":"Beta","summary":"b"}},
+{"_index":"icicle-docs","_id":"3","_score":1,"_source":{"docid":"Gamma","title":"Gamma"}}]}}`
+
+// esBadQuery is Elasticsearch 8.14's answer to an unknown query type.
+const esBadQuery = `{"error":{"root_cause":[{"type":"parsing_exception","reason":"unknown query [matc] did you mean [match]?","line":1,"col":18}],"type":"parsing_exception","reason":"unknown query [matc] did you mean [match]?","line":1,"col":18},"status":400}`
+
+func TestPlanDropin(t *testing.T) {
+	tests := []struct {
+		name, params, body  string
+		query, from, reason string
+		forwarded           string // the body sent on; empty means the request's own
+		errField            string
+	}{
+		{name: "match, string", body: `{"query":{"match":{"title":"who sang"}}}`, query: "who sang", from: "query.match.title"},
+		{name: "match, options", body: `{"query":{"match":{"text":{"query":"who sang","operator":"and"}}},"size":20}`, query: "who sang", from: "query.match.text"},
+		{name: "match_phrase", body: `{"query":{"match_phrase":{"title":"the office"}}}`, query: "the office", from: "query.match_phrase.title"},
+		{name: "multi_match", body: `{"query":{"multi_match":{"query":"fed chair","fields":["title","text"]}}}`, query: "fed chair", from: "query.multi_match"},
+		{name: "bool with one must and a filter", body: `{"query":{"bool":{"must":[{"match":{"text":"fed chair"}}],"filter":[{"term":{"seen":false}}]}}}`,
+			query: "fed chair", from: "query.bool.must.match.text"},
+		{name: "bool must as an object", body: `{"query":{"bool":{"must":{"multi_match":{"query":"q"}},"must_not":{"term":{"x":1}}}}}`, query: "q", from: "query.bool.must.multi_match"},
+		{name: "score sort is no sort", body: `{"query":{"match":{"title":"q"}},"sort":["_score",{"_score":{"order":"desc"}}]}`, query: "q", from: "query.match.title"},
+		{name: "ext.icicle.query wins and is stripped", body: `{"query":{"match_all":{}},"ext":{"icicle":{"query":"fed chair"}}}`,
+			query: "fed chair", from: "ext.icicle.query", forwarded: `{"query":{"match_all":{}}}`},
+		{name: "other ext sections stay", body: `{"query":{"match":{"title":"x"}},"ext":{"icicle":{"query":"y"},"other":{"a":1}}}`,
+			query: "y", from: "ext.icicle.query", forwarded: `{"ext":{"other":{"a":1}},"query":{"match":{"title":"x"}}}`},
+		{name: "ext.icicle not a string", body: `{"ext":{"icicle":{"query":5}}}`, errField: "ext.icicle.query"},
+		{name: "ext.icicle unknown key", body: `{"ext":{"icicle":{"querry":"x"}}}`, errField: "ext.icicle"},
+		{name: "ext.icicle empty query", body: `{"ext":{"icicle":{"query":" "}}}`, errField: "ext.icicle.query"},
+		{name: "scroll", params: "scroll=1m", body: `{"query":{"match":{"title":"q"}}}`, reason: ReasonScroll},
+		{name: "from in the body", body: `{"query":{"match":{"title":"q"}},"from":10}`, reason: ReasonPaginated},
+		{name: "from in the query string", params: "from=5", body: `{"query":{"match":{"title":"q"}}}`, reason: ReasonPaginated},
+		{name: "from zero is the first page", body: `{"query":{"match":{"title":"q"}},"from":0}`, query: "q", from: "query.match.title"},
+		{name: "search_after", body: `{"query":{"match":{"title":"q"}},"search_after":[1]}`, reason: ReasonPaginated},
+		{name: "field sort", body: `{"query":{"match":{"title":"q"}},"sort":[{"ingested_at":"desc"}]}`, reason: ReasonSorted},
+		{name: "ascending score", body: `{"query":{"match":{"title":"q"}},"sort":{"_score":"asc"}}`, reason: ReasonSorted},
+		{name: "sort parameter", params: "sort=title.keyword:asc", body: `{"query":{"match":{"title":"q"}}}`, reason: ReasonSorted},
+		{name: "aggregations only", body: `{"size":0,"aggs":{"seen":{"terms":{"field":"seen"}}}}`, reason: ReasonAggregationsOnly},
+		{name: "size zero", params: "size=0", body: `{"query":{"match":{"title":"q"}}}`, reason: ReasonSizeZero},
+		{name: "no body", params: "q=title:alpha", reason: ReasonNoQueryText},
+		{name: "match_all", body: `{"query":{"match_all":{}}}`, reason: ReasonNoQueryText},
+		{name: "bool with should", body: `{"query":{"bool":{"must":{"match":{"title":"q"}},"should":{"match":{"text":"r"}}}}}`, reason: ReasonNoQueryText},
+		{name: "bool with two musts", body: `{"query":{"bool":{"must":[{"match":{"title":"q"}},{"match":{"text":"r"}}]}}}`, reason: ReasonNoQueryText},
+		{name: "match on two fields", body: `{"query":{"match":{"title":"q","text":"r"}}}`, reason: ReasonNoQueryText},
+		{name: "numeric match", body: `{"query":{"match":{"year":2024}}}`, reason: ReasonNoQueryText},
+		{name: "query_string", body: `{"query":{"query_string":{"query":"title:q"}}}`, reason: ReasonNoQueryText},
+		{name: "not JSON", body: `{"query":`, reason: ReasonNoQueryText},
+		{name: "too long", body: `{"query":{"match":{"title":"` + strings.Repeat("x", 101) + `"}}}`, from: "query.match.title", reason: ReasonQueryTooLong},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			params, err := url.ParseQuery(tt.params)
+			require.NoError(t, err)
+			p, err := planDropin(params, []byte(tt.body), 100)
+			if tt.errField != "" {
+				var in *InputError
+				require.ErrorAs(t, err, &in)
+				require.Equal(t, tt.errField, in.Field)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.reason, p.reason)
+			require.Equal(t, tt.query, p.query)
+			require.Equal(t, tt.from, p.from)
+			if tt.forwarded == "" {
+				require.Equal(t, tt.body, string(p.body), "forwarded byte for byte")
+			} else {
+				require.JSONEq(t, tt.forwarded, string(p.body))
+			}
+		})
+	}
+}
+
+// recordingES returns a fakeSearcher whose RawSearch records what it was sent and answers status, body.
+func recordingES(status int, body string, got *[]string) *fakeSearcher {
+	return &fakeSearcher{rawSearch: func(_ context.Context, index string, q url.Values, b []byte) (int, http.Header, []byte, error) {
+		*got = append(*got, index, q.Encode(), string(b))
+		return status, http.Header{"X-Elastic-Product": {"Elasticsearch"}, "Content-Type": {"application/json"}}, []byte(body), nil
+	}}
+}
+
+// hitOrder lists "docid/provenance" of hits.hits ("docid/-" for a hit without _icicle).
+func hitOrder(t *testing.T, body map[string]any) []string {
+	t.Helper()
+	var out []string
+	for _, h := range body["hits"].(map[string]any)["hits"].([]any) {
+		h := h.(map[string]any)
+		prov := "-"
+		if ic, ok := h["_icicle"].(map[string]any); ok {
+			prov = ic["provenance"].(string)
+		}
+		out = append(out, fmt.Sprintf("%s/%s", h["_source"].(map[string]any)["docid"], prov))
+	}
+	return out
+}
+
+func TestDropinReranks(t *testing.T) {
+	var sent []string
+	es := recordingES(200, esSearchBody, &sent)
+	s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, nil)
+	body := `{"query":{"match":{"title":"who sang"}},"_source":["docid","title","summary"],"ext":{"icicle":{"query":"who sang it"}}}`
+	code, out, hdr := do(t, s, "POST", "/my-alias/_search?typed_keys=true", body)
+	require.Equal(t, http.StatusOK, code, out)
+	require.Equal(t, []string{"my-alias", "typed_keys=true"}, sent[:2], "index and query string forwarded")
+	require.JSONEq(t, `{"query":{"match":{"title":"who sang"}},"_source":["docid","title","summary"]}`, sent[2], "ext.icicle stripped")
+	require.Equal(t, "Elasticsearch", hdr.Get("X-Elastic-Product"), "Elasticsearch clients check it")
+
+	require.EqualValues(t, 3, out["took"], "Elasticsearch's fields stay")
+	require.Contains(t, out, "_shards")
+	require.EqualValues(t, 3, out["hits"].(map[string]any)["total"].(map[string]any)["value"])
+	// Beta copied, Seen Doc from memory (inserted), then Elasticsearch's order fills the page of 3.
+	require.Equal(t, []string{"Beta/copy", "Seen Doc/parametric", "Alpha/bm25"}, hitOrder(t, out))
+	hits := out["hits"].(map[string]any)["hits"].([]any)
+	beta, seen, alpha := hits[0].(map[string]any), hits[1].(map[string]any), hits[2].(map[string]any)
+	require.Equal(t, "2", beta["_id"])
+	require.EqualValues(t, 2, beta["_score"], "Elasticsearch's score is kept")
+	require.EqualValues(t, 2, beta["_icicle"].(map[string]any)["bm25_rank"])
+	require.InDelta(t, -0.1, beta["_icicle"].(map[string]any)["score"], 1e-9)
+	require.Equal(t, "icicle-docs", seen["_index"])
+	require.Equal(t, "es-Seen Doc", seen["_id"])
+	require.Nil(t, seen["_score"])
+	require.Equal(t, "stored Seen Doc", seen["_source"].(map[string]any)["summary"])
+	require.NotContains(t, seen["_icicle"], "bm25_rank")
+	require.Contains(t, alpha, "highlight", "a hit keeps every field Elasticsearch gave it")
+
+	ic := out["icicle"].(map[string]any)
+	require.Equal(t, "reranked", ic["mode"])
+	require.Equal(t, "ext.icicle.query", ic["query_from"])
+	require.EqualValues(t, 3, ic["hits_received"])
+	require.EqualValues(t, 3, ic["candidates_in_context"])
+	require.InDelta(t, 0.9, ic["router_prob"], 1e-9)
+	require.NotEmpty(t, ic["request_id"])
+	require.Contains(t, ic["timings"], "es_ms")
+}
+
+func TestDropinModes(t *testing.T) {
+	match := `{"query":{"match":{"title":"q"}}}`
+	failing := &fakeReranker{rank: func(context.Context, string, []inference.Candidate) (inference.Result, error) {
+		return inference.Result{}, errors.New("onnx exploded")
+	}}
+	tests := []struct {
+		name, path, body string
+		model            *fakeReranker
+		opts             func(*Options)
+		esBody           string
+		mode, reason     string
+		order            []string
+	}{
+		{name: "fused", body: match, model: &fakeReranker{rank: copyBeta}, opts: func(o *Options) { o.Policy = "fusion" },
+			mode: "fused", order: []string{"Beta/copy", "Alpha/bm25", "Seen Doc/parametric"}},
+		{name: "bm25 policy", body: match, model: failing, opts: func(o *Options) { o.Policy = "bm25" },
+			mode: "bm25", order: []string{"Alpha/bm25", "Beta/bm25", "Gamma/bm25"}},
+		{name: "model error falls back", body: match, model: failing,
+			mode: "bm25_fallback", reason: "model_error", order: []string{"Alpha/bm25", "Beta/bm25", "Gamma/bm25"}},
+		{name: "no query text", body: `{"query":{"match_all":{}}}`, model: failing,
+			mode: "passthrough", reason: ReasonNoQueryText, order: []string{"Alpha/-", "Beta/-", "Gamma/-"}},
+		{name: "GET without body", path: "/icicle-docs/_search?q=alpha", model: failing,
+			mode: "passthrough", reason: ReasonNoQueryText, order: []string{"Alpha/-", "Beta/-", "Gamma/-"}},
+		{name: "sorted", body: `{"query":{"match":{"title":"q"}},"sort":["title.keyword"]}`, model: failing,
+			mode: "passthrough", reason: ReasonSorted, order: []string{"Alpha/-", "Beta/-", "Gamma/-"}},
+		{name: "hits without title", body: match, model: failing,
+			esBody: `{"took":1,"hits":{"hits":[{"_id":"1","_score":1,"_source":{"docid":"Alpha"}}]}}`,
+			mode:   "passthrough", reason: ReasonHitsWithoutTitle},
+		{name: "no hits object (filter_path)", body: match, model: failing, esBody: `{"took":1}`,
+			mode: "passthrough", reason: ReasonHitsWithoutTitle},
+		{name: "aggregations only", body: `{"size":0,"aggs":{"s":{"terms":{"field":"seen"}}}}`, model: failing,
+			esBody: `{"took":1,"hits":{"total":{"value":3,"relation":"eq"},"max_score":null,"hits":[]},"aggregations":{"s":{"buckets":[]}}}`,
+			mode:   "passthrough", reason: ReasonAggregationsOnly},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var sent []string
+			es := recordingES(200, cmp.Or(tt.esBody, esSearchBody), &sent)
+			s := newTestServer(t, es, tt.model, tt.opts)
+			method, path := "POST", cmp.Or(tt.path, "/icicle-docs/_search")
+			if tt.body == "" {
+				method = "GET"
+			}
+			code, out, _ := do(t, s, method, path, tt.body)
+			require.Equal(t, http.StatusOK, code, out)
+			require.Equal(t, tt.body, sent[2], "forwarded unchanged")
+			ic := out["icicle"].(map[string]any)
+			require.Equal(t, tt.mode, ic["mode"])
+			reason, _ := ic["reason"].(string)
+			require.Equal(t, tt.reason, reason)
+			if tt.order != nil {
+				require.Equal(t, tt.order, hitOrder(t, out))
+			}
+			if tt.mode == "passthrough" {
+				var want map[string]any
+				require.NoError(t, json.Unmarshal([]byte(cmp.Or(tt.esBody, esSearchBody)), &want))
+				delete(out, "icicle")
+				require.Equal(t, want, out, "Elasticsearch's answer unchanged")
+			}
+		})
+	}
+}
+
+func TestDropinErrors(t *testing.T) {
+	match := `{"query":{"match":{"title":"q"}}}`
+	unreachable := func(err error) *fakeSearcher {
+		return &fakeSearcher{rawSearch: func(context.Context, string, url.Values, []byte) (int, http.Header, []byte, error) {
+			return 0, nil, nil, err
+		}}
+	}
+	t.Run("Elasticsearch's error passes through", func(t *testing.T) {
+		var sent []string
+		s := newTestServer(t, recordingES(400, esBadQuery, &sent), &fakeReranker{rank: copyBeta}, nil)
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "POST", "/icicle-docs/_search", strings.NewReader(`{"query":{"matc":{}}}`)))
+		require.Equal(t, 400, rec.Code)
+		require.Equal(t, esBadQuery, rec.Body.String(), "byte for byte")
+		require.Equal(t, "Elasticsearch", rec.Header().Get("X-Elastic-Product"))
+	})
+	for _, tt := range []struct {
+		name       string
+		es         *fakeSearcher
+		path, body string
+		code       int
+		retryAfter bool
+	}{
+		{name: "unreachable", es: unreachable(fmt.Errorf("raw search: %w: connection refused", adapter.ErrUnavailable)), code: 503, retryAfter: true},
+		{name: "timed out", es: unreachable(fmt.Errorf("raw search: %w: %w", adapter.ErrUnavailable, context.DeadlineExceeded)), code: 504},
+		{name: "not an index", es: unreachable(fmt.Errorf("raw search: %w", adapter.ErrInvalidArgument)), path: "/../_search", code: 400},
+		{name: "bad ext.icicle", es: unreachable(errors.New("not called")), body: `{"ext":{"icicle":{"query":1}}}`, code: 400},
+		{name: "body too large", es: unreachable(errors.New("not called")), body: `{"query":{"match":{"title":"` + strings.Repeat("x", 2<<20) + `"}}}`, code: 413},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newTestServer(t, tt.es, &fakeReranker{rank: copyBeta}, nil)
+			code, out, hdr := do(t, s, "POST", cmp.Or(tt.path, "/icicle-docs/_search"), cmp.Or(tt.body, match))
+			require.Equal(t, tt.code, code, out)
+			require.NotEmpty(t, out["error"])
+			require.Equal(t, tt.retryAfter, hdr.Get("Retry-After") != "")
+			require.NotContains(t, out["error"], "connection refused")
+		})
+	}
+}
+
+func TestDropinRoutes(t *testing.T) {
+	es := &fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }}
+	s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, nil)
+	for _, tt := range []struct {
+		method, path, body string
+		code               int
+		dropin             bool
+	}{
+		{"POST", "/v1/search", `{"query":"q"}`, 200, false},
+		{"POST", "/v1/rerank", rerankBody(threeHits(), "q"), 200, false},
+		{"GET", "/healthz", "", 200, false},
+		{"GET", "/openapi.yaml", "", 200, false},
+		{"GET", "/icicle-docs/_search", "", 200, true},
+		{"POST", "/logs-*,icicle-docs/_search", "", 200, true},
+		{"POST", "/v1/_search", "", 200, true}, // an index named v1, as in Elasticsearch
+		{"GET", "/v1/rerank", "", 404, false},
+		{"POST", "/_search", "", 404, false},
+		{"POST", "/icicle-docs/_count", "", 404, false},
+		{"POST", "/icicle-docs/_doc/1/_search", "", 404, false},
+		{"DELETE", "/icicle-docs/_search", "", 404, false},
+	} {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			code, out, _ := do(t, s, tt.method, tt.path, tt.body)
+			require.Equal(t, tt.code, code)
+			require.Equal(t, tt.dropin, out["icicle"] != nil)
+		})
+	}
+}
+
+// FuzzDropinBody feeds arbitrary search bodies to the drop-in (Elasticsearch answering esSearchBody): it
+// answers 200 or the sidecar's 400 for a malformed ext.icicle, never panics or 5xx.
+func FuzzDropinBody(f *testing.F) {
+	f.Add(`{"query":{"match":{"title":"q"}}}`)
+	f.Add(`{"query":{"bool":{"must":[{"multi_match":{"query":"q"}}],"filter":{}}},"sort":[{"_score":{"order":"desc"}}]}`)
+	f.Add(`{"ext":{"icicle":{"query":"q"},"x":1},"size":0,"aggs":{}}`)
+	f.Add(`{"from":"1e3","search_after":null}`)
+	f.Add(`[]`)
+	s := New(&fakeSearcher{}, &fakeReranker{rank: copyBeta}, Options{MaxBodyBytes: 1 << 16, RequestTimeout: 1e9,
+		MaxQueryChars: 200, MaxHits: 50, MinTopScore: -1e9})
+	f.Fuzz(func(t *testing.T, body string) {
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/icicle-docs/_search", strings.NewReader(body)))
+		switch rec.Code {
+		case http.StatusOK, http.StatusBadRequest:
+		default:
+			t.Fatalf("status %d for body %q: %s", rec.Code, body, rec.Body)
+		}
+	})
+}

@@ -1,0 +1,260 @@
+package plugin
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Impression is one line of the impression log: what one /v1/search answer showed and why, so that
+// clicks logged elsewhere can be joined on RequestID. The format is documented in docs/ab.md.
+type Impression struct {
+	// Time is when the answer was sent (RFC 3339, UTC).
+	Time time.Time `json:"ts"`
+	// RequestID is the response's request_id (and X-Request-ID header).
+	RequestID string `json:"request_id"`
+	// Experiment is ab.experiment; empty when the experiment is off.
+	Experiment string `json:"experiment,omitempty"`
+	// KeyHash is a pseudonym of the assignment key: hex of the first 16 bytes of
+	// SHA-256(experiment, 0x00, key). Never the key itself. Empty when the experiment is off.
+	KeyHash string `json:"key_hash,omitempty"`
+	// KeySource says where the key came from: "header" or "request_id" (no key header was sent).
+	KeySource string `json:"key_source,omitempty"`
+	// Arm is A, B or interleaved; empty when the experiment is off.
+	Arm Arm `json:"arm,omitempty"`
+	// Mode and FallbackReason are the response's.
+	Mode           Mode   `json:"mode"`
+	FallbackReason string `json:"fallback_reason,omitempty"`
+	// Model is the model that served the answer; empty for arm A.
+	Model string `json:"model,omitempty"`
+	// Shown are the results, in the order shown.
+	Shown []Shown `json:"shown"`
+}
+
+// Shown is one result of an impression.
+type Shown struct {
+	Rank       int        `json:"rank"`
+	DocID      string     `json:"docid"`
+	ID         string     `json:"id,omitempty"`
+	Provenance Provenance `json:"provenance"`
+	// Team is the interleaving team that placed the result; empty outside interleaving.
+	Team Team `json:"team,omitempty"`
+}
+
+// newImpression describes resp, answered under assignment a, for the log.
+func newImpression(now time.Time, resp Response, a assignment) Impression {
+	imp := Impression{Time: now.UTC(), RequestID: resp.RequestID, Mode: resp.Mode, FallbackReason: resp.FallbackReason,
+		Model: resp.Model, Shown: make([]Shown, len(resp.Results))}
+	if a.on && resp.AB != nil {
+		imp.Experiment, imp.KeyHash, imp.KeySource, imp.Arm = resp.AB.Experiment, a.keyHash(), a.source, a.arm
+	}
+	for i, r := range resp.Results {
+		imp.Shown[i] = Shown{Rank: r.Rank, DocID: r.DocID, ID: r.ID, Provenance: r.Provenance, Team: r.Team}
+	}
+	return imp
+}
+
+// ImpressionLogOptions configure OpenImpressionLog.
+type ImpressionLogOptions struct {
+	// Buffer is how many encoded impressions may wait for the writer (default 4096). When it is full,
+	// Log drops the impression and counts it rather than wait.
+	Buffer int
+	// MaxBytes rotates the file once a write would take it past this size: the file is renamed to
+	// path.<UTC timestamp> and a new one started; rotated files are never deleted. 0 never rotates.
+	MaxBytes int64
+	// Logger receives write failures and rotations; nil discards.
+	Logger *slog.Logger
+}
+
+// maxBatch is the most bytes the writer gathers from the queue into one write.
+const maxBatch = 64 << 10
+
+// ImpressionLog appends impressions to a JSONL file, one line per answer, from one writer goroutine fed
+// by a bounded queue, so that a slow disk costs dropped lines (counted) and never request latency. Each
+// batch the writer gathers is written with one write(2) on an O_APPEND file, so lines never interleave
+// and a reader sees whole lines, flushed as soon as the queue is empty. Safe for concurrent use.
+type ImpressionLog struct {
+	path  string
+	opts  ImpressionLogOptions
+	log   *slog.Logger
+	lines chan []byte
+	done  chan struct{}
+
+	mu     sync.RWMutex // guards closed against sends on a closed channel
+	closed bool
+
+	written, droppedFull, droppedClosed, failed atomic.Uint64
+
+	// Owned by the writer goroutine.
+	f    *os.File
+	size int64
+	err  error // the first write error, returned by Close
+}
+
+// OpenImpressionLog opens (creating, appending) the log at path and starts its writer.
+func OpenImpressionLog(path string, opts ImpressionLogOptions) (*ImpressionLog, error) {
+	l, err := openImpressionLog(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	go l.run()
+	return l, nil
+}
+
+// openImpressionLog opens the file without starting the writer (tests start it late, to fill the queue).
+func openImpressionLog(path string, opts ImpressionLogOptions) (*ImpressionLog, error) {
+	opts.Buffer = cmp.Or(opts.Buffer, 4096)
+	l := &ImpressionLog{path: path, opts: opts, log: opts.Logger, lines: make(chan []byte, opts.Buffer), done: make(chan struct{})}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	if err := l.open(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Log queues imp for writing without waiting. It reports false, and counts the drop, when the queue is
+// full or the log is closed.
+func (l *ImpressionLog) Log(imp Impression) bool {
+	line, err := json.Marshal(imp)
+	if err != nil { // cannot happen for these types; count it rather than panic
+		l.failed.Add(1)
+		return false
+	}
+	line = append(line, '\n')
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		l.droppedClosed.Add(1)
+		return false
+	}
+	select {
+	case l.lines <- line:
+		return true
+	default:
+		l.droppedFull.Add(1)
+		return false
+	}
+}
+
+// Close stops taking impressions, writes those queued and closes the file. It is idempotent and returns
+// the first write error, if any.
+func (l *ImpressionLog) Close() error {
+	l.mu.Lock()
+	if !l.closed {
+		l.closed = true
+		close(l.lines)
+	}
+	l.mu.Unlock()
+	<-l.done
+	return l.err
+}
+
+// ImpressionCounts are the log's counters since it was opened.
+type ImpressionCounts struct {
+	// Written lines reached the file.
+	Written uint64
+	// DroppedFull found the queue full; DroppedClosed came after Close.
+	DroppedFull, DroppedClosed uint64
+	// Failed were lost to a write error (or could not be encoded).
+	Failed uint64
+}
+
+// Counts returns the log's counters.
+func (l *ImpressionLog) Counts() ImpressionCounts {
+	return ImpressionCounts{Written: l.written.Load(), DroppedFull: l.droppedFull.Load(),
+		DroppedClosed: l.droppedClosed.Load(), Failed: l.failed.Load()}
+}
+
+func (l *ImpressionLog) open() error {
+	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err != nil {
+		return fmt.Errorf("open impression log: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("open impression log: %w", err)
+	}
+	l.f, l.size = f, st.Size()
+	return nil
+}
+
+// run is the writer: it gathers what is queued into one batch, writes it, and repeats until Close.
+func (l *ImpressionLog) run() {
+	defer close(l.done)
+	batch := make([]byte, 0, maxBatch)
+	for line := range l.lines {
+		batch = append(batch[:0], line...)
+	gather:
+		for len(batch) < maxBatch {
+			select {
+			case more, ok := <-l.lines:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, more...)
+			default:
+				break gather
+			}
+		}
+		l.write(batch)
+	}
+	if l.f != nil {
+		if err := l.f.Close(); err != nil && l.err == nil {
+			l.err = fmt.Errorf("close impression log: %w", err)
+		}
+	}
+}
+
+func (l *ImpressionLog) write(batch []byte) {
+	n := uint64(bytes.Count(batch, []byte{'\n'}))
+	if l.opts.MaxBytes > 0 && l.size > 0 && l.size+int64(len(batch)) > l.opts.MaxBytes {
+		l.rotate()
+	}
+	if l.f == nil { // a failed rotation could not reopen the file; try again
+		if err := l.open(); err != nil {
+			l.fail(err, n)
+			return
+		}
+	}
+	w, err := l.f.Write(batch)
+	l.size += int64(w)
+	if err != nil {
+		l.fail(fmt.Errorf("write impression log: %w", err), n)
+		return
+	}
+	l.written.Add(n)
+}
+
+// rotate renames the file to path.<UTC timestamp> and opens a fresh one.
+func (l *ImpressionLog) rotate() {
+	if err := l.f.Close(); err != nil {
+		l.log.Warn("close impression log for rotation", "path", l.path, "err", err)
+	}
+	l.f = nil
+	to := l.path + "." + time.Now().UTC().Format("20060102T150405.000000000Z")
+	if err := os.Rename(l.path, to); err != nil {
+		l.log.Error("rotate impression log", "path", l.path, "err", err)
+	} else {
+		l.log.Info("impression log rotated", "path", l.path, "rotated_to", to, "bytes", l.size)
+	}
+	if err := l.open(); err != nil {
+		l.log.Error("reopen impression log", "path", l.path, "err", err)
+	}
+}
+
+func (l *ImpressionLog) fail(err error, lines uint64) {
+	l.failed.Add(lines)
+	if l.err == nil {
+		l.err = err
+	}
+	l.log.Error("impressions lost", "lines", lines, "err", err)
+}

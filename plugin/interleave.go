@@ -1,0 +1,67 @@
+package plugin
+
+// Team is the ranking that contributed a result to an interleaved list.
+type Team string
+
+const (
+	// TeamA is arm A's ranking: Elasticsearch BM25 over all documents.
+	TeamA Team = "A"
+	// TeamB is arm B's ranking: the ICICLE answer of /v1/search.
+	TeamB Team = "B"
+)
+
+// Pick is one position of an interleaved list: the team that chose the document and the document's
+// index in that team's ranking.
+type Pick struct {
+	Team  Team
+	Index int
+}
+
+// TeamDraft interleaves two rankings of document ids, best first, into at most n picks by team-draft
+// interleaving (Radlinski, Kurup and Joachims, "How does clickthrough data reflect retrieval quality?",
+// CIKM 2008). Picks go in rounds: when both teams have picked as often, coin decides which picks first
+// (true: A); otherwise the team behind picks. A team picks its highest-ranked document not yet shown, so
+// a document appears once (dedup by id, duplicates within one ranking included) and is credited to the
+// team that placed it. Where the paper stops once a team has nothing left to pick, this keeps filling from
+// the other team, so a short ranking (the model's few beams) does not cut the page short; those picks are
+// the other team's by the same rule and analyses that want the paper's exact credit can stop counting at
+// the first position where a team ran dry. coin is called only when both teams can pick and have picked
+// as often, so the picks are a function of a, b, n and the coin's sequence.
+func TeamDraft(a, b []string, n int, coin func() bool) []Pick {
+	shown := make(map[string]bool, n)
+	picks := make([]Pick, 0, min(n, len(a)+len(b)))
+	var ia, ib, na, nb int // next index to consider in a and b; picks per team
+	next := func(list []string, i int) int {
+		for i < len(list) && shown[list[i]] {
+			i++
+		}
+		return i
+	}
+	for len(picks) < n {
+		ia, ib = next(a, ia), next(b, ib)
+		canA, canB := ia < len(a), ib < len(b)
+		var pickA bool
+		switch {
+		case !canA && !canB:
+			return picks
+		case !canB:
+			pickA = true
+		case !canA:
+			pickA = false
+		case na != nb:
+			pickA = na < nb
+		default:
+			pickA = coin()
+		}
+		if pickA {
+			shown[a[ia]] = true
+			picks = append(picks, Pick{Team: TeamA, Index: ia})
+			na++
+		} else {
+			shown[b[ib]] = true
+			picks = append(picks, Pick{Team: TeamB, Index: ib})
+			nb++
+		}
+	}
+	return picks
+}
