@@ -8,7 +8,7 @@ SHELL := /bin/bash
 export ICICLE_CACHE ?= $(HOME)/.cache/icicle
 TAGS := ort tokenizers
 
-.PHONY: demo test bootstrap build serve stop es-start es-stop test-go test-native test-python test-integration model-tiny clean
+.PHONY: demo test bootstrap build serve stop es-start es-stop test-go test-native test-python test-integration model-tiny model-small eval-model clean
 
 demo: ## bootstrap, start ES, ingest the demo corpus, start the sidecar, compare with BM25
 	scripts/demo.sh
@@ -33,6 +33,12 @@ es-stop:
 
 model-tiny: ## retrain the committed tiny fixture model (CPU, minutes)
 	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.pipeline --config tiny --out ../models/tiny
+
+model-small: ## retrain the default model, models/small (2-core CPU: about an hour; see training/README.md)
+	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.pipeline --config small --out ../models/small
+
+eval-model: ## the paper's evaluation of a model directory in Python (MODEL=models/small), with a bm25s row
+	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.evaluate --model-dir ../$${MODEL:-models/small} --out ../$${MODEL:-models/small}/eval
 
 clean:
 	rm -rf bin .run

@@ -4,7 +4,8 @@
 #   scripts/demo.sh         (make demo)   set up and run
 #   scripts/demo.sh stop    (make stop)   stop the sidecar and the Elasticsearch node
 # Environment: ICICLE_MODEL_DIR [models/tiny], ICICLE_SERVER_ADDR [127.0.0.1:8080],
-# ICICLE_ES_PORT [9200], DEMO_QUERIES [200] (dev queries compared).
+# ICICLE_ES_PORT [9200], DEMO_QUERIES [100] (dev queries per seen/new group), DEMO_SWEEP [none] and
+# DEMO_PAPER_SHOTS [none] (e.g. 3,10,20,50,100: the N-shot sweep and the paper protocol, slower).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 run=${ICICLE_RUN_DIR:-$PWD/.run}
@@ -51,8 +52,11 @@ for _ in $(seq 120); do
 done
 curl -fsS "$url/readyz" >/dev/null || { echo "demo: sidecar not ready after 60 s; log: $run/sidecar.log" >&2; exit 1; }
 
-printf '\n== Side by side: BM25 vs the sidecar on %s nq_qed dev queries\n\n' "${DEMO_QUERIES:-200}" >&2
-bin/icicle compare -sidecar "$url" -n "${DEMO_QUERIES:-200}"
+printf '\n== Side by side: BM25 vs the sidecar on nq_qed dev queries (%s seen-document + %s new-document)\n\n' \
+  "${DEMO_QUERIES:-100}" "${DEMO_QUERIES:-100}" >&2
+bin/icicle eval -sidecar "$url" -n "${DEMO_QUERIES:-100}" -sweep "${DEMO_SWEEP:-}" -paper-shots "${DEMO_PAPER_SHOTS:-}" \
+  -out "$run/eval"
+echo "demo: full report in $run/eval/report.md (JSON and PNG plots beside it)" >&2
 
 cat <<TXT
 

@@ -51,6 +51,7 @@ class TrainConfig:
     # Pretrained backbone ("" = random init; backbone.SMOLLM2 or a local HF directory) and the blocks kept.
     backbone_source: str = ""
     backbone_keep: tuple[int, ...] = ()
+    ship_fp32: bool = True  # False: the model directory keeps only model.int8.onnx (fp32 stays in the work dir)
     bf16: bool = False  # CPU autocast to bfloat16 for training matmuls (2.1x faster on AVX512-BF16, measured)
 
 
@@ -101,6 +102,7 @@ def get_config(name: str) -> TrainConfig:
             stage3=StageConfig(epochs=1, lr=2e-4, batch=8, warmup=0.1),
             k_choices=(10, 20, 50, 100),
             stage3_instances=800,
+            ship_fp32=False,
             bf16=True,
         )
     if name == "full":

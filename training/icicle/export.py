@@ -144,8 +144,9 @@ def check_parity(model: Decoder, onnx_path: str, int8_path: str | None, seed: in
 
 def write_manifest(out: str, *, name: str, config: str, backbone: str, model_version: str, data_version: str,
                    model: Decoder, copy_token_id: int, end_token_id: int, template: dict,
-                   quantized: bool = True) -> dict:
-    """Writes manifest.json (MODEL_FORMAT.md version 1) into out and returns it."""
+                   quantized: bool = True, int8_only: bool = False) -> dict:
+    """Writes manifest.json (MODEL_FORMAT.md version 1) into out and returns it. int8_only: the directory ships
+    only the int8 file, named as `onnx` (for models whose fp32 file is too big to commit)."""
     c = model.c
     m = {
         "format_version": 1,
@@ -154,7 +155,7 @@ def write_manifest(out: str, *, name: str, config: str, backbone: str, model_ver
         "backbone": backbone,
         "model_version": model_version,
         "data_version": data_version,
-        "onnx": "model.onnx",
+        "onnx": "model.int8.onnx" if int8_only else "model.onnx",
         "tokenizer": "tokenizer.json",
         "seen_docids": "seen_docids.txt",
         "vocab_size": c.vocab_size,
@@ -167,7 +168,7 @@ def write_manifest(out: str, *, name: str, config: str, backbone: str, model_ver
         "end_token_id": end_token_id,
         "template": template,
     }
-    if quantized:
+    if quantized and not int8_only:
         m["onnx_quantized"] = "model.int8.onnx"
     with open(os.path.join(out, "manifest.json"), "w", encoding="utf-8") as f:
         json.dump(m, f, indent=2, ensure_ascii=False)

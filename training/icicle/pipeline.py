@@ -36,6 +36,10 @@ from .train import (docid_vocab, eval_parametric, icl_report, new_model, new_tok
 STAGES = ("stage0", "stage1", "stage2", "stage3")
 
 
+def work_dir(a, cfg) -> str:
+    return a.work or os.path.join(os.path.dirname(__file__), "..", "out", cfg.name)
+
+
 def _avg(xs, n=20):
     xs = xs[:n] if n > 0 else xs[n:]
     return float(sum(xs) / max(1, len(xs)))
@@ -56,7 +60,7 @@ def main(argv=None) -> None:
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
-    work = a.work or os.path.join(os.path.dirname(__file__), "..", "out", cfg.name)
+    work = work_dir(a, cfg)
     os.makedirs(work, exist_ok=True)
     os.makedirs(a.out, exist_ok=True)
     t_all = time.time()
@@ -166,13 +170,16 @@ def _export(a, model, tok, split, corpus, cfg, report, times, t_all, log):
     write_manifest(a.out, name=f"icicle-{cfg.name}", config=cfg.name, backbone=cfg.backbone,
                    model_version=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d") + ".1",
                    data_version=split.data_version, model=model, copy_token_id=tok.copy_id,
-                   end_token_id=tok.end_id, template=TEMPLATE)
+                   end_token_id=tok.end_id, template=TEMPLATE, int8_only=not cfg.ship_fp32)
     report["golden"] = write_golden(a.out, tok, split, corpus.seen, ort_session(onnx_path), model)
+    if not cfg.ship_fp32:  # keep the fp32 file out of the model directory (too big to commit)
+        os.replace(onnx_path, os.path.join(work_dir(a, cfg), "model.fp32.onnx"))
     times["export_golden_s"] = time.time() - t
     times["total_s"] = time.time() - t_all
     report["times"] = times
     report["sizes"] = {f: os.path.getsize(os.path.join(a.out, f)) for f in
-                       ("model.onnx", "model.int8.onnx", "tokenizer.json", "seen_docids.txt")}
+                       ("model.onnx", "model.int8.onnx", "tokenizer.json", "seen_docids.txt")
+                       if os.path.exists(os.path.join(a.out, f))}
     with open(os.path.join(a.out, "train_report.json"), "w") as f:
         json.dump(report, f, indent=2)
         f.write("\n")

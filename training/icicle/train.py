@@ -70,8 +70,12 @@ def select_corpus(split: Split, cfg: TrainConfig) -> Corpus:
 
 
 def summary_of(tok: Tok, doc: Doc) -> str:
-    # No LLM compression here: the summary is the document text; the prompt builder cuts it in tokens.
-    return doc.text
+    """The stored summary the sidecar's index holds: the shared extractive compressor (first 120 words, the
+    same function as Go's internal/compress.Extractive); the prompt builder then cuts it in tokens. (The models
+    trained before 2026-11-22 used the raw text here; the first 32 tokens of both rarely differ.)"""
+    from .compress import extractive
+
+    return extractive(doc.text)
 
 
 def index_instances(tok: Tok, corpus: Corpus, cfg: TrainConfig) -> list[Instance]:

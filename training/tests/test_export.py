@@ -63,3 +63,17 @@ def test_decode_agrees_torch_vs_onnx(exported):
     assert [x.docid for x in a.beams] == [x.docid for x in b.beams]
     assert [x.score for x in a.beams] == pytest.approx([x.score for x in b.beams], abs=1e-4)
     assert a.p_copy == pytest.approx(b.p_copy, abs=1e-5)
+
+
+def test_manifest_int8_only_names_the_int8_file_as_onnx(tmp_path):
+    from icicle.export import write_manifest
+    from icicle.model import Decoder, ModelConfig
+    from icicle.prompt import TEMPLATE
+
+    m = Decoder(ModelConfig(hidden=32, layers=1, heads=2, kv_heads=1, head_dim=16, intermediate=64))
+    kw = dict(name="n", config="c", backbone="b", model_version="v", data_version="d", model=m, copy_token_id=1,
+              end_token_id=0, template=TEMPLATE)
+    both = write_manifest(str(tmp_path), **kw)
+    assert (both["onnx"], both["onnx_quantized"]) == ("model.onnx", "model.int8.onnx")
+    only = write_manifest(str(tmp_path), **kw, int8_only=True)
+    assert only["onnx"] == "model.int8.onnx" and "onnx_quantized" not in only
