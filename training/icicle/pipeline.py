@@ -53,6 +53,8 @@ def main(argv=None) -> None:
     ap.add_argument("--work", default=None, help="checkpoint folder (default training/out/<config>)")
     ap.add_argument("--from", dest="from_stage", choices=STAGES, default=None,
                     help="load WORK/<stage>.pt and run only the later stages (stage3: export only)")
+    ap.add_argument("--more-stage1", type=int, default=0, metavar="ROUNDS",
+                    help="with --from stage1: first run ROUNDS more rounds of stage 1 (fresh draws, fresh schedule)")
     a = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cfg = get_config(a.config)
@@ -94,6 +96,21 @@ def main(argv=None) -> None:
         times.update(report.pop("times_train", {}))
         start = STAGES.index(a.from_stage) + 1
         log(f"resumed from {work}/{a.from_stage}.pt")
+    if a.more_stage1 and a.from_stage != "stage1":
+        raise SystemExit("--more-stage1 needs --from stage1")
+    for r in range(a.more_stage1):
+        t = time.time()
+        done_rounds = report.get("stage1_rounds", 1)
+        l1 = run_stage1(model, tok, corpus, cfg, sneg, log, out_vocab, first_epoch=done_rounds * cfg.stage1.epochs)
+        report["stage1_rounds"] = done_rounds + 1
+        report[f"stage1_round{done_rounds + 1}"] = {"steps": len(l1), "loss_first20": _avg(l1, 20),
+                                                    "loss_last20": _avg(l1, -20)}
+        report["stage1_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
+        log(f"stage1 round {done_rounds + 1}: {report[f'stage1_round{done_rounds + 1}']} ICL {report['stage1_icl']}")
+        times[f"stage1_round{done_rounds + 1}_s"] = time.time() - t
+        torch.save(model.state_dict(), os.path.join(work, "stage1.pt"))
+        with open(os.path.join(work, "train_metrics.json"), "w") as f:
+            json.dump({**report, "times_train": times}, f, indent=2)
     _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times, work, log, start)
     _export(a, model, tok, split, corpus, cfg, report, times, t_all, log)
 

@@ -212,13 +212,15 @@ def run_stage0(model: Decoder, tok: Tok, corpus: Corpus, cfg: TrainConfig, log=p
 
 
 def run_stage1(model: Decoder, tok: Tok, corpus: Corpus, cfg: TrainConfig, negs: NegativeSampler | None = None,
-               log=print, out_vocab: torch.Tensor | None = None) -> list[float]:
+               log=print, out_vocab: torch.Tensor | None = None, first_epoch: int = 0) -> list[float]:
+    """Stage-1 SFT; first_epoch > 0 continues a finished run with fresh draws (epochs first_epoch, ...) and a
+    fresh learning-rate schedule."""
     negs = negs or RandomNegatives(corpus.seen)
     anchors = index_instances(tok, corpus, cfg)
     copy_negs = RandomNegatives(sorted({q.docid for q in corpus.copy_queries})) if corpus.copy_queries else None
-    return sft(model, lambda e: stage1_instances(tok, corpus, cfg, negs, random.Random(cfg.seed * 1000 + e), anchors,
-                                                 copy_negs),
-               cfg.stage1, cfg.seed + 1, log, "stage1", out_vocab, cfg.bf16)
+    return sft(model, lambda e: stage1_instances(tok, corpus, cfg, negs, random.Random(cfg.seed * 1000 + first_epoch + e),
+                                                 anchors, copy_negs),
+               cfg.stage1, cfg.seed + 1 + first_epoch, log, "stage1", out_vocab, cfg.bf16)
 
 
 def new_tok(cfg: TrainConfig) -> Tok:
