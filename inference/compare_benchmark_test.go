@@ -51,10 +51,6 @@ func TestCompareHF(t *testing.T) {
 	if casesPath == "" || outPath == "" {
 		t.Skip("ICICLE_BENCH_CASES / ICICLE_BENCH_OUT not set (scripts/bench-hf.sh sets them)")
 	}
-	lib := os.Getenv("ICICLE_ORT_LIB")
-	if lib == "" {
-		t.Skip("ICICLE_ORT_LIB not set (eval \"$(scripts/env.sh)\")")
-	}
 	repeats := 3
 	if s := os.Getenv("ICICLE_BENCH_REPEATS"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -64,8 +60,7 @@ func TestCompareHF(t *testing.T) {
 	cases := readCompareCases(t, casesPath)
 	require.NotEmpty(t, cases)
 
-	require.NoError(t, ort.Init(lib))
-	t.Cleanup(func() { _ = ort.Shutdown() })
+	initORT(t)
 	lm, err := loader.Open(modelDir(), loader.Options{Runtime: ort.Options{Threads: 2, InterOpThreads: 1}})
 	require.NoError(t, err)
 	defer lm.Close()

@@ -21,12 +21,7 @@ import (
 // header and query alone exceed the budget is ErrContextFull, before any Run; one that fits has the
 // length and candidates the case states.
 func TestContextFullSharedWithPython(t *testing.T) {
-	lib := os.Getenv("ICICLE_ORT_LIB")
-	if lib == "" {
-		t.Skip("ICICLE_ORT_LIB not set (eval \"$(scripts/env.sh)\")")
-	}
-	require.NoError(t, ort.Init(lib))
-	t.Cleanup(func() { _ = ort.Shutdown() })
+	initORT(t)
 	lm, err := loader.Open(modelDir(), loader.Options{Runtime: ort.Options{Threads: 2}})
 	require.NoError(t, err)
 	defer lm.Close()

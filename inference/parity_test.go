@@ -56,6 +56,18 @@ func modelDir() string {
 	return cmp.Or(os.Getenv("ICICLE_MODEL_DIR"), filepath.Join("..", "models", "tiny"))
 }
 
+// initORT starts the ONNX Runtime environment for t (skipping without ICICLE_ORT_LIB) and shuts it down
+// after.
+func initORT(t testing.TB) {
+	t.Helper()
+	lib := os.Getenv("ICICLE_ORT_LIB")
+	if lib == "" {
+		t.Skip("ICICLE_ORT_LIB not set (eval \"$(scripts/env.sh)\")")
+	}
+	require.NoError(t, ort.Init(lib))
+	t.Cleanup(func() { _ = ort.Shutdown() })
+}
+
 // TestDecodeParityWithPython runs the Go engine on the Python reference decoder's golden cases
 // (training/icicle/decode.py via golden.py) and requires identical prompts, identical top-1 and every
 // beam's docid, route and score within scoreTolerance.
@@ -67,12 +79,7 @@ func TestDecodeParityWithPython(t *testing.T) {
 	}
 	require.NoError(t, err)
 	defer f.Close()
-	lib := os.Getenv("ICICLE_ORT_LIB")
-	if lib == "" {
-		t.Skip("ICICLE_ORT_LIB not set (eval \"$(scripts/env.sh)\")")
-	}
-	require.NoError(t, ort.Init(lib))
-	t.Cleanup(func() { _ = ort.Shutdown() })
+	initORT(t)
 
 	lm, err := loader.Open(dir, loader.Options{Runtime: ort.Options{Threads: 2}})
 	require.NoError(t, err)
@@ -131,12 +138,7 @@ func TestCopyChunkingParity(t *testing.T) {
 	}
 	require.NoError(t, err)
 	defer f.Close()
-	lib := os.Getenv("ICICLE_ORT_LIB")
-	if lib == "" {
-		t.Skip("ICICLE_ORT_LIB not set (eval \"$(scripts/env.sh)\")")
-	}
-	require.NoError(t, ort.Init(lib))
-	t.Cleanup(func() { _ = ort.Shutdown() })
+	initORT(t)
 	open := func(budget int64) *loader.Model {
 		lm, err := loader.Open(dir, loader.Options{CopyMaskBytes: budget, Runtime: ort.Options{Threads: 2}})
 		require.NoError(t, err)
