@@ -108,19 +108,31 @@ def main(argv=None) -> None:
         report["stage1_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
         log(f"stage1 round {done_rounds + 1}: {report[f'stage1_round{done_rounds + 1}']} ICL {report['stage1_icl']}")
         times[f"stage1_round{done_rounds + 1}_s"] = time.time() - t
-        torch.save(model.state_dict(), os.path.join(work, "stage1.pt"))
-        with open(os.path.join(work, "train_metrics.json"), "w") as f:
-            json.dump({**report, "times_train": times}, f, indent=2)
+        _checkpoint(model, work, "stage1", report, times)
     _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times, work, log, start)
     _export(a, model, tok, split, corpus, cfg, report, times, t_all, log)
+
+
+def _checkpoint(model, work: str, stage: str, report: dict, times: dict) -> None:
+    """Writes WORK/<stage>.pt and the metrics so far (what --from reads back)."""
+    torch.save(model.state_dict(), os.path.join(work, f"{stage}.pt"))
+    with open(os.path.join(work, "train_metrics.json"), "w") as f:
+        json.dump({**report, "times_train": times}, f, indent=2)
 
 
 def _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times, work, log, start):
     def done(stage: str, t: float) -> None:
         times[f"{stage}_s"] = time.time() - t
-        torch.save(model.state_dict(), os.path.join(work, f"{stage}.pt"))
-        with open(os.path.join(work, "train_metrics.json"), "w") as f:
-            json.dump({**report, "times_train": times}, f, indent=2)
+        _checkpoint(model, work, stage, report, times)
+
+    def evaluate(stage: str, title_only: bool = False) -> None:
+        report[f"{stage}_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
+        report[f"{stage}_parametric_trainq"] = eval_parametric(model, tok, cfg, corpus.train_queries, split.docs, sneg,
+                                                               gtrie, 60)
+        if title_only:
+            report[f"{stage}_title_only"] = title_only_report(model, tok, cfg, split, corpus, gtrie)
+        log(f"{stage} {report[stage]} ICL {report[f'{stage}_icl']} parametric(train queries) "
+            f"{report[f'{stage}_parametric_trainq']}" + (f" title-only {report[f'{stage}_title_only']}" if title_only else ""))
 
     if start <= 0:
         report["init_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
@@ -128,21 +140,13 @@ def _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times
         t = time.time()
         l0 = run_stage0(model, tok, corpus, cfg, log, out_vocab)
         report["stage0"] = {"steps": len(l0), "loss_first20": _avg(l0, 20), "loss_last20": _avg(l0, -20)}
-        report["stage0_parametric_trainq"] = eval_parametric(model, tok, cfg, corpus.train_queries, split.docs, sneg,
-                                                             gtrie, 60)
-        report["stage0_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
-        log(f"stage0 {report['stage0']} parametric(train queries) {report['stage0_parametric_trainq']} "
-            f"ICL {report['stage0_icl']}")
+        evaluate("stage0")
         done("stage0", t)
     if start <= 1:
         t = time.time()
         l1 = run_stage1(model, tok, corpus, cfg, sneg, log, out_vocab)
         report["stage1"] = {"steps": len(l1), "loss_first20": _avg(l1, 20), "loss_last20": _avg(l1, -20)}
-        report["stage1_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
-        report["stage1_parametric_trainq"] = eval_parametric(model, tok, cfg, corpus.train_queries, split.docs, sneg,
-                                                             gtrie, 60)
-        log(f"stage1 {report['stage1']} ICL {report['stage1_icl']} "
-            f"parametric(train queries) {report['stage1_parametric_trainq']}")
+        evaluate("stage1")
         done("stage1", t)
     if start <= 2:
         t = time.time()
@@ -153,24 +157,14 @@ def _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times
         l2 = r2.pop("losses")
         report["stage2"] = {"mined": mined, "steps": len(l2), "loss_first20": _avg(l2, 20),
                             "loss_last20": _avg(l2, -20), **r2}
-        report["stage2_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
-        report["stage2_parametric_trainq"] = eval_parametric(model, tok, cfg, corpus.train_queries, split.docs, sneg,
-                                                             gtrie, 60)
-        report["stage2_title_only"] = title_only_report(model, tok, cfg, split, corpus, gtrie)
-        log(f"stage2 {report['stage2']} ICL {report['stage2_icl']} parametric {report['stage2_parametric_trainq']} "
-            f"title-only {report['stage2_title_only']}")
+        evaluate("stage2", title_only=True)
         done("stage2", t)
     if start <= 3:
         t = time.time()
         l3, trainable = run_stage3(model, tok, cfg, corpus, sneg, out_vocab, log)
         report["stage3"] = {"steps": len(l3), "lora_trainable_params": trainable, "loss_first20": _avg(l3, 20),
                             "loss_last20": _avg(l3, -20)}
-        report["stage3_title_only"] = title_only_report(model, tok, cfg, split, corpus, gtrie)
-        report["stage3_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
-        report["stage3_parametric_trainq"] = eval_parametric(model, tok, cfg, corpus.train_queries, split.docs, sneg,
-                                                             gtrie, 60)
-        log(f"stage3 {report['stage3']} title-only {report['stage3_title_only']} ICL {report['stage3_icl']} "
-            f"parametric {report['stage3_parametric_trainq']}")
+        evaluate("stage3", title_only=True)
         done("stage3", t)
 
 

@@ -1,0 +1,32 @@
+"""The pipeline's training driver runs every stage in order, evaluates after each and checkpoints each (on a
+micro model, seconds)."""
+import os
+from dataclasses import replace
+
+from icicle import pipeline
+from icicle.configs import StageConfig, get_config
+from icicle.decode import Trie
+from icicle.model import Decoder, ModelConfig
+from icicle.negatives import RandomNegatives
+from icicle.train import Corpus, docid_vocab, select_corpus
+
+MICRO = ModelConfig(vocab_size=49153, hidden=32, layers=1, heads=2, kv_heads=1, head_dim=16, intermediate=64,
+                    max_context_tokens=384)
+
+
+def test_train_runs_all_stages_and_checkpoints(tok, split, tmp_path):
+    one = StageConfig(1, 1e-2, 8)
+    cfg = replace(get_config("tiny"), model=MICRO, n_seen_docs=8, eval_instances=3, stage0=one, stage1=one,
+                  stage2=one, stage3=one, dpo_max_pairs=8, k_choices=(5,), stage3_instances=8)
+    c = select_corpus(split, cfg)
+    c = Corpus(c.seen, c.train_queries[:6], c.docs, c.copy_queries[:6])
+    report, times = {}, {}
+    pipeline._train(Decoder(MICRO), tok, split, c, cfg, Trie.build(c.seen, tok.encode, tok.end_id),
+                    RandomNegatives(c.seen), docid_vocab(tok, split.d_train), report, times, str(tmp_path),
+                    lambda s: None, 0)
+    for st in pipeline.STAGES:
+        assert os.path.exists(tmp_path / f"{st}.pt") and f"{st}_s" in times
+        assert f"{st}_icl" in report and f"{st}_parametric_trainq" in report
+    assert "stage2_title_only" in report and "stage3_title_only" in report
+    assert report["stage2"]["mined"]["pairs"] > 0
+    assert (tmp_path / "train_metrics.json").exists()
