@@ -60,11 +60,12 @@ def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def gguf_meta_config(path: str) -> ModelConfig:
-    """The full backbone's ModelConfig from GGUF metadata (vocab + 1 for [COPY])."""
+def gguf_meta_config(path: str, reader=None) -> ModelConfig:
+    """The full backbone's ModelConfig from GGUF metadata (vocab + 1 for [COPY]); reader: an open GGUFReader
+    of path, to avoid reading the file twice."""
     import gguf
 
-    r = gguf.GGUFReader(path)
+    r = reader or gguf.GGUFReader(path)
 
     def num(key):
         f = r.fields[key]
@@ -86,7 +87,7 @@ def gguf_state_dict(path: str, keep: list[int]) -> dict[str, torch.Tensor]:
     import gguf
 
     r = gguf.GGUFReader(path)
-    full = gguf_meta_config(path)
+    full = gguf_meta_config(path, r)
     sd: dict[str, torch.Tensor] = {}
     for t in r.tensors:
         parts = t.name.split(".")
