@@ -34,7 +34,7 @@ es-stop:
 model-tiny: ## retrain the committed tiny fixture model (CPU, minutes)
 	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.pipeline --config tiny --out ../models/tiny
 
-model-small: ## train the bigger CPU model into models/small (2 cores: about 75 min; training/results/README.md)
+model-small: ## train the default model into models/small (2 cores: about an hour; training/results/README.md)
 	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.pipeline --config small --out ../models/small
 
 eval-model: ## the paper's evaluation of a model directory in Python (MODEL=models/small), with a bm25s row

@@ -205,6 +205,9 @@ func (e *Engine) Close() error {
 func (e *Engine) Rank(ctx context.Context, query string, cands []Candidate, opts Options) (Result, error) {
 	opts.BeamWidth = cmp.Or(opts.BeamWidth, 10)
 	opts.MaxSummaryTokens = cmp.Or(opts.MaxSummaryTokens, 256)
+	if e.man.MaxSummaryTokens > 0 {
+		opts.MaxSummaryTokens = min(opts.MaxSummaryTokens, e.man.MaxSummaryTokens)
+	}
 	if opts.MaxPromptTokens <= 0 || opts.MaxPromptTokens > e.man.MaxContextTokens {
 		opts.MaxPromptTokens = e.man.MaxContextTokens
 	}

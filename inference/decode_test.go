@@ -258,3 +258,24 @@ func TestRankContextFull(t *testing.T) {
 		m.calls = 0
 	}
 }
+
+// TestRankManifestSummaryCap: a manifest's max_summary_tokens caps every summary below the request's own
+// cap (the model never sees longer summaries than training gave it); a smaller request cap still wins.
+func TestRankManifestSummaryCap(t *testing.T) {
+	man := fakeManifest()
+	man.MaxSummaryTokens = 3
+	e, err := NewEngine(man, fakeTokenizer{}, []Model{&fakeModel{logitsFn: hashLogits}}, []string{"Seen one"}, EngineOptions{PrefillChunk: 16})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = e.Close() })
+	cands := []Candidate{
+		{Title: "Alpha", Summary: "one two three four five six seven eight"},
+		{Title: "Beta", Summary: "ab"}, // one token per byte
+	}
+	res, err := e.Rank(t.Context(), "q", cands, Options{BeamWidth: 2})
+	require.NoError(t, err)
+	require.Equal(t, []int{3, 2}, res.SummaryTokens)
+
+	res, err = e.Rank(t.Context(), "q", cands, Options{BeamWidth: 2, MaxSummaryTokens: 1})
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 1}, res.SummaryTokens)
+}

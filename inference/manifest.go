@@ -41,6 +41,9 @@ type Manifest struct {
 	HeadDim          int      `json:"head_dim"`
 	KVDType          string   `json:"kv_dtype"`
 	MaxContextTokens int      `json:"max_context_tokens"`
+	// MaxSummaryTokens is the longest candidate summary the model was trained with, in tokens; the engine
+	// never puts longer summaries into a prompt. Optional: 0 (absent) states no limit.
+	MaxSummaryTokens int `json:"max_summary_tokens,omitempty"`
 	CopyTokenID      int64    `json:"copy_token_id"`
 	EndTokenID       int64    `json:"end_token_id"`
 	Template         Template `json:"template"`
@@ -110,6 +113,9 @@ func (m *Manifest) validate() error {
 		if v <= 0 {
 			bad(field, "must be positive, got %d", v)
 		}
+	}
+	if m.MaxSummaryTokens < 0 {
+		bad("max_summary_tokens", "must be positive or absent, got %d", m.MaxSummaryTokens)
 	}
 	if m.KVDType != "float32" {
 		bad("kv_dtype", "must be \"float32\", got %q", m.KVDType)

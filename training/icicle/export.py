@@ -147,7 +147,7 @@ def check_parity(model: Decoder, onnx_path: str, int8_path: str | None, seed: in
 
 def write_manifest(out: str, *, name: str, config: str, backbone: str, model_version: str, data_version: str,
                    model: Decoder, copy_token_id: int, end_token_id: int, template: dict,
-                   quantized: bool = True, int8_only: bool = False) -> dict:
+                   quantized: bool = True, int8_only: bool = False, max_summary_tokens: int = 0) -> dict:
     """Writes manifest.json (MODEL_FORMAT.md version 1) into out and returns it. int8_only: the directory ships
     only the int8 file, named as `onnx` (for models whose fp32 file is too big to commit)."""
     c = model.c
@@ -171,6 +171,8 @@ def write_manifest(out: str, *, name: str, config: str, backbone: str, model_ver
         "end_token_id": end_token_id,
         "template": template,
     }
+    if max_summary_tokens > 0:  # the trained summary cap; the engine never exceeds it
+        m["max_summary_tokens"] = max_summary_tokens
     if quantized and not int8_only:
         m["onnx_quantized"] = "model.int8.onnx"
     with open(os.path.join(out, "manifest.json"), "w", encoding="utf-8") as f:

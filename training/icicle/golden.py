@@ -1,7 +1,8 @@
 """Golden parity vectors for the Go engine (MODEL_FORMAT.md "golden/"), computed with the fp32 ONNX model
 through ONNX Runtime (what Go runs) and cross-checked against PyTorch.
 
-decode.jsonl lines carry, besides the contract fields, "max_summary_tokens" (always 256, the default),
+decode.jsonl lines carry, besides the contract fields, "max_summary_tokens" (256, the default, or the
+manifest's max_summary_tokens where it states a smaller one: the Go engine applies that cap),
 "included" (candidates that fit) and "summary_tokens" (summary ids kept per included candidate).
 """
 from __future__ import annotations
@@ -54,7 +55,7 @@ def logits_cases(tok: Tok, split: Split, session, num_layers: int, kv_heads: int
 
 
 def decode_cases(tok: Tok, split: Split, seen: list[str], session, model, num_layers: int, kv_heads: int,
-                 head_dim: int) -> list[dict]:
+                 head_dim: int, max_summary_tokens: int = DEFAULT_MAX_SUMMARY_TOKENS) -> list[dict]:
     """~20 cases: real dev queries, 3/10/20 candidates mixing D_new and seen docs, beams 1/4/10, a few small
     budgets (truncation and dropping), one case without candidates. Checks ORT vs PyTorch on each."""
     rng = random.Random(11)
@@ -80,7 +81,7 @@ def decode_cases(tok: Tok, split: Split, seen: list[str], session, model, num_la
         cands = [Candidate(split.docs[t].title, split.docs[t].text) for t in titles]
         if k and ci % 5 == 3:
             cands[1] = Candidate(cands[1].title, "")  # a candidate without a summary
-        p = build_prompt(tok.encode, q.query, cands, budget, max_summary_tokens=DEFAULT_MAX_SUMMARY_TOKENS)
+        p = build_prompt(tok.encode, q.query, cands, budget, max_summary_tokens=max_summary_tokens)
         ctx = Trie.build([c.title for c in cands[: p.included]], tok.encode, tok.end_id)
         res = decode(CachedPromptScorer(o_step, p.ids, empty), gtrie, ctx, tok.copy_id, tok.end_id, w)
         ref = decode(CachedPromptScorer(t_step, p.ids, empty), gtrie, ctx, tok.copy_id, tok.end_id, w)
@@ -93,7 +94,7 @@ def decode_cases(tok: Tok, split: Split, seen: list[str], session, model, num_la
             "candidates": [{"title": c.title, "summary": c.summary} for c in cands],
             "beam_width": w,
             "max_prompt_tokens": budget,
-            "max_summary_tokens": DEFAULT_MAX_SUMMARY_TOKENS,
+            "max_summary_tokens": max_summary_tokens,
             "prompt_ids": p.ids,
             "included": p.included,
             "summary_tokens": p.summary_tokens,
@@ -127,13 +128,16 @@ def write_jsonl(path: str, rows: list[dict]) -> None:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
 
 
-def write_golden(out_dir: str, tok: Tok, split: Split, seen: list[str], session, model) -> dict:
+def write_golden(out_dir: str, tok: Tok, split: Split, seen: list[str], session, model,
+                 max_summary_tokens: int = 0) -> dict:
+    """Writes golden/ into out_dir; max_summary_tokens: the manifest's (0 = not stated, the default 256)."""
     g = os.path.join(out_dir, "golden")
     os.makedirs(g, exist_ok=True)
     c = model.c
     t = tokenize_cases(tok, split, seen)
     lg = logits_cases(tok, split, session, c.layers, c.kv_heads, c.head_dim)
-    dc = decode_cases(tok, split, seen, session, model, c.layers, c.kv_heads, c.head_dim)
+    cap = min(DEFAULT_MAX_SUMMARY_TOKENS, max_summary_tokens) if max_summary_tokens > 0 else DEFAULT_MAX_SUMMARY_TOKENS
+    dc = decode_cases(tok, split, seen, session, model, c.layers, c.kv_heads, c.head_dim, cap)
     write_jsonl(os.path.join(g, "tokenize.jsonl"), t)
     write_jsonl(os.path.join(g, "logits.jsonl"), lg)
     write_jsonl(os.path.join(g, "decode.jsonl"), dc)

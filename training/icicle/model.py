@@ -82,9 +82,12 @@ class Attention(nn.Module):
         qh = q.transpose(1, 2)  # [B,h,n,hd]
         kh = kk.transpose(1, 2).repeat_interleave(rep, dim=1)  # [B,h,past+n,hd]
         vh = vv.transpose(1, 2).repeat_interleave(rep, dim=1)
-        att = torch.matmul(qh, kh.transpose(2, 3)) / math.sqrt(c.head_dim) + mask.unsqueeze(1)
-        att = torch.softmax(att, dim=-1)
-        o = torch.matmul(att, vh).transpose(1, 2).reshape(b, n, c.heads * c.head_dim)
+        if mask is None:  # training: plain causal attention, fused (identical maths, see train_logits)
+            o = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True)
+        else:
+            att = torch.matmul(qh, kh.transpose(2, 3)) / math.sqrt(c.head_dim) + mask.unsqueeze(1)
+            o = torch.matmul(torch.softmax(att, dim=-1), vh)
+        o = o.transpose(1, 2).reshape(b, n, c.heads * c.head_dim)
         return self.o_proj(o), k, v
 
 
@@ -172,10 +175,11 @@ class Decoder(nn.Module):
         answer tokens); with out_vocab (a 1-D id tensor) only those columns, [k, len(out_vocab)]."""
         b, t = input_ids.shape
         pos = torch.arange(t).unsqueeze(0).expand(b, t)
-        causal = torch.ones(t, t, dtype=torch.bool).tril()
-        allowed = causal.unsqueeze(0) & pad_mask.unsqueeze(1)
-        mask = torch.zeros(b, t, t).masked_fill(~allowed, MASKED)
-        h, _ = self._hidden(input_ids, pos, mask, self.empty_past(b))
+        # The batch is right-padded, so under a causal mask no real token ever sees a pad: the pad mask only
+        # changes rows at pad positions, which are never gathered. mask=None selects the fused causal kernel.
+        if not bool(pad_mask[:, 1:].le(pad_mask[:, :-1]).all()):
+            raise ValueError("train_logits: pad_mask must be right padding (True then False per row)")
+        h, _ = self._hidden(input_ids, pos, None, self.empty_past(b))
         h = h[gather_b, gather_t]
         if out_vocab is None:
             return self._lm_head(h)

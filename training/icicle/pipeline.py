@@ -26,11 +26,10 @@ from .decode import Trie
 from .export import check_parity, export_onnx, ort_session, quantize_int8, write_manifest, write_seen_docids
 from .golden import write_golden
 from .model import Decoder
-from .negatives import RandomNegatives
 from .prompt import TEMPLATE
 from .align import mine_pairs, run_stage2, run_stage3, title_only_report
-from .train import (docid_vocab, eval_parametric, icl_report, new_model, new_tok, run_stage0, run_stage1,
-                    select_corpus)
+from .train import (context_sampler, docid_vocab, eval_parametric, eval_serve, icl_report, new_model, new_tok,
+                    run_stage0, run_stage1, select_corpus)
 
 
 STAGES = ("stage0", "stage1", "stage2", "stage3")
@@ -83,7 +82,7 @@ def main(argv=None) -> None:
         f"{len(corpus.train_queries)} train queries; copy id {tok.copy_id} end id {tok.end_id}")
     model = new_model(cfg, tok.copy_id)
     gtrie = Trie.build(corpus.seen, tok.encode, tok.end_id)
-    sneg = RandomNegatives(corpus.seen)
+    sneg = context_sampler(cfg, split, corpus)
     report: dict = {"config": cfg.name, "data_version": split.data_version, "seen_docs": len(corpus.seen),
                     "train_queries": len(corpus.train_queries)}
 
@@ -129,6 +128,9 @@ def _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times
         report[f"{stage}_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
         report[f"{stage}_parametric_trainq"] = eval_parametric(model, tok, cfg, corpus.train_queries, split.docs, sneg,
                                                                gtrie, 60)
+        if cfg.context == "bm25" and stage != "stage0":  # stage 0 never saw a candidate
+            report[f"{stage}_serve"] = eval_serve(model, tok, cfg, split, gtrie, cfg.eval_instances, ns=(100,))
+            log(f"{stage} serve-like (BM25 over D_new): {report[f'{stage}_serve']}")
         if title_only:
             report[f"{stage}_title_only"] = title_only_report(model, tok, cfg, split, corpus, gtrie)
         log(f"{stage} {report[stage]} ICL {report[f'{stage}_icl']} parametric(train queries) "
@@ -181,8 +183,10 @@ def _export(a, model, tok, split, corpus, cfg, report, times, t_all, log):
     write_manifest(a.out, name=f"icicle-{cfg.name}", config=cfg.name, backbone=cfg.backbone,
                    model_version=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d") + ".1",
                    data_version=split.data_version, model=model, copy_token_id=tok.copy_id,
-                   end_token_id=tok.end_id, template=TEMPLATE, int8_only=not cfg.ship_fp32)
-    report["golden"] = write_golden(a.out, tok, split, corpus.seen, ort_session(onnx_path), model)
+                   end_token_id=tok.end_id, template=TEMPLATE, int8_only=not cfg.ship_fp32,
+                   max_summary_tokens=cfg.max_summary_tokens)
+    report["golden"] = write_golden(a.out, tok, split, corpus.seen, ort_session(onnx_path), model,
+                                    cfg.max_summary_tokens)
     if not cfg.ship_fp32:  # keep the fp32 file out of the model directory (too big to commit)
         os.replace(onnx_path, os.path.join(work_dir(a, cfg), "model.fp32.onnx"))
     times["export_golden_s"] = time.time() - t

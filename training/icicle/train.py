@@ -20,6 +20,7 @@ An instance is (prompt ids, answer ids); the loss is the mean cross-entropy over
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import math
@@ -32,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from .configs import StageConfig, TrainConfig, get_config
+from .contexts import BM25Contexts, draw_n
 from .data import Doc, Query, Split, make_split
 from .decode import CachedPromptScorer, Trie, decode, torch_step
 from .model import Decoder
@@ -69,13 +71,18 @@ def select_corpus(split: Split, cfg: TrainConfig) -> Corpus:
     return Corpus(seen, [q for q in split.train if q.docid in s], split.docs, others)
 
 
+@functools.lru_cache(maxsize=65536)
+def _extractive(text: str) -> str:
+    from .compress import extractive
+
+    return extractive(text)
+
+
 def summary_of(tok: Tok, doc: Doc) -> str:
     """The stored summary the sidecar's index holds: the shared extractive compressor (first 120 words, the
     same function as Go's internal/compress.Extractive); the prompt builder then cuts it in tokens. (The models
     trained before 2026-11-22 used the raw text here; the first 32 tokens of both rarely differ.)"""
-    from .compress import extractive
-
-    return extractive(doc.text)
+    return _extractive(doc.text)
 
 
 def index_instances(tok: Tok, corpus: Corpus, cfg: TrainConfig) -> list[Instance]:
@@ -92,14 +99,28 @@ def index_instances(tok: Tok, corpus: Corpus, cfg: TrainConfig) -> list[Instance
 
 def icl_instance(tok: Tok, cfg: TrainConfig, q: Query, docs: dict[str, Doc], negs: NegativeSampler,
                  rng: random.Random, with_gold: bool, title_only: bool = False) -> tuple[Instance, list[str]]:
-    """Builds one context-dependent (with_gold) or query-irrelevant instance; returns it and its titles."""
-    k = cfg.shots - 1 if with_gold else cfg.shots
-    titles = negs.sample(q.docid, k, rng)
-    if with_gold:
-        titles.insert(rng.randrange(cfg.shots), q.docid)
-    cands = [Candidate(docs[t].title, summary_of(tok, docs[t])) for t in titles]
-    p = build_prompt(tok.encode, q.query, cands, cfg.max_prompt_tokens,
-                     max_summary_tokens=cfg.max_summary_tokens, title_only=title_only)
+    """Builds one context-dependent (with_gold) or query-irrelevant instance; returns it and its titles.
+
+    negs is a NegativeSampler (cfg.shots candidates, the gold at a random position) or BM25Contexts (a
+    context size drawn from cfg.context_n, candidates in BM25 order; contexts.py)."""
+    if isinstance(negs, BM25Contexts):
+        titles = negs.context(q, draw_n(cfg.context_n, rng), with_gold)
+    else:
+        k = cfg.shots - 1 if with_gold else cfg.shots
+        titles = negs.sample(q.docid, k, rng)
+        if with_gold:
+            titles.insert(rng.randrange(cfg.shots), q.docid)
+
+    def prompt_for(ts: list[str]):
+        cands = [Candidate(docs[t].title, summary_of(tok, docs[t])) for t in ts]
+        return build_prompt(tok.encode, q.query, cands, cfg.max_prompt_tokens,
+                            max_summary_tokens=cfg.max_summary_tokens, title_only=title_only)
+
+    p = prompt_for(titles)
+    if with_gold and 0 < p.included < len(titles) and q.docid not in titles[: p.included]:
+        # the budget cut the gold off: it takes the last place that fits (the answer must be copyable)
+        titles = titles[: p.included - 1] + [q.docid]
+        p = prompt_for(titles)
     titles = titles[: p.included]
     ans = tok.docid(q.docid)
     if with_gold and q.docid in titles:
@@ -211,13 +232,26 @@ def run_stage0(model: Decoder, tok: Tok, corpus: Corpus, cfg: TrainConfig, log=p
     return sft(model, lambda e: insts, cfg.stage0, cfg.seed, log, "stage0", out_vocab, cfg.bf16)
 
 
+def context_sampler(cfg: TrainConfig, split: Split, corpus: Corpus) -> NegativeSampler | BM25Contexts:
+    """The config's source of in-context candidates for training instances (configs.TrainConfig.context)."""
+    if cfg.context == "bm25":
+        return BM25Contexts(split.d_train, split.docs)
+    if cfg.context != "negatives":
+        raise ValueError(f"config {cfg.name}: context must be 'negatives' or 'bm25', got {cfg.context!r}")
+    return RandomNegatives(corpus.seen)
+
+
 def run_stage1(model: Decoder, tok: Tok, corpus: Corpus, cfg: TrainConfig, negs: NegativeSampler | None = None,
                log=print, out_vocab: torch.Tensor | None = None, first_epoch: int = 0) -> list[float]:
     """Stage-1 SFT; first_epoch > 0 continues a finished run with fresh draws (epochs first_epoch, ...) and a
     fresh learning-rate schedule."""
     negs = negs or RandomNegatives(corpus.seen)
     anchors = index_instances(tok, corpus, cfg)
-    copy_negs = RandomNegatives(sorted({q.docid for q in corpus.copy_queries})) if corpus.copy_queries else None
+    if isinstance(negs, BM25Contexts):  # BM25 over D_train serves the copy pool too: no shortcut to avoid
+        negs.prefetch([q.query for q in corpus.train_queries + corpus.copy_queries])
+        copy_negs = negs
+    else:
+        copy_negs = RandomNegatives(sorted({q.docid for q in corpus.copy_queries})) if corpus.copy_queries else None
     return sft(model, lambda e: stage1_instances(tok, corpus, cfg, negs, random.Random(cfg.seed * 1000 + first_epoch + e),
                                                  anchors, copy_negs),
                cfg.stage1, cfg.seed + 1 + first_epoch, log, "stage1", out_vocab, cfg.bf16)
@@ -302,6 +336,40 @@ def icl_report(model: Decoder, tok: Tok, cfg: TrainConfig, split: Split, corpus:
     }
 
 
+def eval_serve(model: Decoder, tok: Tok, cfg: TrainConfig, split: Split, global_trie: Trie, n: int,
+               ns: tuple[int, ...] = (10, 100), contexts: BM25Contexts | None = None) -> dict:
+    """The sidecar's situation in Python: NQ dev-half queries of D_new documents, the context = BM25 top-N over
+    D_new in BM25 order (gold present only where BM25 found it), the prompt budget of the model. Per N:
+    hits@1 of the top beam (either route), bm25_hits@1 (the first candidate in the prompt), gold_in_prompt,
+    copy_pick (the gold is the best copy-route candidate, over queries with the gold in the prompt) and the
+    share routed to [COPY]."""
+    contexts = contexts or BM25Contexts(split.d_new, split.docs)
+    qs = [q for q in split.dev if q.docid in set(split.d_new)][:n]
+    contexts.prefetch([q.query for q in qs])
+    step = torch_step(model)
+    empty = [p.numpy() for p in model.empty_past()]
+    out = {}
+    for big_n in ns:
+        hit = bm = gin = pick = route = 0
+        for q in qs:
+            titles = contexts.ranked(q.query)[:big_n]
+            cands = [Candidate(split.docs[t].title, summary_of(tok, split.docs[t])) for t in titles]
+            p = build_prompt(tok.encode, q.query, cands, cfg.max_prompt_tokens, max_summary_tokens=cfg.max_summary_tokens)
+            titles = titles[: p.included]
+            ctx = Trie.build(titles, tok.encode, tok.end_id)
+            res = decode(CachedPromptScorer(step, p.ids, empty), global_trie, ctx, tok.copy_id, tok.end_id, 1)
+            hit += int(bool(res.beams) and res.beams[0].docid == q.docid)
+            bm += int(titles[:1] == [q.docid])
+            if q.docid in titles:
+                gin += 1
+                pick += int(bool(res.copy) and res.copy[0].docid == q.docid)
+            route += int(res.p_copy > 0.5)
+        k = max(1, len(qs))
+        out[f"n{big_n}"] = {"n": len(qs), "hits@1": hit / k, "bm25_hits@1": bm / k, "gold_in_prompt": gin / k,
+                            "copy_pick": pick / max(1, gin), "route_copy_rate": route / k}
+    return out
+
+
 def heldout_queries(split: Split, corpus: Corpus) -> list[Query]:
     """NQ dev-half queries whose document was never trained (unseen titles), in a stable order."""
     s = set(corpus.seen)
@@ -332,12 +400,12 @@ def main(argv=None) -> None:
     prev = {"stage1": "stage0", "stage2": "stage1", "stage3": "stage2"}.get(a.stage)
     if prev:
         model.load_state_dict(torch.load(os.path.join(a.out, f"{prev}.pt")))
-    negs = RandomNegatives(corpus.seen)
+    negs = context_sampler(cfg, split, corpus)
     result: object
     if a.stage == "stage0":
         result = run_stage0(model, tok, corpus, cfg, out_vocab=out_vocab)
     elif a.stage == "stage1":
-        result = run_stage1(model, tok, corpus, cfg, out_vocab=out_vocab)
+        result = run_stage1(model, tok, corpus, cfg, negs, out_vocab=out_vocab)
     elif a.stage == "stage2":
         from .align import mine_pairs, run_stage2
 

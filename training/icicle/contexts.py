@@ -1,0 +1,77 @@
+"""BM25 contexts: in-context candidates as the sidecar serves them, for training and for a serve-like evaluation.
+
+The paper builds a context-dependent instance from the gold document plus hard negatives at random positions
+(negatives.py; configs with ``context="negatives"``). The sidecar instead puts Elasticsearch's BM25 top hits
+in BM25 order into the prompt. A model trained only on the first never sees that order, so it cannot use it:
+on the shipped 3-shot models the gold's BM25 rank told the model nothing. ``context="bm25"`` trains on what
+it will serve:
+
+- a context-dependent instance takes the top-n BM25 hits of the query over the pool (D_train in training),
+  gold included at its BM25 rank; when BM25 misses the gold in the top n, the gold replaces the n-th hit
+  (the answer must be copyable);
+- a query-irrelevant instance takes the top-n hits with the gold removed (the sidecar's context holds only
+  new documents, never the seen document a query may be about);
+- n is drawn per instance from the config's ``context_n``; the prompt builder then keeps what fits.
+
+BM25 is bm25s with Elasticsearch's defaults (evaluate.BM25_PARAMS) over "title\\ntext", the index the sidecar
+searches (title, summary, text). Retrievals are cached per query text.
+"""
+from __future__ import annotations
+
+import random
+from typing import Mapping, Sequence
+
+from .data import Doc, Query
+
+
+class BM25Contexts:
+    """Ranked candidate lists from bm25s over a fixed pool of documents."""
+
+    def __init__(self, pool: Sequence[str], docs: Mapping[str, Doc], depth: int = 101) -> None:
+        import bm25s
+
+        from .evaluate import BM25_PARAMS
+
+        if not pool:
+            raise ValueError("BM25 contexts need a non-empty pool of documents")
+        self._bm25s = bm25s
+        self.pool = sorted(pool)
+        self.depth = min(depth, len(self.pool))
+        texts = [f"{docs[d].title}\n{docs[d].text}" for d in self.pool]
+        self.r = bm25s.BM25(k1=BM25_PARAMS["k1"], b=BM25_PARAMS["b"], method=BM25_PARAMS["method"])
+        self.r.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+        self._cache: dict[str, list[str]] = {}
+
+    def prefetch(self, queries: Sequence[str]) -> None:
+        """Retrieves every query not cached yet in one batch (bm25s is much faster batched)."""
+        todo = sorted({q for q in queries if q not in self._cache})
+        if not todo:
+            return
+        toks = self._bm25s.tokenize(todo, stopwords="en", return_ids=False, show_progress=False)
+        toks = [t if t else [""] for t in toks]
+        ids, _ = self.r.retrieve(toks, k=self.depth, show_progress=False, n_threads=1)
+        for q, row in zip(todo, ids):
+            self._cache[q] = [self.pool[i] for i in row]
+
+    def ranked(self, query: str) -> list[str]:
+        """The top `depth` docids for query, best first."""
+        if query not in self._cache:
+            self.prefetch([query])
+        return self._cache[query]
+
+    def context(self, q: Query, n: int, with_gold: bool) -> list[str]:
+        """The n candidates of an instance for q, in BM25 order (see the module doc for the gold's place)."""
+        if n < 1:
+            raise ValueError(f"context size n must be >= 1, got {n}")
+        hits = self.ranked(q.query)
+        if not with_gold:
+            return [d for d in hits if d != q.docid][:n]
+        top = hits[:n]
+        if q.docid not in top:
+            top = top[: n - 1] + [q.docid]
+        return top
+
+
+def draw_n(context_n: Sequence[int], rng: random.Random) -> int:
+    """One context size from the config's choices."""
+    return rng.choice(list(context_n))

@@ -1,0 +1,80 @@
+"""BM25 contexts (contexts.py) and the instances built from them: BM25 order, the gold's place, the budget."""
+import random
+from dataclasses import replace
+
+import pytest
+import torch
+
+from icicle.configs import get_config
+from icicle.contexts import BM25Contexts
+from icicle.data import Doc, Query
+from icicle.model import Decoder, ModelConfig
+from icicle.prompt import build_prompt
+from icicle.train import icl_instance
+
+DOCS = {
+    "Oslo": Doc("Oslo", "Oslo", "Oslo is the capital of Norway, on the Oslofjord."),
+    "Bergen": Doc("Bergen", "Bergen", "Bergen is a city on the west coast of Norway, known for rain."),
+    "Norway": Doc("Norway", "Norway", "Norway is a Nordic country whose capital is Oslo."),
+    "Paris": Doc("Paris", "Paris", "Paris is the capital of France."),
+    "Rome": Doc("Rome", "Rome", "Rome is the capital of Italy."),
+    "Tea": Doc("Tea", "Tea", "Tea is a drink made from leaves."),
+}
+
+
+def test_ranked_is_bm25_order_and_context_places_the_gold():
+    c = BM25Contexts(sorted(DOCS), DOCS)
+    top = c.ranked("capital of Norway Oslofjord")
+    assert top[0] == "Oslo" and set(top[:2]) == {"Oslo", "Norway"}
+    q = Query("q1", "capital of Norway Oslofjord", "Oslo", "train")
+    assert c.context(q, 3, with_gold=True)[0] == "Oslo"  # at its BM25 rank
+    assert "Oslo" not in c.context(q, 3, with_gold=False)  # removed, the rest keeps BM25 order
+    assert c.context(q, 3, with_gold=False) == [d for d in top if d != "Oslo"][:3]
+    far = Query("q2", "capital of Norway Oslofjord", "Tea", "train")  # BM25 misses the gold in the top 2
+    assert c.context(far, 2, with_gold=True) == [top[0], "Tea"]
+    with pytest.raises(ValueError, match="context size n"):
+        c.context(q, 0, with_gold=True)
+    with pytest.raises(ValueError, match="non-empty pool"):
+        BM25Contexts([], DOCS)
+
+
+def test_bm25_instance_keeps_the_gold_inside_the_budget(tok):
+    cfg = replace(get_config("small"), context_n=(6,), max_summary_tokens=8)
+    c = BM25Contexts(sorted(DOCS), DOCS)
+    q = Query("q", "drink made from leaves", "Tea", "train")
+    inst, titles = icl_instance(tok, cfg, q, DOCS, c, random.Random(0), True)
+    assert titles[0] == "Tea" and inst.answer[0] == tok.copy_id
+    # a budget that fits two candidates: when BM25 put the gold lower, it takes the last place that fits
+    q2 = Query("q", "capital of Norway", "Tea", "train")
+    fixed = len(build_prompt(tok.encode, q2.query, [], 10**6).ids)
+    short = replace(cfg, max_prompt_tokens=fixed + 25)  # room for about two candidate blocks
+    inst2, titles2 = icl_instance(tok, short, q2, DOCS, c, random.Random(0), True)
+    assert 1 <= len(titles2) < len(DOCS) and titles2[-1] == "Tea" and inst2.answer[0] == tok.copy_id
+    assert len(inst2.prompt) <= short.max_prompt_tokens
+    noise, titles3 = icl_instance(tok, cfg, q, DOCS, c, random.Random(0), False)
+    assert "Tea" not in titles3 and noise.answer[0] != tok.copy_id
+
+
+def test_train_logits_fused_causal_equals_masked_step():
+    """train_logits runs the fused causal kernel on a right-padded batch; each row must equal the contract
+    step() (explicit additive mask) on that sequence alone."""
+    torch.manual_seed(0)
+    m = Decoder(ModelConfig(vocab_size=50, hidden=32, layers=2, heads=4, kv_heads=2, head_dim=8, intermediate=40))
+    seqs = [torch.randint(0, 50, (n,)) for n in (9, 5)]
+    ids = torch.zeros(2, 9, dtype=torch.long)
+    pad = torch.zeros(2, 9, dtype=torch.bool)
+    for b, s in enumerate(seqs):
+        ids[b, : len(s)] = s
+        pad[b, : len(s)] = True
+    gb = torch.tensor([0, 0, 1])
+    gt = torch.tensor([3, 8, 4])
+    got = m.train_logits(ids, pad, gb, gt)
+    from icicle.model import causal_mask
+
+    for j, (b, t) in enumerate(zip(gb.tolist(), gt.tolist())):
+        s = seqs[b][: t + 1].unsqueeze(0)
+        want = m.step(s, torch.arange(t + 1).unsqueeze(0), causal_mask(0, t + 1), torch.tensor([t]), *m.empty_past())[0]
+        assert torch.allclose(got[j], want[0, 0], atol=1e-5)
+    left = pad.flip(1)
+    with pytest.raises(ValueError, match="right padding"):
+        m.train_logits(ids, left, gb, gt)
