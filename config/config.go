@@ -103,7 +103,7 @@ type Elasticsearch struct {
 // Model configures the model directory (see inference/MODEL_FORMAT.md) and the ONNX Runtime session.
 type Model struct {
 	// Dir is the model directory holding manifest.json, model.onnx, tokenizer.json and seen_docids.txt.
-	// Default "models/tiny".
+	// Default "models/small" (the shipped default model; models/tiny is the CI fixture).
 	Dir string `yaml:"dir"`
 	// Quantized loads model.int8.onnx (int8 dynamically quantised MatMul weights) instead of model.onnx.
 	// Default false.
@@ -305,7 +305,7 @@ func Default() Config {
 			MaxRetries:     3,
 		},
 		Model: Model{
-			Dir:            "models/tiny",
+			Dir:            "models/small",
 			Provider:       "cpu",
 			InterOpThreads: 1,
 		},

@@ -222,7 +222,7 @@ func TestComposeEnvironmentLoads(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, []string{"http://" + esService + ":" + itoa(esPort)}, cfg.Elasticsearch.Addresses)
-	require.Equal(t, "/models/tiny", cfg.Model.Dir)
+	require.Equal(t, "/models/small", cfg.Model.Dir)
 	require.NotEmpty(t, cfg.Model.ORTLibrary, "the image must say where libonnxruntime.so is")
 
 	_, port, err := net.SplitHostPort(cfg.Server.Addr)

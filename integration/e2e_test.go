@@ -254,5 +254,10 @@ func TestEndToEnd(t *testing.T) {
 		require.Equal(t, http.StatusOK, code)
 		checkReranked(t, s, resp, hits)
 		require.Positive(t, resp.CandidatesInContext, "the new document is in the model's context (first hit)")
+		t.Logf("fictional document: rank 1 %q via %s (p_copy %.3f)", resp.Results[0].DocID, resp.Results[0].Provenance, *resp.RouterProb)
+		i := slices.IndexFunc(resp.Results, func(r plugin.Result) bool { return r.DocID == doc.DocID })
+		require.GreaterOrEqual(t, i, 0, "the new document is among the model's answers")
+		require.Equal(t, plugin.FromCopy, resp.Results[i].Provenance, "through the copy route")
+		t.Logf("fictional document at rank %d", i+1)
 	})
 }

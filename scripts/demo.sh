@@ -3,7 +3,7 @@
 # the default model, the sidecar, and a side-by-side comparison with BM25. Leaves the sidecar running.
 #   scripts/demo.sh         (make demo)   set up and run
 #   scripts/demo.sh stop    (make stop)   stop the sidecar and the Elasticsearch node
-# Environment: ICICLE_MODEL_DIR [models/tiny], ICICLE_SERVER_ADDR [127.0.0.1:8080],
+# Environment: ICICLE_MODEL_DIR [models/small], ICICLE_SERVER_ADDR [127.0.0.1:8080],
 # ICICLE_ES_PORT [9200], DEMO_QUERIES [100] (dev queries per seen/new group), DEMO_SWEEP [none] and
 # DEMO_PAPER_SHOTS [none] (e.g. 3,10,20,50,100: the N-shot sweep and the paper protocol, slower).
 set -euo pipefail
@@ -30,7 +30,7 @@ fi
 scripts/bootstrap.sh --no-python
 scripts/build.sh
 eval "$(scripts/env.sh)"
-export ICICLE_MODEL_DIR=${ICICLE_MODEL_DIR:-models/tiny}
+export ICICLE_MODEL_DIR=${ICICLE_MODEL_DIR:-models/small}
 export ICICLE_SERVER_ADDR=${ICICLE_SERVER_ADDR:-127.0.0.1:8080}
 export ICICLE_ELASTICSEARCH_ADDRESSES=$(scripts/es.sh url)
 url=http://$ICICLE_SERVER_ADDR
