@@ -72,6 +72,12 @@ class ModelDir:
     def template(self) -> dict:
         return self.manifest.get("template") or TEMPLATE
 
+    @property
+    def max_summary_tokens(self) -> int:
+        """The summary cap: the manifest's max_summary_tokens where it states one (as the Go engine applies)."""
+        cap = int(self.manifest.get("max_summary_tokens") or 0)
+        return min(cap, DEFAULT_MAX_SUMMARY_TOKENS) if cap > 0 else DEFAULT_MAX_SUMMARY_TOKENS
+
     def empty_past(self) -> list[np.ndarray]:
         m = self.manifest
         return [np.zeros((1, 0, m["num_kv_heads"], m["head_dim"]), np.float32)] * (2 * m["num_layers"])
@@ -171,7 +177,7 @@ def run_instance(md: ModelDir, split: Split, q: Query, docids: Sequence[str], su
     """Builds the prompt, decodes, and scores one instance against its gold document."""
     docs = split.docs
     cands = [Candidate(docs[d].title, summaries[d]) for d in docids]
-    p = build_prompt(md.tok.encode, q.query, cands, max_prompt_tokens, max_summary_tokens=DEFAULT_MAX_SUMMARY_TOKENS,
+    p = build_prompt(md.tok.encode, q.query, cands, max_prompt_tokens, max_summary_tokens=md.max_summary_tokens,
                      title_only=title_only, template=md.template)
     included = [c.title for c in cands[: p.included]]
     ctx = Trie.build(included, md.tok.encode, md.tok.end_id)

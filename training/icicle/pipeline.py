@@ -16,6 +16,7 @@ import json
 import os
 import random
 import time
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -54,9 +55,15 @@ def main(argv=None) -> None:
                     help="load WORK/<stage>.pt and run only the later stages (stage3: export only)")
     ap.add_argument("--more-stage1", type=int, default=0, metavar="ROUNDS",
                     help="with --from stage1: first run ROUNDS more rounds of stage 1 (fresh draws, fresh schedule)")
+    ap.add_argument("--round-epochs", type=int, default=0, metavar="N",
+                    help="with --more-stage1: N epochs per extra round (default: the config's stage-1 epochs)")
     a = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cfg = get_config(a.config)
+    if a.round_epochs:
+        if not a.more_stage1:
+            raise SystemExit("--round-epochs needs --more-stage1")
+        cfg = replace(cfg, stage1=replace(cfg.stage1, epochs=a.round_epochs))
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
@@ -100,8 +107,10 @@ def main(argv=None) -> None:
     for r in range(a.more_stage1):
         t = time.time()
         done_rounds = report.get("stage1_rounds", 1)
-        l1 = run_stage1(model, tok, corpus, cfg, sneg, log, out_vocab, first_epoch=done_rounds * cfg.stage1.epochs)
+        done_epochs = report.get("stage1_epochs", get_config(a.config).stage1.epochs)  # fresh draws: next epoch
+        l1 = run_stage1(model, tok, corpus, cfg, sneg, log, out_vocab, first_epoch=done_epochs)
         report["stage1_rounds"] = done_rounds + 1
+        report["stage1_epochs"] = done_epochs + cfg.stage1.epochs
         report[f"stage1_round{done_rounds + 1}"] = {"steps": len(l1), "loss_first20": _avg(l1, 20),
                                                     "loss_last20": _avg(l1, -20)}
         report["stage1_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)

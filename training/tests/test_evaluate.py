@@ -91,3 +91,16 @@ def test_rerun_reuses_candidates_and_repeats(results, fixture_dir, split):
     assert again["candidates_reused"] and not r["candidates_reused"]
     assert again["nshot"]["10"]["new_ctx"] == r["nshot"]["10"]["new_ctx"]
     assert again["nshot"]["3"]["ece"] == r["nshot"]["3"]["ece"]
+
+
+def test_summary_cap_follows_the_manifest():
+    """The reference evaluation caps summaries as the Go engine does: the manifest's max_summary_tokens when it
+    states a smaller one than the default 256, else 256."""
+    from icicle.evaluate import ModelDir
+
+    def md(man):
+        return ModelDir("x", man, None, None, [], None, "model.onnx")
+
+    assert md({"max_summary_tokens": 32}).max_summary_tokens == 32
+    assert md({}).max_summary_tokens == 256
+    assert md({"max_summary_tokens": 4096}).max_summary_tokens == 256
