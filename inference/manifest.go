@@ -25,25 +25,25 @@ type Template struct {
 
 // Manifest describes a model directory; see MODEL_FORMAT.md for each field's meaning.
 type Manifest struct {
-	FormatVersion    int      `json:"format_version"`
-	Name             string   `json:"name"`
-	Config           string   `json:"config"`
-	Backbone         string   `json:"backbone"`
-	ModelVersion     string   `json:"model_version"`
-	DataVersion      string   `json:"data_version"`
-	ONNX             string   `json:"onnx"`
-	ONNXQuantized    string   `json:"onnx_quantized"`
-	Tokenizer        string   `json:"tokenizer"`
-	SeenDocIDs       string   `json:"seen_docids"`
-	VocabSize        int      `json:"vocab_size"`
-	NumLayers        int      `json:"num_layers"`
-	NumKVHeads       int      `json:"num_kv_heads"`
-	HeadDim          int      `json:"head_dim"`
-	KVDType          string   `json:"kv_dtype"`
-	MaxContextTokens int      `json:"max_context_tokens"`
+	FormatVersion    int    `json:"format_version"`
+	Name             string `json:"name"`
+	Config           string `json:"config"`
+	Backbone         string `json:"backbone"`
+	ModelVersion     string `json:"model_version"`
+	DataVersion      string `json:"data_version"`
+	ONNX             string `json:"onnx"`
+	ONNXQuantized    string `json:"onnx_quantized"`
+	Tokenizer        string `json:"tokenizer"`
+	SeenDocIDs       string `json:"seen_docids"`
+	VocabSize        int    `json:"vocab_size"`
+	NumLayers        int    `json:"num_layers"`
+	NumKVHeads       int    `json:"num_kv_heads"`
+	HeadDim          int    `json:"head_dim"`
+	KVDType          string `json:"kv_dtype"`
+	MaxContextTokens int    `json:"max_context_tokens"`
 	// MaxSummaryTokens is the longest candidate summary the model was trained with, in tokens; the engine
 	// never puts longer summaries into a prompt. Optional: 0 (absent) states no limit.
-	MaxSummaryTokens int `json:"max_summary_tokens,omitempty"`
+	MaxSummaryTokens int      `json:"max_summary_tokens,omitempty"`
 	CopyTokenID      int64    `json:"copy_token_id"`
 	EndTokenID       int64    `json:"end_token_id"`
 	Template         Template `json:"template"`

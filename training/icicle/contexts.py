@@ -25,33 +25,20 @@ from .data import Doc, Query
 
 
 class BM25Contexts:
-    """Ranked candidate lists from bm25s over a fixed pool of documents."""
+    """Ranked candidate lists from BM25 (evaluate.BM25Index) over a fixed pool of documents."""
 
     def __init__(self, pool: Sequence[str], docs: Mapping[str, Doc], depth: int = 101) -> None:
-        import bm25s
+        from .evaluate import BM25Index
 
-        from .evaluate import BM25_PARAMS
-
-        if not pool:
-            raise ValueError("BM25 contexts need a non-empty pool of documents")
-        self._bm25s = bm25s
-        self.pool = sorted(pool)
-        self.depth = min(depth, len(self.pool))
-        texts = [f"{docs[d].title}\n{docs[d].text}" for d in self.pool]
-        self.r = bm25s.BM25(k1=BM25_PARAMS["k1"], b=BM25_PARAMS["b"], method=BM25_PARAMS["method"])
-        self.r.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+        self.index = BM25Index(docs, pool=pool)
+        self.depth = min(depth, len(self.index.docids))
         self._cache: dict[str, list[str]] = {}
 
     def prefetch(self, queries: Sequence[str]) -> None:
         """Retrieves every query not cached yet in one batch (bm25s is much faster batched)."""
         todo = sorted({q for q in queries if q not in self._cache})
-        if not todo:
-            return
-        toks = self._bm25s.tokenize(todo, stopwords="en", return_ids=False, show_progress=False)
-        toks = [t if t else [""] for t in toks]
-        ids, _ = self.r.retrieve(toks, k=self.depth, show_progress=False, n_threads=1)
-        for q, row in zip(todo, ids):
-            self._cache[q] = [self.pool[i] for i in row]
+        if todo:
+            self._cache.update(zip(todo, self.index.retrieve(todo, k=self.depth)))
 
     def ranked(self, query: str) -> list[str]:
         """The top `depth` docids for query, best first."""

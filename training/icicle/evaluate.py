@@ -43,12 +43,12 @@ import os
 import random
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from .compress import Extractive
-from .data import Query, Split, make_split
+from .data import Doc, Query, Split, make_split
 from .decode import CachedPromptScorer, Trie, decode, ort_step
 from .prompt import DEFAULT_MAX_SUMMARY_TOKENS, TEMPLATE, Candidate, build_prompt
 from .tokenizer import Tok, load_tok
@@ -219,14 +219,18 @@ def summarize(rows: list[dict]) -> dict:
 
 
 class BM25Index:
-    """bm25s over the whole corpus (title + text); retrieve returns the top-k docids per query."""
+    """bm25s over "title\ntext" of the pool (default: the whole corpus); retrieve returns the top-k docids per
+    query. contexts.BM25Contexts searches D_train or D_new through it."""
 
-    def __init__(self, split: Split, k1: float = BM25_PARAMS["k1"], b: float = BM25_PARAMS["b"]) -> None:
+    def __init__(self, docs: Mapping[str, Doc], k1: float = BM25_PARAMS["k1"], b: float = BM25_PARAMS["b"],
+                 pool: Sequence[str] | None = None) -> None:
         import bm25s
 
         self._bm25s = bm25s
-        self.docids = sorted(split.docs)
-        texts = [f"{split.docs[d].title}\n{split.docs[d].text}" for d in self.docids]
+        self.docids = sorted(docs if pool is None else pool)
+        if not self.docids:
+            raise ValueError("BM25 needs a non-empty pool of documents")
+        texts = [f"{docs[d].title}\n{docs[d].text}" for d in self.docids]
         self.r = bm25s.BM25(k1=k1, b=b, method=BM25_PARAMS["method"])
         self.r.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
 
@@ -243,6 +247,13 @@ def bm25_hits(index: BM25Index, queries: Sequence[Query]) -> dict:
     got = index.retrieve([q.query for q in queries], k=10)
     return {"n": len(queries), "hits@1": _mean(r[:1] == [q.docid] for r, q in zip(got, queries)),
             "hits@10": _mean(q.docid in r for r, q in zip(got, queries))}
+
+
+def _repo_relative(path: str) -> str:
+    """path relative to the repository root when it lies inside it (reports stay machine-independent), else as given."""
+    repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    p = os.path.abspath(path)
+    return os.path.relpath(p, repo) if p.startswith(repo + os.sep) else path
 
 
 def run(model_dir: str, out: str, *, n_queries: int = 200, n_shots: Sequence[int] = N_SHOTS, seed: int = 0,
@@ -293,7 +304,7 @@ def run(model_dir: str, out: str, *, n_queries: int = 200, n_shots: Sequence[int
             f"D_train noise H@1 {_f(s['train_noise']['hits@1'])} | ECE {_f(s['ece'])} | {s['seconds']}s")
 
     t0 = time.perf_counter()
-    bm = BM25Index(split)
+    bm = BM25Index(split.docs)
     all_q = {"dev": split.dev, "test": split.test}[query_split]
     bm25 = {"train": bm25_hits(bm, tr), "new": bm25_hits(bm, nw), "all": bm25_hits(bm, all_q),
             "params": {**BM25_PARAMS, "tokenizer": "bm25s.tokenize(lower, stopwords=en, no stemmer)",
@@ -302,7 +313,7 @@ def run(model_dir: str, out: str, *, n_queries: int = 200, n_shots: Sequence[int
     n_main = max(n_shots)
     results = {
         "model": {"name": md.manifest.get("name"), "model_version": md.manifest.get("model_version"),
-                  "data_version": md.manifest.get("data_version"), "dir": os.path.abspath(model_dir), "onnx": md.onnx,
+                  "data_version": md.manifest.get("data_version"), "dir": _repo_relative(model_dir), "onnx": md.onnx,
                   "seen_docs": len(md.seen), "max_prompt_tokens": budget},
         "protocol": {"split": query_split, "data_version": split.data_version, "seed": seed, "n_queries": n_queries,
                      "n_shots": n_shots, "beam_width": beam_width, "summaries": comp.id, "title_only": title_only,

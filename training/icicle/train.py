@@ -97,6 +97,14 @@ def index_instances(tok: Tok, corpus: Corpus, cfg: TrainConfig) -> list[Instance
     return out
 
 
+def candidate_prompt(tok: Tok, cfg: TrainConfig, query: str, titles: list[str], docs: dict[str, Doc],
+                     title_only: bool = False):
+    """The prompt for query over the candidates titles (in that order) under the config's budget and cap."""
+    cands = [Candidate(docs[t].title, summary_of(tok, docs[t])) for t in titles]
+    return build_prompt(tok.encode, query, cands, cfg.max_prompt_tokens, max_summary_tokens=cfg.max_summary_tokens,
+                        title_only=title_only)
+
+
 def icl_instance(tok: Tok, cfg: TrainConfig, q: Query, docs: dict[str, Doc], negs: NegativeSampler,
                  rng: random.Random, with_gold: bool, title_only: bool = False) -> tuple[Instance, list[str]]:
     """Builds one context-dependent (with_gold) or query-irrelevant instance; returns it and its titles.
@@ -111,16 +119,11 @@ def icl_instance(tok: Tok, cfg: TrainConfig, q: Query, docs: dict[str, Doc], neg
         if with_gold:
             titles.insert(rng.randrange(cfg.shots), q.docid)
 
-    def prompt_for(ts: list[str]):
-        cands = [Candidate(docs[t].title, summary_of(tok, docs[t])) for t in ts]
-        return build_prompt(tok.encode, q.query, cands, cfg.max_prompt_tokens,
-                            max_summary_tokens=cfg.max_summary_tokens, title_only=title_only)
-
-    p = prompt_for(titles)
+    p = candidate_prompt(tok, cfg, q.query, titles, docs, title_only)
     if with_gold and 0 < p.included < len(titles) and q.docid not in titles[: p.included]:
         # the budget cut the gold off: it takes the last place that fits (the answer must be copyable)
         titles = titles[: p.included - 1] + [q.docid]
-        p = prompt_for(titles)
+        p = candidate_prompt(tok, cfg, q.query, titles, docs, title_only)
     titles = titles[: p.included]
     ans = tok.docid(q.docid)
     if with_gold and q.docid in titles:
@@ -353,8 +356,7 @@ def eval_serve(model: Decoder, tok: Tok, cfg: TrainConfig, split: Split, global_
         hit = bm = gin = pick = route = 0
         for q in qs:
             titles = contexts.ranked(q.query)[:big_n]
-            cands = [Candidate(split.docs[t].title, summary_of(tok, split.docs[t])) for t in titles]
-            p = build_prompt(tok.encode, q.query, cands, cfg.max_prompt_tokens, max_summary_tokens=cfg.max_summary_tokens)
+            p = candidate_prompt(tok, cfg, q.query, titles, split.docs)
             titles = titles[: p.included]
             ctx = Trie.build(titles, tok.encode, tok.end_id)
             res = decode(CachedPromptScorer(step, p.ids, empty), global_trie, ctx, tok.copy_id, tok.end_id, 1)

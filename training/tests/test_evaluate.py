@@ -69,7 +69,9 @@ def test_numbers_in_range(results):
     for f in ("results.json", "results.md", "nshot.png", "candidates.json", "instances.jsonl"):
         assert os.path.getsize(os.path.join(out, f)) > 0
     with open(os.path.join(out, "results.json"), encoding="utf-8") as f:
-        assert json.load(f)["nshot"]["3"]["new_ctx"]["n"] == 3
+        saved = json.load(f)
+    assert saved["nshot"]["3"]["new_ctx"]["n"] == 3
+    assert saved["model"]["dir"] == os.path.join("models", "tiny"), "repo-relative, no machine path"
     md = open(os.path.join(out, "results.md"), encoding="utf-8").read()
     assert "| BM25 (bm25s, full corpus) |" in md and "| icicle-tiny |" in md and "N=10" in md
     with open(os.path.join(out, "nshot.png"), "rb") as f:
