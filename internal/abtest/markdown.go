@@ -68,6 +68,26 @@ func WriteMarkdown(w io.Writer, r Report) error {
 		b.WriteString("CTR counts impressions with at least one click; MRR is 1/rank of the highest-ranked click, 0 without one. " +
 			"Impressions are treated as independent: with per-user keys, a heavy user's impressions are correlated and the intervals are too narrow.\n\n")
 	}
+	if sim := r.Simulation; sim != nil {
+		o := sim.Oracle
+		fmt.Fprintf(&b, "## Clicks simulated from qrels\n\n%d clicks drawn from %s: a result at rank r is examined with probability 1/r^%g "+
+			"and clicked with probability %g when relevant, %g otherwise (seed %d). %d impressions answered a query without labels.\n\n",
+			sim.Clicks, sim.Qrels, sim.Model.Decay, sim.Model.Relevant, sim.Model.Noise, sim.Model.Seed, o.Unlabelled)
+		if o.FirstRelevantA+o.FirstRelevantB+o.FirstRelevantNone > 0 {
+			fmt.Fprintf(&b, "Interleaved impressions whose highest-ranked relevant result team A placed: %d; team B: %d; none shown: %d.\n\n",
+				o.FirstRelevantA, o.FirstRelevantB, o.FirstRelevantNone)
+		}
+		if o.MRRA.N+o.MRRB.N > 0 {
+			fmt.Fprintf(&b, "Split impressions' MRR of the first relevant result: A %.4f (n %d), B %.4f (n %d).\n\n",
+				o.MRRA.Value, o.MRRA.N, o.MRRB.Value, o.MRRB.N)
+		}
+		agree := "does not agree"
+		if sim.Agrees {
+			agree = "agrees"
+		}
+		fmt.Fprintf(&b, "**The qrels favour arm %s; the report names %s: it %s.**\n\n", cmp.Or(o.Favoured, "neither"),
+			cmp.Or(sim.Verdict, "no winner"), agree)
+	}
 	if r.Interleaving == nil && r.Split == nil {
 		b.WriteString("No impressions of an A/B arm: nothing to compare (is ab.enabled on, and the right -experiment chosen?).\n")
 	}

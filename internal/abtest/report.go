@@ -126,6 +126,33 @@ type Report struct {
 	Alpha          float64        `json:"alpha"`
 	Interleaving   *Interleaving  `json:"interleaving,omitempty"`
 	Split          *Split         `json:"split,omitempty"`
+	// Simulation is set when the clicks were drawn from qrels (SetSimulation).
+	Simulation *Simulation `json:"simulation,omitempty"`
+}
+
+// Simulation describes clicks drawn from qrels, and whether the report's verdict names the arm the labels
+// favour.
+type Simulation struct {
+	Qrels  string     `json:"qrels"`
+	Model  ClickModel `json:"click_model"`
+	Clicks int        `json:"clicks_drawn"`
+	Oracle Oracle     `json:"oracle"`
+	// Verdict is the report's winner (interleaving's, else split MRR's); Agrees says it is Oracle.Favoured.
+	Verdict string `json:"verdict"`
+	Agrees  bool   `json:"agrees"`
+}
+
+// SetSimulation records how the clicks were drawn and compares the verdict with the labels' favourite.
+func (r *Report) SetSimulation(qrels string, m ClickModel, clicks int, o Oracle) {
+	sim := &Simulation{Qrels: qrels, Model: m.withDefaults(), Clicks: clicks, Oracle: o}
+	switch {
+	case r.Interleaving != nil:
+		sim.Verdict = r.Interleaving.Winner
+	case r.Split != nil:
+		sim.Verdict = r.Split.MRRWinner
+	}
+	sim.Agrees = sim.Verdict != "" && sim.Verdict == o.Favoured
+	r.Simulation = sim
 }
 
 // Interleaving is the team-draft result: a click credits the team that placed the clicked result, and

@@ -2,6 +2,8 @@ package abtest
 
 import (
 	"cmp"
+	"errors"
+	"fmt"
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
@@ -12,15 +14,30 @@ import (
 // result at rank r with probability 1/r^Decay and clicks an examined result with probability Relevant
 // when the qrels mark it relevant, Noise otherwise. Each result is drawn independently.
 type ClickModel struct {
-	// Decay is the examination decay (default 1: rank r is examined with probability 1/r).
-	Decay float64
-	// Relevant is P(click | examined, relevant) (default 1).
-	Relevant float64
+	// Decay is the examination decay (0 means the default 1: rank r is examined with probability 1/r).
+	Decay float64 `json:"decay"`
+	// Relevant is P(click | examined, relevant) (0 means the default 1).
+	Relevant float64 `json:"relevant"`
 	// Noise is P(click | examined, not relevant) (default 0: only relevant results are clicked).
-	Noise float64
+	Noise float64 `json:"noise"`
 	// Seed makes the draws reproducible; each impression draws from its own stream, seeded by Seed and its
 	// impression id, so the clicks of one impression do not depend on the others.
-	Seed uint64
+	Seed uint64 `json:"seed"`
+}
+
+// Check validates the model's parameters, naming the flag of each bad one (zero values are defaults).
+func (m ClickModel) Check() error {
+	var errs []error
+	if m.Decay < 0 || math.IsNaN(m.Decay) {
+		errs = append(errs, fmt.Errorf("-click-decay: want > 0, got %v", m.Decay))
+	}
+	if !(m.Relevant >= 0 && m.Relevant <= 1) {
+		errs = append(errs, fmt.Errorf("-click-relevant: want a probability in (0, 1], got %v", m.Relevant))
+	}
+	if !(m.Noise >= 0 && m.Noise <= 1) {
+		errs = append(errs, fmt.Errorf("-click-noise: want a probability in [0, 1], got %v", m.Noise))
+	}
+	return errors.Join(errs...)
 }
 
 func (m ClickModel) withDefaults() ClickModel {
