@@ -199,6 +199,13 @@ func TestSimulateNamesTheFavouredArm(t *testing.T) {
 	require.Less(t, r.Interleaving.Test.P, 1e-6)
 	require.Zero(t, r.Join.Orphans+r.Join.NotShown+r.Join.PositionMismatch)
 
+	r.SetSimulation("qrels.tsv", m, len(clicks), oracle)
+	require.Equal(t, &Simulation{Qrels: "qrels.tsv", Model: ClickModel{Decay: 1, Relevant: 1, Noise: 0.1, Seed: 7}, Clicks: len(clicks),
+		Oracle: oracle, Verdict: ArmA, Agrees: true}, r.Simulation)
+	var md bytes.Buffer
+	require.NoError(t, WriteMarkdown(&md, r))
+	require.Contains(t, md.String(), "The qrels favour arm A; the report names A: it agrees.")
+
 	other, _ := Simulate(imps, qrels, ClickModel{Seed: 8, Noise: 0.1})
 	require.NotEqual(t, clicks, other, "another seed, other clicks")
 }
@@ -220,4 +227,31 @@ func TestClickModelPositionBias(t *testing.T) {
 	require.InDelta(t, 0.5, float64(counts[1])/n, 0.02)
 	require.Zero(t, counts[2], "not relevant, no noise")
 	require.InDelta(t, 0.25, float64(counts[3])/n, 0.02)
+}
+
+// TestSimulateSplit: in split mode the labels favour the arm whose first relevant result ranks higher
+// (MRR), and the clicks drawn from them make the report's MRR verdict agree.
+func TestSimulateSplit(t *testing.T) {
+	qrels := map[string]map[string]bool{}
+	var imps []Impression
+	for q := range 400 {
+		qid := fmt.Sprintf("q%d", q)
+		qrels[qid] = map[string]bool{"rel": true}
+		imp := Impression{ImpressionID: fmt.Sprintf("%032x", q), RequestID: qid, Arm: ArmA,
+			Shown: []Shown{{Rank: 1, DocID: "x"}, {Rank: 2, DocID: "y"}, {Rank: 3, DocID: "rel"}}}
+		if q%2 == 1 {
+			imp.Arm = ArmB
+			imp.Shown = []Shown{{Rank: 1, DocID: "rel"}, {Rank: 2, DocID: "x"}}
+		}
+		imps = append(imps, imp)
+	}
+	clicks, oracle := Simulate(imps, qrels, ClickModel{Seed: 1})
+	require.Equal(t, ArmB, oracle.Favoured)
+	require.InDelta(t, 1.0/3, oracle.MRRA.Value, 1e-12)
+	require.InDelta(t, 1.0, oracle.MRRB.Value, 1e-12)
+	r := Analyse(imps, clicks, Options{})
+	r.SetSimulation("qrels.tsv", ClickModel{Seed: 1}, len(clicks), oracle)
+	require.Equal(t, ArmB, r.Split.MRRWinner)
+	require.Equal(t, ArmB, r.Split.CTRWinner)
+	require.True(t, r.Simulation.Agrees)
 }
