@@ -69,6 +69,11 @@ type Server struct {
 	// AdminToken enables the admin endpoint (POST /v1/admin/model, hot model swap) for requests carrying
 	// "Authorization: Bearer <token>"; at least 16 characters. Default "" (the endpoint is off: 404).
 	AdminToken string `yaml:"admin_token"`
+
+	// issue-14b copy of helper 13a's key (delete at merge, keep 13a's):
+	// WriteToken enables the write endpoints (POST /v1/click) for requests carrying
+	// "Authorization: Bearer <token>"; at least 16 characters. Default "" (the endpoints answer 404).
+	WriteToken string `yaml:"write_token"`
 }
 
 // Elasticsearch configures the go-elasticsearch client. Set either APIKey or Username/Password, not both.
@@ -227,6 +232,11 @@ type AB struct {
 	// ImpressionBuffer is how many impressions may wait for the writer; when it is full new ones are
 	// dropped (and counted) rather than slow the request down. Default 4096.
 	ImpressionBuffer int `yaml:"impression_buffer"`
+
+	// ClickLog is the path of a JSONL file that POST /v1/click appends clicks to (docs/ab.md), with the
+	// impression log's rotation (impression_log_max_bytes) and queue size (impression_buffer); the endpoint
+	// needs server.write_token. Default "" (off: the endpoint answers 404).
+	ClickLog string `yaml:"click_log"`
 }
 
 // Log configures the slog handler built in cmd/.
@@ -371,6 +381,9 @@ func (c Config) Redacted() Config {
 	}
 	if c.Compressor.APIKey != "" {
 		c.Compressor.APIKey = mask
+	}
+	if c.Server.WriteToken != "" { // issue-14b copy of 13a's server.write_token
+		c.Server.WriteToken = mask
 	}
 	if c.Elasticsearch.Addresses != nil {
 		addrs := make([]string, len(c.Elasticsearch.Addresses))

@@ -516,6 +516,15 @@ func TestValidate(t *testing.T) {
 		{"empty header", func(c *Config) { c.AB.KeyHeader = "" }, []string{"ab.key_header"}},
 		{"admin token with a space", func(c *Config) { c.Server.AdminToken = "0123456789 abcdef" }, []string{"server.admin_token"}},
 		{"admin token of 16 characters", func(c *Config) { c.Server.AdminToken = "0123456789abcdef" }, nil},
+		// issue 14b: the click log and the write token.
+		{"write token too short", func(c *Config) { c.Server.WriteToken = "short" }, []string{"server.write_token"}},
+		{"click log without a write token", func(c *Config) { c.AB.ClickLog = "/var/log/icicle/clicks.jsonl" }, []string{"ab.click_log"}},
+		{"click log on the impression log", func(c *Config) {
+			c.Server.WriteToken, c.AB.ImpressionLog, c.AB.ClickLog = "0123456789abcdef", "/tmp/log.jsonl", "/tmp/log.jsonl"
+		}, []string{"ab.click_log"}},
+		{"click log", func(c *Config) {
+			c.Server.WriteToken, c.AB.ImpressionLog, c.AB.ClickLog = "0123456789abcdef", "/tmp/imp.jsonl", "/tmp/clicks.jsonl"
+		}, nil},
 		{"upper-case level", func(c *Config) { c.Log.Level = "INFO" }, []string{"log.level"}},
 		{"llm compressor without url and model", func(c *Config) { c.Compressor.Kind = CompressorLLM },
 			[]string{"compressor.llm_url", "compressor.llm_model"}},
@@ -555,6 +564,7 @@ func TestRedacted(t *testing.T) {
 	c.Elasticsearch.APIKey = "secret-key"
 	c.Elasticsearch.Password = "secret-pass"
 	c.Server.AdminToken = "secret-admin-token"
+	c.Server.WriteToken = "secret-write-token"
 	c.Compressor.APIKey = "secret-llm-key"
 	c.Elasticsearch.Addresses = []string{"https://u:secret-url@es:9200", "http://es2:9200"}
 	r := c.Redacted()

@@ -136,6 +136,16 @@ func (c Config) Validate() error {
 	}
 	v.atLeast("ab.impression_log_max_bytes", ab.ImpressionLogMaxBytes, 0)
 	v.atLeast("ab.impression_buffer", int64(ab.ImpressionBuffer), 1)
+	// issue 14b: the click log and its bearer token (server.write_token is a copy of helper 13a's key).
+	if t := s.WriteToken; t != "" && (len(t) < 16 || strings.ContainsAny(t, " \t\r\n")) {
+		v.add("server.write_token", "want at least 16 characters without spaces (a bearer token), got %d characters", len(t))
+	}
+	if ab.ClickLog != "" && s.WriteToken == "" {
+		v.add("ab.click_log", "needs server.write_token: POST /v1/click takes clicks only from callers with that bearer token")
+	}
+	if ab.ClickLog != "" && ab.ClickLog == ab.ImpressionLog {
+		v.add("ab.click_log", "must differ from ab.impression_log, got %q for both", ab.ClickLog)
+	}
 
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, "text", "json")

@@ -3,6 +3,7 @@ package plugin
 import (
 	"cmp"
 	"context"
+	crand "crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -142,9 +143,24 @@ func (s *Server) searchAB(ctx context.Context, c *gin.Context, req SearchRequest
 		resp.AB = &ABInfo{Arm: a.arm, Experiment: s.opts.AB.Experiment, KeySource: a.source}
 	}
 	if s.opts.Impressions != nil {
+		// Its own id, never the request id: a client that reuses X-Request-ID must not merge two
+		// impressions (and their clicks) into one.
+		resp.ImpressionID = newImpressionID()
+		c.Header(impressionIDHeader, resp.ImpressionID)
 		s.opts.Impressions.Log(newImpression(time.Now(), resp, a))
 	}
 	return resp, nil
+}
+
+// impressionIDHeader carries the impression id of a /v1/search answer, as its body's impression_id does.
+const impressionIDHeader = "X-ICICLE-Impression-ID"
+
+// newImpressionID returns 128 random bits in 32 lowercase hex digits: unique without coordination
+// between replicas.
+func newImpressionID() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // never fails on the platforms Go supports
+	return hex.EncodeToString(b[:])
 }
 
 // searchAll is arm A: the BM25 top size over all documents, as Elasticsearch ranks them.

@@ -38,6 +38,10 @@ func writeError(c *gin.Context, log *slog.Logger, err error) {
 	case errors.Is(err, context.Canceled):
 		log.Info("client canceled", "request_id", rid)
 		c.JSON(statusClientClosed, ErrorBody{Error: "client closed request", RequestID: rid})
+	case errors.Is(err, ErrLogFull): // issue 14b: POST /v1/click
+		log.Warn("click not logged", "request_id", rid, "err", err)
+		c.Header("Retry-After", "1")
+		c.JSON(http.StatusServiceUnavailable, ErrorBody{Error: "click log busy, retry", RequestID: rid})
 	case errors.Is(err, ErrUpstream) && errors.Is(err, context.DeadlineExceeded):
 		log.Warn("elasticsearch timed out", "request_id", rid, "err", err)
 		c.JSON(http.StatusGatewayTimeout, ErrorBody{Error: "elasticsearch timed out", RequestID: rid})

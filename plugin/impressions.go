@@ -13,11 +13,14 @@ import (
 )
 
 // Impression is one line of the impression log: what one /v1/search answer showed and why, so that
-// clicks logged elsewhere can be joined on RequestID. The format is documented in docs/ab.md.
+// clicks (POST /v1/click, click.go) can be joined on ImpressionID. The format is documented in docs/ab.md.
 type Impression struct {
 	// Time is when the answer was sent (RFC 3339, UTC).
 	Time time.Time `json:"ts"`
-	// RequestID is the response's request_id (and X-Request-ID header).
+	// ImpressionID is the answer's own random id (the response's impression_id and
+	// X-ICICLE-Impression-ID header): unique per answer even when a client reuses a request id.
+	ImpressionID string `json:"impression_id"`
+	// RequestID is the response's request_id (and X-Request-ID header), which the client may choose.
 	RequestID string `json:"request_id"`
 	// Experiment is ab.experiment; empty when the experiment is off.
 	Experiment string `json:"experiment,omitempty"`
@@ -49,7 +52,7 @@ type Shown struct {
 
 // newImpression describes resp, answered under assignment a, for the log.
 func newImpression(now time.Time, resp Response, a assignment) Impression {
-	imp := Impression{Time: now.UTC(), RequestID: resp.RequestID, Mode: resp.Mode, FallbackReason: resp.FallbackReason,
+	imp := Impression{Time: now.UTC(), ImpressionID: resp.ImpressionID, RequestID: resp.RequestID, Mode: resp.Mode, FallbackReason: resp.FallbackReason,
 		Model: resp.Model, Shown: make([]Shown, len(resp.Results))}
 	if a.on && resp.AB != nil {
 		imp.Experiment, imp.KeyHash, imp.KeySource, imp.Arm = resp.AB.Experiment, a.keyHash(), a.source, a.arm
@@ -78,8 +81,10 @@ const maxBatch = 64 << 10
 // ImpressionLog appends impressions to a JSONL file, one line per answer, from one writer goroutine fed
 // by a bounded queue, so that a slow disk costs dropped lines (counted) and never request latency. Each
 // batch the writer gathers is written with one write(2) on an O_APPEND file, so lines never interleave
-// and a reader sees whole lines, flushed as soon as the queue is empty. Safe for concurrent use.
+// and a reader sees whole lines, flushed as soon as the queue is empty. Safe for concurrent use. The
+// click log (ClickLog) is the same writer under another name.
 type ImpressionLog struct {
+	what  string // "impression log" or "click log", for errors and log lines
 	path  string
 	opts  ImpressionLogOptions
 	log   *slog.Logger
@@ -109,8 +114,13 @@ func OpenImpressionLog(path string, opts ImpressionLogOptions) (*ImpressionLog, 
 
 // openImpressionLog opens the file without starting the writer (tests start it late, to fill the queue).
 func openImpressionLog(path string, opts ImpressionLogOptions) (*ImpressionLog, error) {
+	return openJSONLog("impression log", path, opts)
+}
+
+// openJSONLog opens a JSONL log named what (for errors) without starting its writer.
+func openJSONLog(what, path string, opts ImpressionLogOptions) (*ImpressionLog, error) {
 	opts.Buffer = cmp.Or(opts.Buffer, 4096)
-	l := &ImpressionLog{path: path, opts: opts, log: opts.Logger, lines: make(chan []byte, opts.Buffer), done: make(chan struct{})}
+	l := &ImpressionLog{what: what, path: path, opts: opts, log: opts.Logger, lines: make(chan []byte, opts.Buffer), done: make(chan struct{})}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -122,8 +132,11 @@ func openImpressionLog(path string, opts ImpressionLogOptions) (*ImpressionLog, 
 
 // Log queues imp for writing without waiting. It reports false, and counts the drop, when the queue is
 // full or the log is closed.
-func (l *ImpressionLog) Log(imp Impression) bool {
-	line, err := json.Marshal(imp)
+func (l *ImpressionLog) Log(imp Impression) bool { return l.append(imp) }
+
+// append queues v, encoded as one JSON line, as Log does.
+func (l *ImpressionLog) append(v any) bool {
+	line, err := json.Marshal(v)
 	if err != nil { // cannot happen for these types; count it rather than panic
 		l.failed.Add(1)
 		return false
@@ -176,12 +189,12 @@ func (l *ImpressionLog) Counts() ImpressionCounts {
 func (l *ImpressionLog) open() error {
 	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
 	if err != nil {
-		return fmt.Errorf("open impression log: %w", err)
+		return fmt.Errorf("open %s: %w", l.what, err)
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return fmt.Errorf("open impression log: %w", err)
+		return fmt.Errorf("open %s: %w", l.what, err)
 	}
 	l.f, l.size = f, st.Size()
 	return nil
@@ -209,7 +222,7 @@ func (l *ImpressionLog) run() {
 	}
 	if l.f != nil {
 		if err := l.f.Close(); err != nil && l.err == nil {
-			l.err = fmt.Errorf("close impression log: %w", err)
+			l.err = fmt.Errorf("close %s: %w", l.what, err)
 		}
 	}
 }
@@ -228,7 +241,7 @@ func (l *ImpressionLog) write(batch []byte) {
 	w, err := l.f.Write(batch)
 	l.size += int64(w)
 	if err != nil {
-		l.fail(fmt.Errorf("write impression log: %w", err), n)
+		l.fail(fmt.Errorf("write %s: %w", l.what, err), n)
 		return
 	}
 	l.written.Add(n)
@@ -237,17 +250,17 @@ func (l *ImpressionLog) write(batch []byte) {
 // rotate renames the file to path.<UTC timestamp> and opens a fresh one.
 func (l *ImpressionLog) rotate() {
 	if err := l.f.Close(); err != nil {
-		l.log.Warn("close impression log for rotation", "path", l.path, "err", err)
+		l.log.Warn("close "+l.what+" for rotation", "path", l.path, "err", err)
 	}
 	l.f = nil
 	to := l.path + "." + time.Now().UTC().Format("20060102T150405.000000000Z")
 	if err := os.Rename(l.path, to); err != nil {
-		l.log.Error("rotate impression log", "path", l.path, "err", err)
+		l.log.Error("rotate "+l.what, "path", l.path, "err", err)
 	} else {
-		l.log.Info("impression log rotated", "path", l.path, "rotated_to", to, "bytes", l.size)
+		l.log.Info(l.what+" rotated", "path", l.path, "rotated_to", to, "bytes", l.size)
 	}
 	if err := l.open(); err != nil {
-		l.log.Error("reopen impression log", "path", l.path, "err", err)
+		l.log.Error("reopen "+l.what, "path", l.path, "err", err)
 	}
 }
 
@@ -256,5 +269,5 @@ func (l *ImpressionLog) fail(err error, lines uint64) {
 	if l.err == nil {
 		l.err = err
 	}
-	l.log.Error("impressions lost", "lines", lines, "err", err)
+	l.log.Error(l.what+": lines lost", "lines", lines, "err", err)
 }

@@ -61,3 +61,22 @@ func watchImpressions(reg prometheus.Registerer, l *ImpressionLog) {
 			func(c ImpressionCounts) uint64 { return c.Failed }),
 	)
 }
+
+// watchClicks exposes the click log's counters (POST /v1/click), read at scrape time. Issue 14b.
+func watchClicks(reg prometheus.Registerer, l *ClickLog) {
+	counter := func(name, help string, labels prometheus.Labels, read func(ImpressionCounts) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},
+			func() float64 { return float64(read(l.Counts())) })
+	}
+	const dropped = "Clicks not written, by reason: buffer_full (answered 503), closed, write_error."
+	reg.MustRegister(
+		counter("icicle_clicks_written_total", "Clicks written to the click log.", nil,
+			func(c ImpressionCounts) uint64 { return c.Written }),
+		counter("icicle_clicks_dropped_total", dropped, prometheus.Labels{"reason": "buffer_full"},
+			func(c ImpressionCounts) uint64 { return c.DroppedFull }),
+		counter("icicle_clicks_dropped_total", dropped, prometheus.Labels{"reason": "closed"},
+			func(c ImpressionCounts) uint64 { return c.DroppedClosed }),
+		counter("icicle_clicks_dropped_total", dropped, prometheus.Labels{"reason": "write_error"},
+			func(c ImpressionCounts) uint64 { return c.Failed }),
+	)
+}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -94,7 +95,11 @@ func fullServer(t *testing.T) *Server {
 		}, nil)
 	es := &fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }}
 	var opts Options // newTestServer's, which takes a *fakeReranker; the admin route needs the Swapper at New
-	newTestServer(t, es, &fakeReranker{}, func(o *Options) { o.Ingester, o.AdminToken = &fakeIngester{}, "secret"; opts = *o })
+	newTestServer(t, es, &fakeReranker{}, func(o *Options) {
+		o.Ingester, o.AdminToken = &fakeIngester{}, "secret"
+		o.Clicks, o.WriteToken = testClickLog(t, 0), "secret" // issue 14b: POST /v1/click
+		opts = *o
+	})
 	return New(es, sw, opts)
 }
 
@@ -177,6 +182,38 @@ func withSeenDiff(t *testing.T, _ context.CancelFunc) *Server {
 	s.refreshSeenDiff()
 	require.Eventually(t, func() bool { _, d := s.seenDiffBody(s.modelInfo()); return d != nil }, 5*time.Second, 5*time.Millisecond)
 	return s
+}
+
+// testClickLog is a click log in a temporary directory, closed when the test ends; buffer > 0 leaves its
+// writer stopped with a queue of buffer lines, so that the queue fills.
+func testClickLog(t *testing.T, buffer int) *ClickLog {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "clicks.jsonl")
+	if buffer > 0 {
+		w, err := openJSONLog("click log", path, ImpressionLogOptions{Buffer: buffer})
+		require.NoError(t, err)
+		t.Cleanup(func() { go w.run(); _ = w.Close() })
+		return &ClickLog{w: w}
+	}
+	l, err := OpenClickLog(path, ImpressionLogOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// withClicks is a server serving POST /v1/click with the write token "secret" (issue 14b).
+func withClicks(buffer int) func(*testing.T, context.CancelFunc) *Server {
+	return func(t *testing.T, _ context.CancelFunc) *Server {
+		return std(func(o *Options) { o.Clicks, o.WriteToken = testClickLog(t, buffer), "secret" })(t, nil)
+	}
+}
+
+// withImpressions is a server logging impressions, so that /v1/search answers carry an impression id.
+func withImpressions(t *testing.T, _ context.CancelFunc) *Server {
+	l, err := OpenImpressionLog(filepath.Join(t.TempDir(), "impressions.jsonl"), ImpressionLogOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	return std(func(o *Options) { o.Impressions = l })(t, nil)
 }
 
 // withAB is a server running the A/B experiment on /v1/search with ab applied to its options.
@@ -329,6 +366,28 @@ func contractCases() []contractCase {
 		{name: "admin without token", method: "POST", path: "/v1/admin/model", body: `{"dir":"models/next"}`, server: admin, status: 401, reqInvalid: true},
 		{name: "admin too large", method: "POST", path: "/v1/admin/model", body: `{"dir":"` + strings.Repeat("x", 2<<20) + `"}`, header: bearer, server: admin, status: 413},
 		{name: "admin loader panics", method: "POST", path: "/v1/admin/model", body: `{"dir":"models/panic"}`, header: bearer, server: admin, status: 500},
+
+		// POST /v1/click (issue 14b)
+		{name: "click", method: "POST", path: "/v1/click", body: `{"impression_id":"` + strings.Repeat("0a", 16) + `","docid":"Beta","position":2}`,
+			header: bearer, server: withClicks(0), status: 202},
+		{name: "click by request id", method: "POST", path: "/v1/click", body: `{"request_id":"r-1","docid":"Beta","position":2}`,
+			header: bearer, server: withClicks(0), status: 202},
+		{name: "click missing docid", method: "POST", path: "/v1/click", body: `{"request_id":"r-1","position":2}`,
+			header: bearer, server: withClicks(0), status: 400, reqInvalid: true},
+		{name: "click position 0", method: "POST", path: "/v1/click", body: `{"request_id":"r-1","docid":"Beta","position":0}`,
+			header: bearer, server: withClicks(0), status: 400, reqInvalid: true},
+		{name: "click without token", method: "POST", path: "/v1/click", body: `{"request_id":"r-1","docid":"Beta","position":2}`,
+			server: withClicks(0), status: 401, reqInvalid: true},
+		{name: "click too large", method: "POST", path: "/v1/click", body: `{"request_id":"r-1","docid":"Beta","position":2,"note":"` + big + `"}`,
+			header: bearer, server: withClicks(0), status: 413},
+		{name: "click log full", method: "POST", path: "/v1/click", body: `{"request_id":"r-1","docid":"Beta","position":2}`,
+			header: bearer, status: 503, server: func(t *testing.T, c context.CancelFunc) *Server {
+				s := withClicks(1)(t, c)
+				s.opts.Clicks.Log(Click{DocID: "fills the queue", Position: 1})
+				return s
+			}},
+		{name: "search with an impression id", method: "POST", path: "/v1/search", body: `{"query":"q"}`, server: withImpressions,
+			status: 200, mode: "reranked", has: []string{"impression_id"}},
 
 		// GET endpoints
 		{name: "model", method: "GET", path: "/v1/model", status: 200},

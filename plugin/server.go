@@ -116,7 +116,16 @@ type Options struct {
 	// AdminToken enables POST /v1/admin/model (hot swap; the model must be a *Swapper) for requests
 	// with "Authorization: Bearer <AdminToken>"; "" leaves the endpoint off (404).
 	AdminToken string
-	Logger     *slog.Logger
+
+	// issue-14b copy of helper 13a's field (plugin/auth.go): delete this one at merge, keep 13a's.
+	// WriteToken enables the write endpoints (POST /v1/click here) for requests with
+	// "Authorization: Bearer <WriteToken>"; "" answers them 404.
+	WriteToken string
+	// Clicks, when set, serves POST /v1/click (behind writeAuth) and receives the clicks; nil leaves the
+	// endpoint off (404). The caller closes it after the HTTP server has drained.
+	Clicks *ClickLog
+
+	Logger *slog.Logger
 	// Registry receives the metrics; nil creates a private one.
 	Registry *prometheus.Registry
 }
@@ -157,6 +166,9 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	if opts.Impressions != nil {
 		watchImpressions(reg, opts.Impressions)
 	}
+	if opts.Clicks != nil {
+		watchClicks(reg, opts.Clicks)
+	}
 	s.breaker = gobreaker.NewCircuitBreaker[inference.Result](gobreaker.Settings{
 		Name:        "model",
 		MaxRequests: uint32(opts.HalfOpenMaxRequests),
@@ -186,6 +198,9 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	r.POST("/v1/rerank", s.rerank)
 	r.POST("/v1/search", s.search)
 	r.POST("/v1/ingest", s.ingest)
+	if opts.Clicks != nil {
+		r.POST("/v1/click", s.writeAuth, s.click)
+	}
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	r.GET("/openapi.yaml", serveOpenAPI)
 	// Elasticsearch's search API (dropin.go). gin matches static segments before the :index parameter, so

@@ -108,6 +108,10 @@ type Response struct {
 	Model      string   `json:"model,omitempty"`
 	// AB says which arm of the A/B experiment answered; absent when the experiment is off.
 	AB *ABInfo `json:"ab,omitempty"`
+
+	// ImpressionID is this answer's own random id in the impression log (/v1/search with ab.impression_log
+	// set; also the X-ICICLE-Impression-ID header): what POST /v1/click names. Absent otherwise. Issue 14b.
+	ImpressionID string `json:"impression_id,omitempty"`
 }
 
 // ABInfo is the A/B section of a /v1/search response (docs/ab.md).

@@ -30,6 +30,8 @@ commands:
   seen      compare the index's seen documents with the model's seen_docids.txt (-list: print them)
   eval      BM25 vs the sidecar on labelled queries, N-shot sweep, paper protocol (alias: compare)
   load      concurrent clients against a running sidecar: throughput, latency, errors, fallbacks, RSS
+  ab-report join the impression and click logs: who won the A/B experiment (sign test; CTR, MRR with CIs)
+  ab-simulate  send labelled queries to a running sidecar and post clicks drawn from the qrels to /v1/click
 
 Run "icicle <command> -h" for the command's flags. Configuration: -config FILE (YAML), then
 ICICLE_* environment variables; see config/example.yaml.
@@ -54,6 +56,10 @@ func main() {
 		err = evaluate(ctx, args, os.Stdout)
 	case "load":
 		err = runLoad(ctx, args, os.Stdout)
+	case "ab-report": // issue 14b
+		err = abReport(args, os.Stdout)
+	case "ab-simulate":
+		err = abSimulate(ctx, args, os.Stdout)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

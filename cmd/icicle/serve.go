@@ -100,6 +100,20 @@ func serve(ctx context.Context, args []string) error {
 		}()
 	}
 
+	// issue 14b: POST /v1/click appends to the click log, with the impression log's rotation and queue.
+	var clicks *plugin.ClickLog
+	if path := cfg.AB.ClickLog; path != "" {
+		if clicks, err = plugin.OpenClickLog(path, plugin.ImpressionLogOptions{
+			Buffer: cfg.AB.ImpressionBuffer, MaxBytes: cfg.AB.ImpressionLogMaxBytes, Logger: log}); err != nil {
+			return err
+		}
+		defer func() { // after the HTTP server has drained, as the impression log
+			if err := clicks.Close(); err != nil {
+				log.Error("close click log", "path", path, "err", err)
+			}
+		}()
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv := plugin.New(es, model, plugin.Options{
@@ -117,6 +131,7 @@ func serve(ctx context.Context, args []string) error {
 		AB: plugin.ABOptions{Enabled: cfg.AB.Enabled, Mode: cfg.AB.Mode, SplitB: cfg.AB.SplitB, KeyHeader: cfg.AB.KeyHeader,
 			Experiment: cfg.AB.Experiment},
 		Impressions: impressions, AdminToken: cfg.Server.AdminToken,
+		Clicks: clicks, WriteToken: cfg.Server.WriteToken, // issue 14b
 	})
 	hs := &http.Server{
 		Addr: cfg.Server.Addr, Handler: srv.Handler(),
@@ -126,7 +141,7 @@ func serve(ctx context.Context, args []string) error {
 	errc := make(chan error, 1)
 	go func() { errc <- hs.ListenAndServe() }()
 	log.Info("serving", "addr", cfg.Server.Addr, "model", info.Name, "seen_docids", info.SeenDocIDs,
-		"compressor", comp.ID(), "ab", cfg.AB.Enabled, "ab_mode", cfg.AB.Mode, "impression_log", cfg.AB.ImpressionLog, "admin", cfg.Server.AdminToken != "")
+		"compressor", comp.ID(), "ab", cfg.AB.Enabled, "ab_mode", cfg.AB.Mode, "impression_log", cfg.AB.ImpressionLog, "click_log", cfg.AB.ClickLog, "admin", cfg.Server.AdminToken != "")
 	for done := false; !done; {
 		select {
 		case err := <-errc:
