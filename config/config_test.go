@@ -526,7 +526,9 @@ func TestValidate(t *testing.T) {
 		{"admin addr equal to addr", func(c *Config) { c.Server.AdminAddr = c.Server.Addr }, []string{"server.admin_addr"}},
 		{"tls cert without key", func(c *Config) { c.Server.TLSCertFile = "cert.pem" }, []string{"server.tls_key_file"}},
 		{"tls key without cert", func(c *Config) { c.Server.TLSKeyFile = "key.pem" }, []string{"server.tls_cert_file"}},
-		{"tls files missing", func(c *Config) { c.Server.TLSCertFile, c.Server.TLSKeyFile = "/nonexistent/c.pem", "/nonexistent/k.pem" },
+		{"tls files missing", func(c *Config) {
+			c.Server.TLSCertFile, c.Server.TLSKeyFile = "/nonexistent/c.pem", "/nonexistent/k.pem"
+		},
 			[]string{"server.tls_cert_file"}},
 		{"unknown caller credentials", func(c *Config) { c.Elasticsearch.CallerCredentials = "caller" }, []string{"elasticsearch.caller_credentials"}},
 		{"llm compressor without url and model", func(c *Config) { c.Compressor.Kind = CompressorLLM },
