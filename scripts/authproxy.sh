@@ -2,7 +2,8 @@
 # A real authenticating reverse proxy (nginx from Debian) in front of the local Elasticsearch node, for the
 # security integration tests. The local node has no x-pack security (scripts/es.sh: the Maven Central jars
 # do not include it), so this proxy answers as a secured cluster does:
-#   - "Authorization: Basic" with the generated user and password (htpasswd, apr1) -> proxied to the node
+#   - "Authorization: Basic" with a generated user and password (htpasswd, apr1)   -> proxied to the node
+#     (two users: icicle-reader for callers, icicle-service for the sidecar's own credentials)
 #   - "Authorization: ApiKey <base64 id:key>" with the generated key                 -> proxied to the node
 #   - anything else -> 401, WWW-Authenticate Basic/Bearer/ApiKey as Elasticsearch 8 sends them, and its
 #     security_exception JSON body; nothing of the node's answer
@@ -57,6 +58,8 @@ credentials() {
     cat >"$CREDS" <<EOF
 ICICLE_AUTHPROXY_USER=icicle-reader
 ICICLE_AUTHPROXY_PASSWORD=$pw
+ICICLE_AUTHPROXY_SERVICE_USER=icicle-service
+ICICLE_AUTHPROXY_SERVICE_PASSWORD=$(openssl rand -hex 12)
 ICICLE_AUTHPROXY_APIKEY=$(printf '%s:%s' "$id" "$key" | base64 -w0)
 EOF
   fi
@@ -70,12 +73,18 @@ print_env() {
   echo "export ICICLE_AUTHPROXY_USER=$ICICLE_AUTHPROXY_USER"
   echo "export ICICLE_AUTHPROXY_PASSWORD=$ICICLE_AUTHPROXY_PASSWORD"
   echo "export ICICLE_AUTHPROXY_APIKEY=$ICICLE_AUTHPROXY_APIKEY"
+  echo "export ICICLE_AUTHPROXY_SERVICE_USER=$ICICLE_AUTHPROXY_SERVICE_USER"
+  echo "export ICICLE_AUTHPROXY_SERVICE_PASSWORD=$ICICLE_AUTHPROXY_SERVICE_PASSWORD"
+  echo "export ICICLE_AUTHPROXY_LOG=$RUN/access.log"
 }
 
 write_config() {
   credentials
   mkdir -p "$RUN/tmp"
-  printf '%s:%s\n' "$ICICLE_AUTHPROXY_USER" "$(openssl passwd -apr1 "$ICICLE_AUTHPROXY_PASSWORD")" >"$RUN/htpasswd"
+  {
+    printf '%s:%s\n' "$ICICLE_AUTHPROXY_USER" "$(openssl passwd -apr1 "$ICICLE_AUTHPROXY_PASSWORD")"
+    printf '%s:%s\n' "$ICICLE_AUTHPROXY_SERVICE_USER" "$(openssl passwd -apr1 "$ICICLE_AUTHPROXY_SERVICE_PASSWORD")"
+  } >"$RUN/htpasswd"
   local user=""
   [[ $(id -u) == 0 ]] && user="user root;" # workers must read the run dir; loopback-only test proxy
   # Elasticsearch 8's answer to a request without valid credentials.
@@ -90,7 +99,9 @@ pid $PIDFILE;
 error_log $RUN/error.log warn;
 events { worker_connections 256; }
 http {
-  access_log $RUN/access.log;
+  # Who each request came as (the tests read it): scheme, basic user, request, status.
+  log_format icicle '\$icicle_scheme \$remote_user "\$request" \$status';
+  access_log $RUN/access.log icicle;
   client_body_temp_path $RUN/tmp/body;
   proxy_temp_path $RUN/tmp/proxy;
   fastcgi_temp_path $RUN/tmp/fastcgi;
@@ -146,12 +157,14 @@ EOF
 
 start() {
   install
+  write_config
   if running; then
-    say "already running on $URL (pid $(cat "$PIDFILE"))"
+    kill -HUP "$(cat "$PIDFILE")" # reload the rewritten config and credentials
+    sleep 0.5
+    say "already running on $URL (pid $(cat "$PIDFILE")): reloaded"
     print_env
     return 0
   fi
-  write_config
   nginx -t -q -c "$RUN/nginx.conf" -p "$RUN" -g "error_log $RUN/error.log warn;" >&2 || die "bad config: $RUN/nginx.conf"
   nginx -c "$RUN/nginx.conf" -p "$RUN" -g "error_log $RUN/error.log warn;" >&2
   for _ in $(seq 1 50); do
