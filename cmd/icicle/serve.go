@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -127,9 +128,13 @@ func serve(ctx context.Context, args []string) error {
 	}
 	errc := make(chan error, len(servers))
 	for _, hs := range servers {
+		ln, err := net.Listen("tcp", hs.Addr)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", hs.Addr, err)
+		}
 		go func() {
-			err := listen(hs, cfg.Server)
-			errc <- fmt.Errorf("listen %s: %w", hs.Addr, err)
+			err := serveOn(ln, hs, cfg.Server)
+			errc <- fmt.Errorf("serve %s: %w", hs.Addr, err)
 		}()
 	}
 	log.Info("serving", "addr", cfg.Server.Addr, "admin_addr", cfg.Server.AdminAddr, "tls", cfg.Server.TLSCertFile != "",
@@ -167,14 +172,14 @@ func newHTTPServer(c config.Server, addr string, h http.Handler) *http.Server {
 	}
 }
 
-// listen serves hs until it is shut down: https with server.tls_cert_file and tls_key_file (TLS 1.2 at
-// least), plain http without them.
-func listen(hs *http.Server, c config.Server) error {
+// serveOn serves hs on ln until it is shut down: https with server.tls_cert_file and tls_key_file (TLS
+// 1.2 at least), plain http without them.
+func serveOn(ln net.Listener, hs *http.Server, c config.Server) error {
 	if c.TLSCertFile == "" {
-		return hs.ListenAndServe()
+		return hs.Serve(ln)
 	}
 	hs.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	return hs.ListenAndServeTLS(c.TLSCertFile, c.TLSKeyFile)
+	return hs.ServeTLS(ln, c.TLSCertFile, c.TLSKeyFile)
 }
 
 // openModel opens a model directory with one session per concurrent request; ONNX Runtime is
