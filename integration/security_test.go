@@ -308,4 +308,3 @@ func TestSecurityBehindAuthProxy(t *testing.T) {
 		}
 	})
 }
-
