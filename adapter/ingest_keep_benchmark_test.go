@@ -24,11 +24,11 @@ import (
 //	ICICLE_ES_URL=$(scripts/es.sh url) go test -tags integration ./adapter -run '^$' \
 //	    -bench BenchmarkIngestSeenPreserving -benchtime 1x -count 3
 //
-//   - index:       IngestOptions{} (the action before issue 13: overwrites seen)
-//   - keep_stored: IngestOptions{KeepStored: true}: a multi-get per 500 documents, then create/index with
-//     if_seq_no (what /v1/ingest and `icicle ingest` do: also refuses a different text under a docid)
-//   - upsert:      the bulk "update" action with a partial doc (no seen) and an upsert (seen false): keeps
-//     seen in one request, but cannot refuse a different text (no scripting on this node)
+// index is IngestOptions{} (the action before issue 13: overwrites seen). keep_stored is
+// IngestOptions{KeepStored: true}: a multi-get per 500 documents, then create/index with if_seq_no (what
+// /v1/ingest and `icicle ingest` do; it also refuses a different text under a docid). upsert is the bulk
+// "update" action with a partial doc (no seen) and an upsert (seen false): it keeps seen in one request,
+// but cannot refuse a different text (no scripting on this node).
 func BenchmarkIngestSeenPreserving(b *testing.B) {
 	url := benchURL(b)
 	docs := benchCorpus(b)
