@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -35,10 +36,12 @@ func BenchmarkIngestSeenPreserving(b *testing.B) {
 	const index = "icicle-bench-keep"
 	a := benchAdapter(b, url, index)
 	b.Cleanup(func() { benchDelete(b, url, index) })
-	es, err := elasticsearch.NewClient(elasticsearch.Config{Addresses: []string{url}})
+	ht := http.DefaultTransport.(*http.Transport).Clone()
+	es, err := elasticsearch.NewClient(elasticsearch.Config{Addresses: []string{url}, Transport: ht})
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(ht.CloseIdleConnections)
 	ingest := map[string]func(ctx context.Context) (int, error){
 		"index": func(ctx context.Context) (int, error) {
 			rep, err := a.Ingest(ctx, slices.Values(docs), adapter.IngestOptions{})
