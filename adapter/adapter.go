@@ -110,7 +110,8 @@ func New(opts Options, logger *slog.Logger) (*Adapter, error) {
 		Transport:              opts.Transport,
 		// One attempt per request: the adapter's retrier retries, knowing the request's deadline.
 		DisableRetry: true,
-		Interceptors: []elastictransport.InterceptorFunc{markRoundTrip},
+		// callerAuth runs after the client has set the configured credentials, so it can replace them.
+		Interceptors: []elastictransport.InterceptorFunc{markRoundTrip, callerAuth},
 	}
 	if cfg.Transport == nil {
 		// Our own transport rather than go-elasticsearch's private clone, so Close can drop idle
@@ -295,6 +296,9 @@ func transportError(ctx context.Context, err error) error {
 // Some endpoints answer with a bare string error, or with no body at all (HEAD).
 func decodeError(res *esapi.Response) error {
 	e := &ResponseError{Status: res.StatusCode}
+	if res.StatusCode == http.StatusUnauthorized {
+		e.Authenticate = res.Header.Values("WWW-Authenticate")
+	}
 	body, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
 	var v struct {
 		Error json.RawMessage `json:"error"`
@@ -315,4 +319,41 @@ func decodeError(res *esapi.Response) error {
 		e.Reason = s
 	}
 	return e
+}
+
+// callerAuthKey is the context key of the caller's credentials (WithCallerAuth).
+type callerAuthKey struct{}
+
+// WithCallerAuth returns a context whose Elasticsearch requests carry the caller's Authorization header
+// value ("Basic ...", "Bearer ...", "ApiKey ...") instead of the adapter's configured credentials
+// (Options.APIKey, Username/Password), so that the cluster's own security decides what the caller may
+// read. An empty authorization sends no Authorization header at all: a caller without credentials is
+// forwarded without any, never with the sidecar's, and a secured cluster answers 401 itself. Every request
+// made with the context (searches, multi-gets, RawSearch) is affected; a context without the value uses
+// the configured credentials, which is what the sidecar's own work (ingest, seen listing, readiness) does.
+func WithCallerAuth(ctx context.Context, authorization string) context.Context {
+	return context.WithValue(ctx, callerAuthKey{}, authorization)
+}
+
+// CallerAuth returns the Authorization value WithCallerAuth put in ctx, and whether there was one.
+func CallerAuth(ctx context.Context) (authorization string, ok bool) {
+	authorization, ok = ctx.Value(callerAuthKey{}).(string)
+	return authorization, ok
+}
+
+// callerAuth is the client's interceptor that applies WithCallerAuth. It runs on every attempt of every
+// request, after the client has written the configured credentials into it, so no request path (typed
+// esapi calls, raw requests, bulk flushes) can skip it.
+func callerAuth(next elastictransport.RoundTripFunc) elastictransport.RoundTripFunc {
+	return func(req *http.Request) (*http.Response, error) {
+		auth, ok := CallerAuth(req.Context())
+		if !ok {
+			return next(req)
+		}
+		req.Header.Del("Authorization")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		return next(req)
+	}
 }

@@ -38,6 +38,9 @@ type ResponseError struct {
 	Type string
 	// Reason is Elasticsearch's human-readable reason; empty if the body had none.
 	Reason string
+	// Authenticate holds the WWW-Authenticate values of a 401 (the schemes a secured cluster accepts), to
+	// be passed on to a caller whose own credentials were forwarded (WithCallerAuth). Nil otherwise.
+	Authenticate []string
 }
 
 // Error implements error.

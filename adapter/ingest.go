@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +31,10 @@ type Doc struct {
 	Summary string
 	// Seen marks documents the deployed model was trained on (D_train).
 	Seen bool
+	// KeepSeen, with Seen false and IngestOptions.KeepStored, keeps the seen flag of the stored document
+	// with the same docid instead of clearing it (a new document is written with seen=false): the request
+	// did not say. Seen true always sets the flag.
+	KeepSeen bool
 }
 
 // DocumentID returns the Elasticsearch _id for a docid: the lowercase hex SHA-1 of its UTF-8 bytes. It is
@@ -47,6 +53,16 @@ type IngestOptions struct {
 	Workers int
 	// FlushBytes is the bulk request size that triggers a flush. Default: 5 MiB.
 	FlushBytes int
+	// KeepStored reads the stored documents before writing (one multi-get per KeepStoredBatch documents)
+	// and writes each document only over the version it read: a stored document keeps its seen flag when
+	// Doc.KeepSeen says so, and a stored document with the same docid but a different text (another
+	// document sharing the title, the docid of NQ/BEIR corpora) is not overwritten unless Replace is set:
+	// the new one is failed, not retryable, with ReasonDocIDTaken in its reason. A document changed by
+	// someone else between the read and the write is failed, retryable. Default: false (the "index"
+	// action overwrites, as before).
+	KeepStored bool
+	// Replace, with KeepStored, overwrites a stored document whose text differs. Default: false.
+	Replace bool
 	// Progress, if set, is called after each bulk request has been answered (or has failed) with the number
 	// of documents accounted for so far (written or failed, invalid ones included), and once more with the
 	// final count before Ingest returns. It is called from the
@@ -180,12 +196,14 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 	// in a later round, after a backoff, up to the adapter's MaxRetries rounds. Only an item shed in the last
 	// round is a failure (Retryable). outcome[i] is set once, by whichever round settles document i.
 	var shed []shedItem
-	add := func(bi esutil.BulkIndexer, i int, body []byte, round int) error {
+	add := func(bi esutil.BulkIndexer, i int, body []byte, w writeMeta, round int) error {
 		docid := docids[i]
 		return bi.Add(ctx, esutil.BulkIndexerItem{
-			Action:     "index",
-			DocumentID: DocumentID(docid),
-			Body:       bytes.NewReader(body),
+			Action:        cmp.Or(w.action, "index"),
+			DocumentID:    DocumentID(docid),
+			IfSeqNo:       w.seqNo,
+			IfPrimaryTerm: w.primaryTerm,
+			Body:          bytes.NewReader(body),
 			OnSuccess: func(_ context.Context, _ esutil.BulkIndexerItem, res esutil.BulkIndexerResponseItem) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -209,9 +227,12 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 				switch {
 				case err != nil:
 					fail(i, docid, err.Error(), true)
+				case res.Status == http.StatusConflict:
+					// KeepStored's write over the version it read: someone else wrote the document since.
+					fail(i, docid, reason+" (the stored document changed during the ingestion; send it again)", true)
 				case retryable(res.Status) && round < a.retries:
 					mu.Lock()
-					shed = append(shed, shedItem{i: i, body: body, reason: reason})
+					shed = append(shed, shedItem{i: i, body: body, meta: w, reason: reason})
 					mu.Unlock()
 				case retryable(res.Status) && round > 0:
 					fail(i, docid, fmt.Sprintf("%s (sent %d times)", reason, round+1), true)
@@ -226,6 +247,74 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 		return rep, fmt.Errorf("ingest %q: %w", a.index, err)
 	}
 	var addErr error
+	// write queues one document; with KeepStored, st is what was read of it (nil: not stored).
+	write := func(d Doc, st *storedState) error {
+		seen, w := d.Seen, writeMeta{}
+		if opts.KeepStored {
+			switch {
+			case st == nil:
+				w.action = "create" // fails if someone else created it since the read
+			case st.text != d.Text && !opts.Replace:
+				fail(-1, d.DocID, ReasonDocIDTaken+": a document with a different text is stored under this docid "+
+					"(another document with the same title?); not overwritten (send it with replace to overwrite)", false)
+				return nil
+			default:
+				seen = seen || (d.KeepSeen && st.seen)
+				w.seqNo, w.primaryTerm = &st.seqNo, &st.primaryTerm
+			}
+		}
+		body, err := json.Marshal(stored{
+			DocID: d.DocID, Title: d.Title, Text: d.Text, Summary: d.Summary, Seen: seen, IngestedAt: start.UTC(),
+		})
+		if err != nil {
+			fail(-1, d.DocID, "encode: "+err.Error(), false)
+			return nil
+		}
+		mu.Lock()
+		i := len(outcome)
+		outcome = append(outcome, false)
+		docids = append(docids, d.DocID)
+		mu.Unlock()
+		if err := add(bi, i, body, w, 0); err != nil {
+			fail(i, d.DocID, "not sent: "+err.Error(), true)
+			return err
+		}
+		return nil
+	}
+	// With KeepStored, documents wait in batch until a multi-get has read their stored versions.
+	var batch []Doc
+	writeBatch := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		ids := make([]string, len(batch))
+		for k, d := range batch {
+			ids[k] = d.DocID
+		}
+		stored, err := a.readStored(ctx, ids)
+		if err != nil {
+			for _, d := range batch {
+				fail(-1, d.DocID, "not sent: "+err.Error(), true)
+			}
+			batch = batch[:0]
+			return err
+		}
+		for k, d := range batch {
+			var st *storedState
+			if v, ok := stored[d.DocID]; ok {
+				st = &v
+			}
+			if err := write(d, st); err != nil {
+				for _, rest := range batch[k+1:] {
+					fail(-1, rest.DocID, "not sent: "+err.Error(), true)
+				}
+				batch = batch[:0]
+				return err
+			}
+		}
+		batch = batch[:0]
+		return nil
+	}
 	for d := range docs {
 		if err := ctx.Err(); err != nil {
 			fail(-1, d.DocID, "not sent: "+err.Error(), true)
@@ -236,22 +325,24 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 			fail(-1, d.DocID, reason, false)
 			continue
 		}
-		body, err := json.Marshal(stored{
-			DocID: d.DocID, Title: d.Title, Text: d.Text, Summary: d.Summary, Seen: d.Seen, IngestedAt: start.UTC(),
-		})
-		if err != nil {
-			fail(-1, d.DocID, "encode: "+err.Error(), false)
+		if !opts.KeepStored {
+			if addErr = write(d, nil); addErr != nil {
+				break
+			}
 			continue
 		}
-		mu.Lock()
-		i := len(outcome)
-		outcome = append(outcome, false)
-		docids = append(docids, d.DocID)
-		mu.Unlock()
-		if err := add(bi, i, body, 0); err != nil {
-			fail(i, d.DocID, "not sent: "+err.Error(), true)
-			addErr = err
-			break
+		batch = append(batch, d)
+		if len(batch) >= KeepStoredBatch {
+			if addErr = writeBatch(); addErr != nil {
+				break
+			}
+		}
+	}
+	if addErr == nil {
+		addErr = writeBatch()
+	} else {
+		for _, d := range batch {
+			fail(-1, d.DocID, "not sent: "+addErr.Error(), true)
 		}
 	}
 	// Wait for every queued document even if ctx is done: flushes use ctx, so they end quickly, and
@@ -285,7 +376,7 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 			break
 		}
 		for k, p := range pending {
-			if err := add(rbi, p.i, p.body, round); err != nil {
+			if err := add(rbi, p.i, p.body, p.meta, round); err != nil {
 				addErr = err
 				for _, q := range pending[k:] {
 					fail(q.i, docids[q.i], q.reason+"; not sent again: "+err.Error(), true)
@@ -328,11 +419,73 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 
 type cancelKey struct{}
 
+// KeepStoredBatch is how many documents IngestOptions.KeepStored reads with one multi-get.
+const KeepStoredBatch = 500
+
+// ReasonDocIDTaken starts the reason of a document that KeepStored did not write because another
+// document with a different text is stored under its docid.
+const ReasonDocIDTaken = "docid taken"
+
+// storedState is what KeepStored reads of a stored document.
+type storedState struct {
+	text        string
+	seen        bool
+	seqNo       int64
+	primaryTerm int64
+}
+
+// readStored multi-gets the documents of docids and returns the stored ones by docid.
+func (a *Adapter) readStored(ctx context.Context, docids []string) (map[string]storedState, error) {
+	ids := make([]string, len(docids))
+	for i, d := range docids {
+		ids[i] = DocumentID(d)
+	}
+	body, err := json.Marshal(map[string]any{"ids": ids})
+	if err != nil {
+		return nil, err
+	}
+	var res struct {
+		Docs []struct {
+			Found       bool            `json:"found"`
+			SeqNo       int64           `json:"_seq_no"`
+			PrimaryTerm int64           `json:"_primary_term"`
+			Error       json.RawMessage `json:"error"`
+			Source      struct {
+				DocID string `json:"docid"`
+				Text  string `json:"text"`
+				Seen  bool   `json:"seen"`
+			} `json:"_source"`
+		} `json:"docs"`
+	}
+	req := esapi.MgetRequest{Index: a.index, Body: bytes.NewReader(body), SourceIncludes: []string{"docid", "text", "seen"}}
+	if err := a.do(ctx, req, &res); err != nil {
+		return nil, err
+	}
+	out := make(map[string]storedState, len(res.Docs))
+	for _, d := range res.Docs {
+		if len(d.Error) > 0 {
+			return nil, fmt.Errorf("read stored documents: %s", d.Error)
+		}
+		if d.Found {
+			out[d.Source.DocID] = storedState{text: d.Source.Text, seen: d.Source.Seen, seqNo: d.SeqNo, primaryTerm: d.PrimaryTerm}
+		}
+	}
+	return out, nil
+}
+
 // shedItem is a document Elasticsearch refused for load in a bulk response, kept to be sent again.
 type shedItem struct {
 	i      int    // the document's index in outcome and docids
 	body   []byte // its encoded source
+	meta   writeMeta
 	reason string // the item's error, for the failure if no retry gets it through
+}
+
+// writeMeta is the bulk action of one document: "index" (the default) or "create", and the version a
+// KeepStored write replaces.
+type writeMeta struct {
+	action             string
+	seqNo, primaryTerm *int64
 }
 
 // sleepCtx waits d or until ctx is done, whichever is first, and returns ctx's error in the second case.

@@ -70,10 +70,20 @@ type Server struct {
 	// "Authorization: Bearer <token>"; at least 16 characters. Default "" (the endpoint is off: 404).
 	AdminToken string `yaml:"admin_token"`
 
-	// issue-14b copy of helper 13a's key (delete at merge, keep 13a's):
-	// WriteToken enables the write endpoints (POST /v1/click) for requests carrying
-	// "Authorization: Bearer <token>"; at least 16 characters. Default "" (the endpoints answer 404).
+	// Security of the listener and the write endpoints (issue 13, docs/api.md "Authentication").
+
+	// WriteToken enables POST /v1/ingest and POST /v1/click for requests carrying "Authorization: Bearer <token>", compared
+	// in constant time; at least 16 characters. Default "" (the write endpoints are off: 404).
 	WriteToken string `yaml:"write_token"`
+	// AdminAddr, when set, is a second listen address (host:port) that alone serves the write and admin
+	// endpoints (/v1/ingest, /v1/admin/*), which the main address then does not serve, so that they can be
+	// kept off the network the callers reach. Default "" (one address serves everything).
+	AdminAddr string `yaml:"admin_addr"`
+	// TLSCertFile and TLSKeyFile are the PEM certificate (chain) and private key the listener(s) serve
+	// https with; both or neither. Default "" (plain http).
+	TLSCertFile string `yaml:"tls_cert_file"`
+	// TLSKeyFile is the PEM private key of TLSCertFile. Default "".
+	TLSKeyFile string `yaml:"tls_key_file"`
 }
 
 // Elasticsearch configures the go-elasticsearch client. Set either APIKey or Username/Password, not both.
@@ -103,6 +113,14 @@ type Elasticsearch struct {
 	// MaxRetries is how many times a failed request is retried on another node; 0 disables retries.
 	// Default 3.
 	MaxRetries int `yaml:"max_retries"`
+
+	// CallerCredentials says whose credentials the requests made for a caller (the drop-in
+	// /{index}/_search, /v1/search, /v1/rerank's docid lookups) carry: "passthrough" forwards the caller's
+	// own Authorization header (Basic, Bearer or ApiKey), or none when the caller sent none, so that the
+	// cluster's security decides what each caller may read; "service" uses the credentials above for every
+	// caller, an explicit opt-in for clusters the sidecar alone may reach. The sidecar's own work (ingest,
+	// readiness, the seen listing) always uses the credentials above. Default "passthrough".
+	CallerCredentials string `yaml:"caller_credentials"`
 }
 
 // Model configures the model directory (see inference/MODEL_FORMAT.md) and the ONNX Runtime session.
@@ -292,6 +310,14 @@ type Compressor struct {
 	Concurrency int `yaml:"concurrency"`
 }
 
+// Values of Elasticsearch.CallerCredentials.
+const (
+	// CallerPassthrough forwards each caller's own Authorization header to Elasticsearch.
+	CallerPassthrough = "passthrough"
+	// CallerService uses the sidecar's configured credentials for callers too.
+	CallerService = "service"
+)
+
 // Default returns the configuration used when neither a file nor the environment says otherwise. Each
 // call returns a fresh value (no slices shared between calls).
 func Default() Config {
@@ -313,6 +339,8 @@ func Default() Config {
 			Index:          "icicle-docs",
 			RequestTimeout: 5 * time.Second,
 			MaxRetries:     3,
+
+			CallerCredentials: CallerPassthrough,
 		},
 		Model: Model{
 			Dir:            "models/small",
@@ -379,11 +407,11 @@ func (c Config) Redacted() Config {
 	if c.Server.AdminToken != "" {
 		c.Server.AdminToken = mask
 	}
+	if c.Server.WriteToken != "" {
+		c.Server.WriteToken = mask
+	}
 	if c.Compressor.APIKey != "" {
 		c.Compressor.APIKey = mask
-	}
-	if c.Server.WriteToken != "" { // issue-14b copy of 13a's server.write_token
-		c.Server.WriteToken = mask
 	}
 	if c.Elasticsearch.Addresses != nil {
 		addrs := make([]string, len(c.Elasticsearch.Addresses))

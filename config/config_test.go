@@ -128,12 +128,14 @@ func TestLoadGood(t *testing.T) {
 				WriteTimeout: 10 * time.Second, ShutdownTimeout: 20 * time.Second, MaxBodyBytes: 1 << 20,
 				RequestTimeout: 1500 * time.Millisecond, ESBudgetFraction: 0.25, MaxQueryChars: 512, MaxHits: 200,
 				AdminToken: "0123456789abcdef-admin",
+				WriteToken: "0123456789abcdef-write", AdminAddr: "127.0.0.1:9091",
 			}
 			c.Elasticsearch = Elasticsearch{
 				Addresses: []string{"https://es-1.internal:9200", "https://es-2.internal:9200"},
 				APIKey:    "aWQ6YXBpX2tleQ==", CACert: "/etc/icicle/ca.pem",
 				CertFingerprint: "AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89",
 				Index:           "nq-docs", RequestTimeout: 3 * time.Second, MaxRetries: 0,
+				CallerCredentials: CallerService,
 			}
 			c.Model = Model{
 				Dir: "/models/nq", Quantized: true, Provider: "cuda", IntraOpThreads: 4, InterOpThreads: 0,
@@ -517,7 +519,6 @@ func TestValidate(t *testing.T) {
 		{"admin token with a space", func(c *Config) { c.Server.AdminToken = "0123456789 abcdef" }, []string{"server.admin_token"}},
 		{"admin token of 16 characters", func(c *Config) { c.Server.AdminToken = "0123456789abcdef" }, nil},
 		// issue 14b: the click log and the write token.
-		{"write token too short", func(c *Config) { c.Server.WriteToken = "short" }, []string{"server.write_token"}},
 		{"click log without a write token", func(c *Config) { c.AB.ClickLog = "/var/log/icicle/clicks.jsonl" }, []string{"ab.click_log"}},
 		{"click log on the impression log", func(c *Config) {
 			c.Server.WriteToken, c.AB.ImpressionLog, c.AB.ClickLog = "0123456789abcdef", "/tmp/log.jsonl", "/tmp/log.jsonl"
@@ -526,6 +527,18 @@ func TestValidate(t *testing.T) {
 			c.Server.WriteToken, c.AB.ImpressionLog, c.AB.ClickLog = "0123456789abcdef", "/tmp/imp.jsonl", "/tmp/clicks.jsonl"
 		}, nil},
 		{"upper-case level", func(c *Config) { c.Log.Level = "INFO" }, []string{"log.level"}},
+		// Security (issue 13).
+		{"short write token", func(c *Config) { c.Server.WriteToken = "short" }, []string{"server.write_token"}},
+		{"write token of 16 characters", func(c *Config) { c.Server.WriteToken = "0123456789abcdef" }, nil},
+		{"admin addr without port", func(c *Config) { c.Server.AdminAddr = "localhost" }, []string{"server.admin_addr"}},
+		{"admin addr equal to addr", func(c *Config) { c.Server.AdminAddr = c.Server.Addr }, []string{"server.admin_addr"}},
+		{"tls cert without key", func(c *Config) { c.Server.TLSCertFile = "cert.pem" }, []string{"server.tls_key_file"}},
+		{"tls key without cert", func(c *Config) { c.Server.TLSKeyFile = "key.pem" }, []string{"server.tls_cert_file"}},
+		{"tls files missing", func(c *Config) {
+			c.Server.TLSCertFile, c.Server.TLSKeyFile = "/nonexistent/c.pem", "/nonexistent/k.pem"
+		},
+			[]string{"server.tls_cert_file"}},
+		{"unknown caller credentials", func(c *Config) { c.Elasticsearch.CallerCredentials = "caller" }, []string{"elasticsearch.caller_credentials"}},
 		{"llm compressor without url and model", func(c *Config) { c.Compressor.Kind = CompressorLLM },
 			[]string{"compressor.llm_url", "compressor.llm_model"}},
 		{"llm compressor", func(c *Config) {

@@ -1,12 +1,14 @@
 package config
 
 import (
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 )
@@ -39,6 +41,7 @@ func (c Config) Validate() error {
 	if t := s.AdminToken; t != "" && (len(t) < 16 || strings.ContainsAny(t, " \t\r\n")) {
 		v.add("server.admin_token", "want at least 16 characters without spaces (a bearer token), got %d characters", len(t))
 	}
+	validateSecurity(&v, &c)
 
 	es := c.Elasticsearch
 	switch {
@@ -136,10 +139,7 @@ func (c Config) Validate() error {
 	}
 	v.atLeast("ab.impression_log_max_bytes", ab.ImpressionLogMaxBytes, 0)
 	v.atLeast("ab.impression_buffer", int64(ab.ImpressionBuffer), 1)
-	// issue 14b: the click log and its bearer token (server.write_token is a copy of helper 13a's key).
-	if t := s.WriteToken; t != "" && (len(t) < 16 || strings.ContainsAny(t, " \t\r\n")) {
-		v.add("server.write_token", "want at least 16 characters without spaces (a bearer token), got %d characters", len(t))
-	}
+	// The click log takes clicks only behind the write key (server.write_token, validated with the security keys).
 	if ab.ClickLog != "" && s.WriteToken == "" {
 		v.add("ab.click_log", "needs server.write_token: POST /v1/click takes clicks only from callers with that bearer token")
 	}
@@ -228,4 +228,42 @@ func isToken(s string) bool {
 		}
 	}
 	return true
+}
+
+// validateSecurity checks the write key, the admin address, TLS and the caller credentials (issue 13).
+func validateSecurity(v *validator, c *Config) {
+	s := c.Server
+	if t := s.WriteToken; t != "" && (len(t) < 16 || strings.ContainsAny(t, " \t\r\n")) {
+		v.add("server.write_token", "want at least 16 characters without spaces (a bearer token), got %d characters", len(t))
+	}
+	if s.AdminAddr != "" {
+		if _, port, err := net.SplitHostPort(s.AdminAddr); err != nil || port == "" {
+			v.add("server.admin_addr", "want host:port such as \"127.0.0.1:8081\", got %q", s.AdminAddr)
+		} else if s.AdminAddr == s.Addr {
+			v.add("server.admin_addr", "must differ from server.addr (%q)", s.Addr)
+		}
+	}
+	switch {
+	case (s.TLSCertFile == "") != (s.TLSKeyFile == ""):
+		if s.TLSCertFile == "" {
+			v.add("server.tls_cert_file", "must be set when server.tls_key_file is set")
+		} else {
+			v.add("server.tls_key_file", "must be set when server.tls_cert_file is set")
+		}
+	case s.TLSCertFile != "":
+		if _, err := tls.LoadX509KeyPair(s.TLSCertFile, s.TLSKeyFile); err != nil {
+			key := "server.tls_cert_file"
+			if _, statErr := os.Stat(s.TLSCertFile); statErr == nil {
+				if _, statErr := os.Stat(s.TLSKeyFile); statErr != nil {
+					key = "server.tls_key_file"
+				}
+			}
+			v.add(key, "cannot load the certificate and key (%q, %q): %v", s.TLSCertFile, s.TLSKeyFile, err)
+		}
+	}
+	switch c.Elasticsearch.CallerCredentials {
+	case CallerPassthrough, CallerService:
+	default:
+		v.add("elasticsearch.caller_credentials", "want %q or %q, got %q", CallerPassthrough, CallerService, c.Elasticsearch.CallerCredentials)
+	}
 }

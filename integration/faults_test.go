@@ -125,11 +125,15 @@ func newFaultStack(t *testing.T) *faultStack {
 	srv := plugin.New(via, s.engine, plugin.Options{MaxBodyBytes: faultMaxBodyBytes, RequestTimeout: faultBudget,
 		ESBudgetFraction: 0.3, MaxQueryChars: 1024, MaxHits: faultMaxHits, MaxCandidates: 100,
 		Decode: inference.Options{BeamWidth: 10}, MaxInflight: 2, QueueSize: 8, ConsecutiveFailures: 5,
-		OpenTimeout: time.Second, MinTopScore: -1e9, Model: plugin.ModelInfo{Name: "fault"}, Ingester: via})
+		OpenTimeout: time.Second, MinTopScore: -1e9, Model: plugin.ModelInfo{Name: "fault"}, Ingester: via,
+		WriteToken: faultWriteToken})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	return &faultStack{stack: s, proxy: p, url: hs.URL, budget: faultBudget, esURL: esURL}
 }
+
+// faultWriteToken is the fault stack's server.write_token (POST /v1/ingest needs it).
+const faultWriteToken = "fault-write-token-0123456789"
 
 // answer is one raw HTTP exchange.
 type answer struct {
@@ -158,6 +162,9 @@ func (f *faultStack) call(t *testing.T, method, path string, body []byte) answer
 	req, err := http.NewRequestWithContext(t.Context(), method, f.url+path, bytes.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
+	if strings.HasPrefix(path, "/v1/ingest") {
+		req.Header.Set("Authorization", "Bearer "+faultWriteToken)
+	}
 	start := time.Now()
 	res, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)

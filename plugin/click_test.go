@@ -16,8 +16,6 @@ import (
 	"github.com/icicle-search/sidecar/internal/abtest"
 )
 
-const testWriteToken = "test-write-token-0123456789"
-
 var hex32 = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 // TestImpressionIDsAreUnique: a client that reuses its request id gets a new impression id per answer,

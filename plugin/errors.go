@@ -8,6 +8,8 @@ import (
 	"net/http"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/icicle-search/sidecar/adapter"
 )
 
 // InputError is bad input: the field (a JSON path such as "hits[3]._source.title") and the problem.
@@ -30,11 +32,20 @@ func writeError(c *gin.Context, log *slog.Logger, err error) {
 	rid := requestID(c)
 	var in *InputError
 	var tooBig *http.MaxBytesError
+	var denied *adapter.ResponseError
 	switch {
 	case errors.As(err, &in):
 		c.JSON(http.StatusBadRequest, ErrorBody{Error: in.Problem, Field: in.Field, RequestID: rid})
 	case errors.As(err, &tooBig):
 		c.JSON(http.StatusRequestEntityTooLarge, ErrorBody{Error: fmt.Sprintf("body larger than %d bytes", tooBig.Limit), RequestID: rid})
+	case errors.As(err, &denied) && (denied.Status == http.StatusUnauthorized || denied.Status == http.StatusForbidden) && callerAuthed(c):
+		// Elasticsearch refused the caller's own credentials (callerAuth): the caller's answer, never a
+		// fallback or an outage.
+		for _, v := range denied.Authenticate {
+			c.Writer.Header().Add("WWW-Authenticate", v)
+		}
+		log.Info("elasticsearch refused the caller", "request_id", rid, "status", denied.Status, "type", denied.Type)
+		c.JSON(denied.Status, ErrorBody{Error: "elasticsearch refused the caller's credentials: " + denied.Error(), RequestID: rid})
 	case errors.Is(err, context.Canceled):
 		log.Info("client canceled", "request_id", rid)
 		c.JSON(statusClientClosed, ErrorBody{Error: "client closed request", RequestID: rid})
@@ -56,4 +67,12 @@ func writeError(c *gin.Context, log *slog.Logger, err error) {
 		log.Error("internal error", "request_id", rid, "err", err)
 		c.JSON(http.StatusInternalServerError, ErrorBody{Error: "internal error", RequestID: rid})
 	}
+}
+
+// callerAuthed reports whether the request's Elasticsearch calls carried the caller's own credentials
+// (callerAuth), so that a 401 or 403 from the cluster is about the caller, not about the sidecar's
+// configured credentials (which is a misconfiguration: 500).
+func callerAuthed(c *gin.Context) bool {
+	_, ok := adapter.CallerAuth(c.Request.Context())
+	return ok
 }

@@ -105,6 +105,24 @@ func (s *Server) ingest(c *gin.Context) {
 		s.fail(c, "ingest", &InputError{Field: "refresh", Problem: fmt.Sprintf("%q, want true, wait_for or false", q)})
 		return
 	}
+	var replace bool
+	switch q := c.Query("replace"); q {
+	case "", "false":
+	case "true":
+		replace = true
+	default:
+		s.fail(c, "ingest", &InputError{Field: "replace", Problem: fmt.Sprintf("%q, want true or false", q)})
+		return
+	}
+	// The serving model's seen corpus marks its documents seen, as the ingest command does with the
+	// model's seen_docids.txt; a document in neither it nor the request keeps the flag it has stored.
+	var modelSeen map[string]bool
+	if _, seen, ok := s.servingSeen(); ok {
+		modelSeen = make(map[string]bool, len(seen))
+		for _, d := range seen {
+			modelSeen[d] = true
+		}
+	}
 	body, err := s.readBody(c)
 	if err != nil {
 		s.fail(c, "ingest", err)
@@ -133,12 +151,16 @@ func (s *Server) ingest(c *gin.Context) {
 	read := func(yield func(compressItem) bool) {
 		for d := range cr.All() {
 			n := cr.Lines() // the line d came from: the reader yields right after reading it
-			seen, problem := seenField(cur.line(n))
+			seen, set, problem := seenField(cur.line(n))
 			if problem != "" {
 				seenRejected = append(seenRejected, adapter.RecordError{Line: n, DocID: d.DocID, Reason: problem})
 				continue
 			}
-			d.Seen = seen
+			if set {
+				d.Seen = seen // the request says: it wins
+			} else {
+				d.Seen, d.KeepSeen = modelSeen[d.DocID], true
+			}
 			drawn = append(drawn, d.DocID)
 			if !yield(compressItem{doc: d}) {
 				return
@@ -162,7 +184,7 @@ func (s *Server) ingest(c *gin.Context) {
 			}
 		}
 	}
-	rep, ingestErr := s.opts.Ingester.Ingest(ctx, docs, adapter.IngestOptions{Refresh: refresh})
+	rep, ingestErr := s.opts.Ingester.Ingest(ctx, docs, adapter.IngestOptions{Refresh: refresh, KeepStored: true, Replace: replace})
 	compErr := compressErr()
 
 	resp.RequestID = requestID(c)
@@ -309,22 +331,25 @@ func (lc *lineCursor) line(n int) []byte {
 }
 
 // seenField reads the optional "seen" of a record the corpus reader accepted: true marks a document the
-// deployed model was trained on (D_train); absent, null or false is a new document. Anything else is a
+// deployed model was trained on (D_train), false a new one; set is false when the record has no "seen" (or
+// null), and then the serving model's seen corpus or the stored flag decides. Anything else is a
 // rejection, never a silent false.
-func seenField(line []byte) (seen bool, problem string) {
+func seenField(line []byte) (seen, set bool, problem string) {
 	var rec struct {
 		Seen json.RawMessage `json:"seen"`
 	}
 	if err := json.Unmarshal(line, &rec); err != nil {
-		return false, "invalid JSON: " + err.Error() // not reached: the reader parsed the line already
+		return false, false, "invalid JSON: " + err.Error() // not reached: the reader parsed the line already
 	}
 	switch string(rec.Seen) {
-	case "", "null", "false":
-		return false, ""
+	case "", "null":
+		return false, false, ""
+	case "false":
+		return false, true, ""
 	case "true":
-		return true, ""
+		return true, true, ""
 	}
-	return false, fmt.Sprintf(`field "seen" is %s, want true or false`, truncateJSON(rec.Seen))
+	return false, false, fmt.Sprintf(`field "seen" is %s, want true or false`, truncateJSON(rec.Seen))
 }
 
 // truncateJSON shortens a value quoted in a rejection so one bad record cannot flood the response.

@@ -50,6 +50,7 @@ func newIngestServer(t *testing.T, ing Ingester, maxBody int64) *Server {
 func postIngest(t *testing.T, s *Server, query, body string) (*httptest.ResponseRecorder, IngestResponse) {
 	t.Helper()
 	req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/ingest"+query, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testWriteToken)
 	w := httptest.NewRecorder()
 	s.Handler().ServeHTTP(w, req)
 	var resp IngestResponse
@@ -67,7 +68,8 @@ const (
 
 func TestIngestHandlerAccepts(t *testing.T) {
 	want := []adapter.Doc{
-		{DocID: "Alpha", Title: "Alpha", Text: "alpha text one two three", Summary: "given"},
+		// Alpha says nothing about seen: the stored flag is kept (KeepSeen); Beta and Gamma say.
+		{DocID: "Alpha", Title: "Alpha", Text: "alpha text one two three", Summary: "given", KeepSeen: true},
 		{DocID: "Beta", Title: "Beta", Text: "  beta\ttext  words ", Summary: compress.Extractive("  beta\ttext  words "), Seen: true},
 		{DocID: "Gamma", Title: "Gamma", Text: "gamma text", Summary: "gamma text"},
 	}
@@ -83,6 +85,8 @@ func TestIngestHandlerAccepts(t *testing.T) {
 			require.Equal(t, http.StatusOK, w.Code, w.Body.String())
 			require.Equal(t, want, ing.got)
 			require.False(t, ing.opts.Refresh)
+			require.True(t, ing.opts.KeepStored, "HTTP ingest reads what is stored before writing")
+			require.False(t, ing.opts.Replace)
 			require.Equal(t, 3, resp.Indexed)
 			require.Empty(t, resp.Failed)
 			require.NotNil(t, resp.Failed, "an empty list, not null")
@@ -262,7 +266,7 @@ func TestIngestHandlerUsesTheCompressor(t *testing.T) {
 			w, resp := postIngest(t, newCompressorServer(t, ing, comp, workers), "", lineAlpha+"\n"+lineBeta+"\n"+lineGamma)
 			require.Equal(t, http.StatusOK, w.Code, w.Body.String())
 			require.Equal(t, []adapter.Doc{
-				{DocID: "Alpha", Title: "Alpha", Text: "alpha text one two three", Summary: "given"},
+				{DocID: "Alpha", Title: "Alpha", Text: "alpha text one two three", Summary: "given", KeepSeen: true},
 				{DocID: "Beta", Title: "Beta", Text: "  beta\ttext  words ", Summary: "summary of Beta", Seen: true},
 				{DocID: "Gamma", Title: "Gamma", Text: "gamma text", Summary: "summary of Gamma"},
 			}, ing.got, "in body order; a given summary is kept")
@@ -334,8 +338,38 @@ func TestIngestHandlerCompressorFails(t *testing.T) {
 		}}
 		s := newCompressorServer(t, &fakeIngester{}, comp, 1)
 		req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/ingest", strings.NewReader(lineBeta))
+		req.Header.Set("Authorization", "Bearer "+testWriteToken)
 		w := httptest.NewRecorder()
 		s.Handler().ServeHTTP(w, req)
 		require.Equal(t, statusClientClosed, w.Code, w.Body.String())
 	})
+}
+
+// TestIngestHandlerAppliesTheModelsSeenCorpus: a record without "seen" whose docid the serving model was
+// trained on is written seen, as the ingest command does with seen_docids.txt; "seen" in the record
+// wins; others keep the stored flag. replace=true asks the adapter to overwrite different texts.
+func TestIngestHandlerAppliesTheModelsSeenCorpus(t *testing.T) {
+	ing := &fakeIngester{}
+	sw := NewSwapper(LoadedModel{Reranker: &fakeReranker{}, Info: ModelInfo{Name: "m"}, Seen: []string{"Alpha", "Gamma"}}, nil, nil)
+	var opts Options
+	newTestServer(t, &fakeSearcher{}, &fakeReranker{}, func(o *Options) { o.Ingester = ing; opts = *o })
+	s := New(&fakeSearcher{}, sw, opts)
+	lineDelta := `{"docid": "Delta", "title": "Delta", "text": "delta text", "summary": "d"}`
+	w, _ := postIngest(t, s, "?replace=true", lineAlpha+"\n"+lineBeta+"\n"+lineGamma+"\n"+lineDelta)
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	got := map[string][2]bool{}
+	for _, d := range ing.got {
+		got[d.DocID] = [2]bool{d.Seen, d.KeepSeen}
+	}
+	require.Equal(t, map[string][2]bool{
+		"Alpha": {true, true},   // in the model's seen corpus, no "seen" in the record
+		"Beta":  {true, false},  // "seen": true
+		"Gamma": {false, false}, // "seen": false wins over the model's corpus
+		"Delta": {false, true},  // neither: the stored flag stays
+	}, got)
+	require.True(t, ing.opts.Replace)
+
+	w, _ = postIngest(t, s, "?replace=maybe", lineAlpha)
+	require.Equal(t, http.StatusBadRequest, w.Code, w.Body.String())
+	require.Contains(t, w.Body.String(), `"field":"replace"`)
 }

@@ -279,6 +279,10 @@ func contractCases() []contractCase {
 	panicking := &fakeReranker{rank: func(context.Context, string, []inference.Candidate) (inference.Result, error) { panic("boom") }}
 	admin := func(t *testing.T, _ context.CancelFunc) *Server { return fullServer(t) }
 	bearer := map[string]string{"Authorization": "Bearer secret"}
+	writer := map[string]string{"Authorization": "Bearer " + testWriteToken}
+	esDenied := &adapter.ResponseError{Status: 401, Type: "security_exception", Reason: "missing authentication credentials",
+		Authenticate: []string{`Basic realm="security"`}}
+	esForbidden := &adapter.ResponseError{Status: 403, Type: "security_exception", Reason: "action [indices:data/read/search] is unauthorized"}
 	return []contractCase{
 		// POST /v1/rerank
 		{name: "rerank reranked", method: "POST", path: "/v1/rerank", body: hits, status: 200, mode: "reranked"},
@@ -324,35 +328,49 @@ func contractCases() []contractCase {
 		{name: "search panic", method: "POST", path: "/v1/search", body: `{"query":"q"}`, status: 500,
 			server: withES(&fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { panic("boom") }}, &fakeReranker{rank: copyBeta}, nil)},
 
+		// Security (auth.go)
+		{name: "search Elasticsearch refuses the caller", method: "POST", path: "/v1/search", body: `{"query":"q"}`, status: 401,
+			server: withES(&fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return nil, esDenied }}, &fakeReranker{rank: copyBeta}, nil)},
+		{name: "search Elasticsearch forbids the caller", method: "POST", path: "/v1/search", body: `{"query":"q"}`, status: 403,
+			header: map[string]string{"Authorization": "ApiKey a2V5"},
+			server: withES(&fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return nil, esForbidden }}, &fakeReranker{rank: copyBeta}, nil)},
+		{name: "rerank with an unknown auth scheme", method: "POST", path: "/v1/rerank", body: hits, status: 401,
+			header: map[string]string{"Authorization": "Digest username=x"}},
+		{name: "ingest without the write token", method: "POST", path: "/v1/ingest", body: lines, contentType: "application/x-ndjson", status: 401, reqInvalid: true},
+		{name: "ingest with a wrong write token", method: "POST", path: "/v1/ingest", body: lines, contentType: "application/x-ndjson", status: 401,
+			header: map[string]string{"Authorization": "Bearer not-the-write-token"}},
+		{name: "ingest off without a write token", header: writer, method: "POST", path: "/v1/ingest", body: lines, contentType: "application/x-ndjson", status: 404,
+			server: std(func(o *Options) { o.WriteToken = "" })},
+
 		// POST /v1/ingest
-		{name: "ingest jsonl", method: "POST", path: "/v1/ingest?refresh=true", body: lines, contentType: "application/x-ndjson", status: 200},
-		{name: "ingest json array", method: "POST", path: "/v1/ingest", body: "[" + lineAlpha + "," + lineBeta + "]", status: 200},
-		{name: "ingest document refused", method: "POST", path: "/v1/ingest", body: lines, contentType: "application/x-ndjson", status: 207,
+		{name: "ingest jsonl", header: writer, method: "POST", path: "/v1/ingest?refresh=true", body: lines, contentType: "application/x-ndjson", status: 200},
+		{name: "ingest json array", header: writer, method: "POST", path: "/v1/ingest", body: "[" + lineAlpha + "," + lineBeta + "]", status: 200},
+		{name: "ingest document refused", header: writer, method: "POST", path: "/v1/ingest", body: lines, contentType: "application/x-ndjson", status: 207,
 			server: withIngester(&fakeIngester{ingest: func(_ context.Context, docs []adapter.Doc) (adapter.IngestReport, error) {
 				return adapter.IngestReport{Indexed: 1, Failed: []adapter.Failure{{DocID: docs[1].DocID, Reason: "document_parsing_exception: bad"}}}, nil
 			}})},
-		{name: "ingest record rejected", method: "POST", path: "/v1/ingest", body: lines + `{"docid":"NoText","title":"t"}`, contentType: "application/x-ndjson", status: 207, reqInvalid: true},
-		{name: "ingest bad refresh", method: "POST", path: "/v1/ingest?refresh=soon", body: lines, contentType: "application/x-ndjson", status: 400, reqInvalid: true},
-		{name: "ingest empty", method: "POST", path: "/v1/ingest", body: "\n", contentType: "application/x-ndjson", status: 400, reqInvalid: true},
-		{name: "ingest disabled", method: "POST", path: "/v1/ingest", body: lines, contentType: "application/x-ndjson", status: 404, server: withIngester(nil)},
-		{name: "ingest too large", method: "POST", path: "/v1/ingest", body: `{"docid":"a","title":"a","text":"` + big + `"}`, contentType: "application/x-ndjson", status: 413},
-		{name: "ingest client gone", method: "POST", path: "/v1/ingest", body: lines, contentType: "application/x-ndjson", status: 499,
+		{name: "ingest record rejected", header: writer, method: "POST", path: "/v1/ingest", body: lines + `{"docid":"NoText","title":"t"}`, contentType: "application/x-ndjson", status: 207, reqInvalid: true},
+		{name: "ingest bad refresh", header: writer, method: "POST", path: "/v1/ingest?refresh=soon", body: lines, contentType: "application/x-ndjson", status: 400, reqInvalid: true},
+		{name: "ingest empty", header: writer, method: "POST", path: "/v1/ingest", body: "\n", contentType: "application/x-ndjson", status: 400, reqInvalid: true},
+		{name: "ingest disabled", header: writer, method: "POST", path: "/v1/ingest", body: lines, contentType: "application/x-ndjson", status: 404, server: withIngester(nil)},
+		{name: "ingest too large", header: writer, method: "POST", path: "/v1/ingest", body: `{"docid":"a","title":"a","text":"` + big + `"}`, contentType: "application/x-ndjson", status: 413},
+		{name: "ingest client gone", header: writer, method: "POST", path: "/v1/ingest", body: lines, contentType: "application/x-ndjson", status: 499,
 			server: func(t *testing.T, cancel context.CancelFunc) *Server {
 				return withIngester(&fakeIngester{ingest: func(ctx context.Context, _ []adapter.Doc) (adapter.IngestReport, error) {
 					cancel()
 					return adapter.IngestReport{}, ctx.Err()
 				}})(t, nil)
 			}},
-		{name: "ingest index misconfigured", method: "POST", path: "/v1/ingest", body: lines, contentType: "application/x-ndjson", status: 500,
+		{name: "ingest index misconfigured", header: writer, method: "POST", path: "/v1/ingest", body: lines, contentType: "application/x-ndjson", status: 500,
 			server: withIngester(&fakeIngester{ingest: func(context.Context, []adapter.Doc) (adapter.IngestReport, error) {
 				return adapter.IngestReport{}, adapter.ErrMappingMismatch
 			}})},
-		{name: "ingest Elasticsearch down", method: "POST", path: "/v1/ingest", body: lines, contentType: "application/x-ndjson", status: 503,
+		{name: "ingest Elasticsearch down", header: writer, method: "POST", path: "/v1/ingest", body: lines, contentType: "application/x-ndjson", status: 503,
 			server: withIngester(&fakeIngester{ingest: func(_ context.Context, docs []adapter.Doc) (adapter.IngestReport, error) {
 				return adapter.IngestReport{Indexed: 1, Failed: []adapter.Failure{{DocID: docs[1].DocID, Reason: "EOF", Retryable: true}}}, esDown
 			}})},
 
-		{name: "ingest summary compressor down", method: "POST", path: "/v1/ingest", body: lines + `{"docid":"Delta","title":"Delta","text":"d"}`,
+		{name: "ingest summary compressor down", header: writer, method: "POST", path: "/v1/ingest", body: lines + `{"docid":"Delta","title":"Delta","text":"d"}`,
 			contentType: "application/x-ndjson", status: 503, server: withES(&fakeSearcher{}, &fakeReranker{rank: copyBeta}, func(o *Options) {
 				o.Compressor = &fakeCompressor{compress: func(context.Context, string, string) (string, error) {
 					return "", errors.New("connection refused")

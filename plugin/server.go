@@ -117,10 +117,17 @@ type Options struct {
 	// with "Authorization: Bearer <AdminToken>"; "" leaves the endpoint off (404).
 	AdminToken string
 
-	// issue-14b copy of helper 13a's field (plugin/auth.go): delete this one at merge, keep 13a's.
-	// WriteToken enables the write endpoints (POST /v1/click here) for requests with
-	// "Authorization: Bearer <WriteToken>"; "" answers them 404.
+	// Security (auth.go).
+
+	// CallerCredentials is CallerPassthrough ("" too: the caller's own Authorization header goes to
+	// Elasticsearch for the drop-in, /v1/search and /v1/rerank) or CallerService (the adapter's configured
+	// credentials for every caller).
+	CallerCredentials string
+	// WriteToken enables POST /v1/ingest and POST /v1/click for requests with
+	// "Authorization: Bearer <WriteToken>"; "" leaves the write endpoints off (404), whatever Ingester is.
 	WriteToken string
+	// SeparateAdmin serves the write and admin endpoints on AdminHandler only, not on Handler.
+	SeparateAdmin bool
 	// Clicks, when set, serves POST /v1/click (behind writeAuth) and receives the clicks; nil leaves the
 	// endpoint off (404). The caller closes it after the HTTP server has drained.
 	Clicks *ClickLog
@@ -140,6 +147,7 @@ type Server struct {
 	slots   chan struct{}
 	metrics *metrics
 	router  *gin.Engine
+	admin   *gin.Engine // the write and admin endpoints when Options.SeparateAdmin; else router
 	seen    seenDiffState
 }
 
@@ -192,12 +200,22 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", s.ready)
 	r.GET("/v1/model", func(c *gin.Context) { c.JSON(http.StatusOK, s.modelInfo()) })
-	if _, swappable := model.(*Swapper); swappable && opts.AdminToken != "" {
-		r.POST("/v1/admin/model", s.adminAuth, s.adminModel)
+	// Writes and admin (auth.go): behind their tokens, on their own listener with SeparateAdmin.
+	admin := r
+	if opts.SeparateAdmin {
+		admin = gin.New()
+		admin.Use(s.recoverer, s.requestID)
+		admin.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	}
-	r.POST("/v1/rerank", s.rerank)
-	r.POST("/v1/search", s.search)
-	r.POST("/v1/ingest", s.ingest)
+	s.admin = admin
+	if _, swappable := model.(*Swapper); swappable && opts.AdminToken != "" {
+		admin.POST("/v1/admin/model", s.adminAuth, s.adminModel)
+	}
+	admin.POST("/v1/ingest", s.writeAuth, s.ingest)
+	// Searches on the caller's behalf carry the caller's credentials (auth.go).
+	r.POST("/v1/rerank", s.callerAuth, s.rerank)
+	r.POST("/v1/search", s.callerAuth, s.search)
+	// Clicks come from the callers' applications, so they stay on the public address, behind the write key.
 	if opts.Clicks != nil {
 		r.POST("/v1/click", s.writeAuth, s.click)
 	}
@@ -205,8 +223,8 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	r.GET("/openapi.yaml", serveOpenAPI)
 	// Elasticsearch's search API (dropin.go). gin matches static segments before the :index parameter, so
 	// /v1/... and the other routes keep their handlers; only <one segment>/_search reaches the drop-in.
-	r.GET("/:index/_search", s.dropin)
-	r.POST("/:index/_search", s.dropin)
+	r.GET("/:index/_search", s.callerAuth, s.dropin)
+	r.POST("/:index/_search", s.callerAuth, s.dropin)
 	s.router = r
 	s.refreshSeenDiff() // in the background, so the first readiness probes usually have it
 	return s
@@ -214,6 +232,10 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 
 // Handler returns the HTTP handler.
 func (s *Server) Handler() http.Handler { return s.router }
+
+// AdminHandler returns the handler of the write and admin endpoints: a handler of its own with
+// Options.SeparateAdmin (for a second listener), else the same as Handler.
+func (s *Server) AdminHandler() http.Handler { return s.admin }
 
 // ready serves /readyz: 503 unless Elasticsearch answers and the index is usable. It also reports
 // whether the index's seen documents match the model's seen corpus; a mismatch (an index ingested for

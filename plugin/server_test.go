@@ -103,7 +103,7 @@ func newTestServer(t *testing.T, es *fakeSearcher, m *fakeReranker, mod func(*Op
 	t.Helper()
 	opts := Options{MaxBodyBytes: 1 << 20, RequestTimeout: time.Second, ESBudgetFraction: 0.3, MaxQueryChars: 100,
 		MaxHits: 1000, MaxCandidates: 100, MaxInflight: 2, QueueSize: 2, ConsecutiveFailures: 2, OpenTimeout: time.Hour,
-		MinTopScore: -1e9, Model: ModelInfo{Name: "fake", SeenDocIDs: 200}}
+		MinTopScore: -1e9, Model: ModelInfo{Name: "fake", SeenDocIDs: 200}, WriteToken: testWriteToken}
 	if mod != nil {
 		mod(&opts)
 	}

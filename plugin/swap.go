@@ -2,8 +2,6 @@ package plugin
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -294,20 +292,4 @@ func (s *Server) adminModel(c *gin.Context) {
 	rep.RequestID = requestID(c)
 	s.metrics.requests.WithLabelValues("admin_model", "200", "swapped").Inc()
 	c.JSON(http.StatusOK, rep)
-}
-
-// adminAuth lets through requests carrying "Authorization: Bearer <Options.AdminToken>", compared in
-// constant time (of hashes, so the token's length does not leak either); others get 401.
-func (s *Server) adminAuth(c *gin.Context) {
-	got, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
-	want := sha256.Sum256([]byte(s.opts.AdminToken))
-	sum := sha256.Sum256([]byte(got))
-	if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-		s.log.Warn("admin request refused", "request_id", requestID(c), "path", c.Request.URL.Path, "remote", c.ClientIP())
-		c.Header("WWW-Authenticate", `Bearer realm="icicle-admin"`)
-		c.AbortWithStatusJSON(http.StatusUnauthorized, ErrorBody{Error: "admin endpoint: Authorization: Bearer <server.admin_token> required", RequestID: requestID(c)})
-		s.metrics.requests.WithLabelValues("admin_model", "401", "error").Inc()
-		return
-	}
-	c.Next()
 }

@@ -9,6 +9,7 @@ step() { printf '\n== %s\n' "$*" >&2; }
 step "ONNX Runtime (npm onnxruntime-node)";     "$here/ort.sh" >/dev/null
 step "libtokenizers (cargo, daulet/tokenizers)"; "$here/tokenizers.sh" >/dev/null
 step "Elasticsearch node (Maven Central jars)";  "$here/es.sh" install >/dev/null
+step "nginx, the tests' authenticating proxy (Debian)"; "$here/authproxy.sh" install >/dev/null
 if [[ "${1:-}" != "--no-python" ]]; then
   step "Python venv for training/ (PyPI)";        "$here/pyenv.sh" >/dev/null
 fi

@@ -27,6 +27,7 @@ func ingest(ctx context.Context, args []string) error {
 	modelDir := fs.String("model-dir", "", "model directory whose seen_docids.txt marks documents seen (default: model.dir from config)")
 	refresh := fs.Bool("refresh", true, "make documents searchable before returning")
 	flushTimeout := fs.Duration("flush-timeout", 2*time.Minute, "timeout of one bulk request (at least elasticsearch.request_timeout)")
+	replace := fs.Bool("replace", false, "overwrite a stored document whose text differs (default: report it as failed, \"docid taken\": another document with the same title)")
 	quiet := fs.Bool("quiet", false, "no progress line on stderr (there is none when stderr is not a terminal)")
 	compressorKind := fs.String("compressor", "", "summaries of documents without one: extractive or llm (default: compressor.kind from config, extractive)")
 	llmURL := fs.String("llm-url", "", "OpenAI-compatible base URL up to /v1 for -compressor llm (default: compressor.llm_url)")
@@ -94,7 +95,9 @@ func ingest(ctx context.Context, args []string) error {
 	docs, compressErr := compress.Apply(ctx, comp, workers, iter.Seq[adapter.Doc](read),
 		func(d *adapter.Doc) (string, string, bool) { return d.Title, d.Text, d.Summary == "" },
 		func(d *adapter.Doc, s string) { d.Summary = s; compressed.Add(1) })
-	opts := adapter.IngestOptions{Refresh: *refresh}
+	// Read before write, as POST /v1/ingest does: a different document stored under a docid is not
+	// overwritten unless -replace. The seen flag is the model's seen_docids.txt here, never kept.
+	opts := adapter.IngestOptions{Refresh: *refresh, KeepStored: true, Replace: *replace}
 	if prog != nil {
 		opts.Progress = prog.accounted
 		go prog.countTotal(ctx, *corpus)

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -131,21 +133,32 @@ func serve(ctx context.Context, args []string) error {
 		AB: plugin.ABOptions{Enabled: cfg.AB.Enabled, Mode: cfg.AB.Mode, SplitB: cfg.AB.SplitB, KeyHeader: cfg.AB.KeyHeader,
 			Experiment: cfg.AB.Experiment},
 		Impressions: impressions, AdminToken: cfg.Server.AdminToken,
-		Clicks: clicks, WriteToken: cfg.Server.WriteToken, // issue 14b
+		Clicks: clicks, CallerCredentials: cfg.Elasticsearch.CallerCredentials, WriteToken: cfg.Server.WriteToken,
+		SeparateAdmin: cfg.Server.AdminAddr != "",
 	})
-	hs := &http.Server{
-		Addr: cfg.Server.Addr, Handler: srv.Handler(),
-		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout, ReadTimeout: cfg.Server.ReadTimeout,
-		WriteTimeout: cfg.Server.WriteTimeout,
+	servers := []*http.Server{newHTTPServer(cfg.Server, cfg.Server.Addr, srv.Handler())}
+	if cfg.Server.AdminAddr != "" {
+		servers = append(servers, newHTTPServer(cfg.Server, cfg.Server.AdminAddr, srv.AdminHandler()))
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.ListenAndServe() }()
-	log.Info("serving", "addr", cfg.Server.Addr, "model", info.Name, "seen_docids", info.SeenDocIDs,
-		"compressor", comp.ID(), "ab", cfg.AB.Enabled, "ab_mode", cfg.AB.Mode, "impression_log", cfg.AB.ImpressionLog, "click_log", cfg.AB.ClickLog, "admin", cfg.Server.AdminToken != "")
+	errc := make(chan error, len(servers))
+	for _, hs := range servers {
+		ln, err := net.Listen("tcp", hs.Addr)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", hs.Addr, err)
+		}
+		go func() {
+			err := serveOn(ln, hs, cfg.Server)
+			errc <- fmt.Errorf("serve %s: %w", hs.Addr, err)
+		}()
+	}
+	log.Info("serving", "addr", cfg.Server.Addr, "admin_addr", cfg.Server.AdminAddr, "tls", cfg.Server.TLSCertFile != "",
+		"caller_credentials", cfg.Elasticsearch.CallerCredentials, "model", info.Name, "seen_docids", info.SeenDocIDs,
+		"compressor", comp.ID(), "ab", cfg.AB.Enabled, "ab_mode", cfg.AB.Mode, "impression_log", cfg.AB.ImpressionLog, "click_log", cfg.AB.ClickLog,
+		"admin", cfg.Server.AdminToken != "", "writes", cfg.Server.WriteToken != "")
 	for done := false; !done; {
 		select {
 		case err := <-errc:
-			return fmt.Errorf("listen %s: %w", cfg.Server.Addr, err)
+			return err
 		case <-hup:
 			log.Info("SIGHUP: reloading the model", "dir", cfg.Model.Dir)
 			_, _ = srv.SwapModel(cfg.Model.Dir) // logged and counted there; a failure keeps the old model
@@ -156,10 +169,31 @@ func serve(ctx context.Context, args []string) error {
 	log.Info("shutting down: draining requests", "timeout", cfg.Server.ShutdownTimeout)
 	sctx, scancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
 	defer scancel()
-	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("shutdown: %w", err)
+	var errs []error
+	for _, hs := range servers {
+		if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, fmt.Errorf("shutdown %s: %w", hs.Addr, err))
+		}
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// newHTTPServer is one listener of the sidecar with the configured timeouts.
+func newHTTPServer(c config.Server, addr string, h http.Handler) *http.Server {
+	return &http.Server{
+		Addr: addr, Handler: h,
+		ReadHeaderTimeout: c.ReadHeaderTimeout, ReadTimeout: c.ReadTimeout, WriteTimeout: c.WriteTimeout,
+	}
+}
+
+// serveOn serves hs on ln until it is shut down: https with server.tls_cert_file and tls_key_file (TLS
+// 1.2 at least), plain http without them.
+func serveOn(ln net.Listener, hs *http.Server, c config.Server) error {
+	if c.TLSCertFile == "" {
+		return hs.Serve(ln)
+	}
+	hs.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	return hs.ServeTLS(ln, c.TLSCertFile, c.TLSKeyFile)
 }
 
 // openModel opens a model directory with one session per concurrent request; ONNX Runtime is
