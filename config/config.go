@@ -57,8 +57,10 @@ type Server struct {
 	// RequestTimeout is the whole budget of one request (Elasticsearch, model and response), applied with
 	// context.WithTimeout. Default 2s.
 	RequestTimeout time.Duration `yaml:"request_timeout"`
-	// ESBudgetFraction is the share of RequestTimeout given to Elasticsearch; the model gets what is left.
-	// Exclusive range (0, 1). Default 0.3.
+	// ESBudgetFraction is the share of RequestTimeout given to Elasticsearch. It is taken twice: by the
+	// BM25 search before the model, and held back at the end so that a fallback can still get its BM25
+	// answer; the model runs in what is left (at least RequestTimeout x (1 - 2 x ESBudgetFraction)).
+	// Exclusive range (0, 0.5). Default 0.3.
 	ESBudgetFraction float64 `yaml:"es_budget_fraction"`
 	// MaxQueryChars is the longest query accepted, in characters (runes); longer queries get 400.
 	// Default 1024.
@@ -119,9 +121,9 @@ type Model struct {
 	// (Load copies it here when neither YAML nor ICICLE_MODEL_ORT_LIBRARY set a path), else the standard
 	// library locations.
 	ORTLibrary string `yaml:"ort_library"`
-	// KVCacheTokens is the capacity of the KV cache, in tokens (prompt plus every branch decoded); it must
-	// exceed Decode.MaxPromptTokens when both are set. Default 0: the manifest's max_context_tokens + 512.
-	KVCacheTokens int `yaml:"kv_cache_tokens"`
+	// (model.kv_cache_tokens was removed: each session's KV cache is sized per request from the prompt
+	// and the decode tree (inference.Engine), so a fixed capacity had nothing to set. Load names the key
+	// with that reason when an old file still has it.)
 }
 
 // Decode configures prompt building and the routed beam search.
@@ -184,15 +186,27 @@ type Policy struct {
 	FusionK int `yaml:"fusion_k"`
 }
 
-// Concurrency bounds the model: a request waits in a queue for one of MaxInflight slots.
+// Concurrency is the admission control in front of the model (plugin/admission.go): a request waits
+// in a bounded first-come-first-served queue for one of MaxInflight model sessions. One that gets none
+// within QueueTimeout, or finds the queue full, is answered from BM25 at once with fallback_reason
+// "overloaded"; that is load, not a model failure, and the breaker does not count it.
+//
+// Sizing (docs/evaluation.md, "Load"): the shipped models/small takes about 0.35-0.45 s per query on
+// 2 CPU cores (docs/evaluation.md), so 2 sessions serve about 2 / 0.4 = 5 queries/s. A request at the
+// back of a queue of q waits about q x 0.4 s / 2 sessions; the default 200ms timeout admits what can
+// start within one half run, and a queue of 2 per session covers a burst without holding requests
+// that would time out anyway. The model's share of the 2 s budget is request_timeout x (1 - 2 x
+// es_budget_fraction) at worst = 0.8 s, enough for the queue wait plus one run.
 type Concurrency struct {
-	// MaxInflight is how many requests may run the model at once. Default 2.
+	// MaxInflight is how many requests run the model at once; it is also the number of ONNX Runtime
+	// sessions opened (one per concurrent run, each with its own KV cache). Default 2.
 	MaxInflight int `yaml:"max_inflight"`
-	// QueueSize is how many requests may wait for a slot; a request finding the queue full falls back
-	// at once. 0 disables the queue. Default 8.
+	// QueueSize is how many more requests may wait for a session; a request finding the queue full falls
+	// back at once. 0 disables the queue. Default 4.
 	QueueSize int `yaml:"queue_size"`
-	// QueueTimeout is the longest wait for a slot before falling back; part of Server.RequestTimeout, so it
-	// must be shorter. Default 200ms.
+	// QueueTimeout is the longest wait for a session before falling back ("overloaded"); the wait also
+	// never runs past the model's share of the request budget. Shorter than server.request_timeout x
+	// (1 - 2 x server.es_budget_fraction). Default 200ms.
 	QueueTimeout time.Duration `yaml:"queue_timeout"`
 }
 
@@ -239,9 +253,11 @@ type Log struct {
 
 // Metrics configures the Prometheus endpoint.
 type Metrics struct {
-	// Enabled serves the metrics. Default true.
+	// Enabled serves the metrics; false removes the endpoint (404), the metrics are still collected.
+	// Default true.
 	Enabled bool `yaml:"enabled"`
-	// Path is the URL path of the metrics endpoint; starts with "/". Default "/metrics".
+	// Path is the URL path of the metrics endpoint; starts with "/" and may not be one of the API's paths
+	// (/v1/..., /healthz, /readyz, /openapi.yaml, /<index>/_search). Default "/metrics".
 	Path string `yaml:"path"`
 }
 
@@ -327,7 +343,7 @@ func Default() Config {
 		},
 		Concurrency: Concurrency{
 			MaxInflight:  2,
-			QueueSize:    8,
+			QueueSize:    4,
 			QueueTimeout: 200 * time.Millisecond,
 		},
 		AB: AB{
