@@ -35,6 +35,8 @@ type Sample struct {
 	Latency time.Duration
 	// Mode and Reason are the answer's mode and fallback_reason (200 answers only).
 	Mode, Reason string
+	// ModelMS is the answer's timings.model: the sidecar's time in model admission and the model run.
+	ModelMS float64
 }
 
 // Latency holds nearest-rank percentiles and the maximum in milliseconds.
@@ -318,11 +320,14 @@ func post(ctx context.Context, c *http.Client, url string, body []byte) (Sample,
 	}
 	if res.StatusCode == http.StatusOK {
 		var r struct {
-			Mode   string `json:"mode"`
-			Reason string `json:"fallback_reason"`
+			Mode    string `json:"mode"`
+			Reason  string `json:"fallback_reason"`
+			Timings struct {
+				Model float64 `json:"model_ms"`
+			} `json:"timings"`
 		}
 		_ = json.Unmarshal(raw, &r)
-		s.Mode, s.Reason = r.Mode, r.Reason
+		s.Mode, s.Reason, s.ModelMS = r.Mode, r.Reason, r.Timings.Model
 	}
 	return s, true
 }
