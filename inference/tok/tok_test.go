@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/icicle-search/sidecar/internal/testenv"
 )
 
 // modelDir is the model directory whose tokenizer and golden vectors the tests use: $ICICLE_MODEL_DIR, or
@@ -23,7 +25,7 @@ func modelDir(t testing.TB) string {
 		dir = filepath.Join("..", "..", "models", "tiny")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
-		t.Skipf("no model fixture at %s (%v): produce models/tiny with training/ or set ICICLE_MODEL_DIR", dir, err)
+		testenv.Missing(t, "no model fixture at %s (%v): produce models/tiny with training/ or set ICICLE_MODEL_DIR", dir, err)
 	}
 	return dir
 }
@@ -52,7 +54,7 @@ func readGolden(t testing.TB, dir string) []goldenLine {
 	path := filepath.Join(dir, "golden", "tokenize.jsonl")
 	f, err := os.Open(path)
 	if os.IsNotExist(err) {
-		t.Skipf("no %s: training/ writes it with the fixture", path)
+		testenv.Missing(t, "no %s: training/ writes it with the fixture", path)
 	}
 	require.NoError(t, err)
 	defer f.Close()
