@@ -191,12 +191,16 @@ type Policy struct {
 // within QueueTimeout, or finds the queue full, is answered from BM25 at once with fallback_reason
 // "overloaded"; that is load, not a model failure, and the breaker does not count it.
 //
-// Sizing (docs/evaluation.md, "Load"): the shipped models/small takes about 0.35-0.45 s per query on
-// 2 CPU cores (docs/evaluation.md), so 2 sessions serve about 2 / 0.4 = 5 queries/s. A request at the
-// back of a queue of q waits about q x 0.4 s / 2 sessions; the default 200ms timeout admits what can
-// start within one half run, and a queue of 2 per session covers a burst without holding requests
-// that would time out anyway. The model's share of the 2 s budget is request_timeout x (1 - 2 x
-// es_budget_fraction) at worst = 0.8 s, enough for the queue wait plus one run.
+// Sizing (docs/evaluation.md, "Load"): the shipped models/small takes a median 0.45 s per query on 2
+// CPU cores with one request at a time (measured 2026-11-24 on the shared 2-core build machine), and
+// the 2 sessions share those cores, so with both busy a run takes longer and 2 sessions serve at most
+// 2 / 0.45 = 4.4 queries/s (less under contention; `icicle load -rates` measures it with both busy).
+// A request that finds both sessions busy waits for the first to finish: at most one run, about half
+// a run on average. queue_timeout 500ms lets most such waits succeed at moderate load, and it still
+// leaves the run its promised budget: of the 2 s request budget, Elasticsearch's share (0.3) is taken
+// twice (search, fallback reserve), leaving the model 0.8 s at worst, so a run that waited the full
+// 500 ms has at least 300 ms and typically (Elasticsearch answering in ~50 ms) about 850 ms. A queue
+// of 2 per session (4) covers a burst; anyone further back would not get a session within 500 ms.
 type Concurrency struct {
 	// MaxInflight is how many requests run the model at once; it is also the number of ONNX Runtime
 	// sessions opened (one per concurrent run, each with its own KV cache). Default 2.
@@ -206,7 +210,8 @@ type Concurrency struct {
 	QueueSize int `yaml:"queue_size"`
 	// QueueTimeout is the longest wait for a session before falling back ("overloaded"); the wait also
 	// never runs past the model's share of the request budget. Shorter than server.request_timeout x
-	// (1 - 2 x server.es_budget_fraction). Default 200ms.
+	// (1 - 2 x server.es_budget_fraction); what remains of that share is the budget a run is promised
+	// (a run that started with less and timed out is not counted by the breaker). Default 500ms.
 	QueueTimeout time.Duration `yaml:"queue_timeout"`
 }
 
@@ -344,7 +349,7 @@ func Default() Config {
 		Concurrency: Concurrency{
 			MaxInflight:  2,
 			QueueSize:    4,
-			QueueTimeout: 200 * time.Millisecond,
+			QueueTimeout: 500 * time.Millisecond,
 		},
 		AB: AB{
 			SplitB:                0.5,

@@ -280,7 +280,7 @@ func TestLoadEnv(t *testing.T) {
 				"ICICLE_SERVER_ADDR":               ":9999",
 				"ICICLE_SERVER_REQUEST_TIMEOUT":    "1500ms",
 				"ICICLE_SERVER_MAX_BODY_BYTES":     "1024",
-				"ICICLE_SERVER_ES_BUDGET_FRACTION": "0.4",
+				"ICICLE_SERVER_ES_BUDGET_FRACTION": "0.2",
 				"ICICLE_ELASTICSEARCH_ADDRESSES":   " http://a:9200, ,https://b:9200 ",
 				"ICICLE_MODEL_DIR":                 "/models/x",
 				"ICICLE_MODEL_QUANTIZED":           "true",
@@ -291,7 +291,7 @@ func TestLoadEnv(t *testing.T) {
 				require.Equal(t, ":9999", c.Server.Addr)
 				require.Equal(t, 1500*time.Millisecond, c.Server.RequestTimeout)
 				require.EqualValues(t, 1024, c.Server.MaxBodyBytes)
-				require.InDelta(t, 0.4, c.Server.ESBudgetFraction, 0)
+				require.InDelta(t, 0.2, c.Server.ESBudgetFraction, 0)
 				require.Equal(t, []string{"http://a:9200", "https://b:9200"}, c.Elasticsearch.Addresses)
 				require.Equal(t, "/models/x", c.Model.Dir)
 				require.True(t, c.Model.Quantized)

@@ -286,3 +286,91 @@ func gaugeValue(t *testing.T, s *Server, name string) float64 {
 	}
 	return -1
 }
+
+// TestShortBudgetTimeoutIsNotABreakerFailure: a run that started with less than the promised run
+// budget (here the request arrived with little time left) and timed out is answered model_timeout but
+// not counted; one that had its whole budget and overran is counted.
+func TestShortBudgetTimeoutIsNotABreakerFailure(t *testing.T) {
+	m := &fakeReranker{rank: func(ctx context.Context, _ string, _ []inference.Candidate) (inference.Result, error) {
+		<-ctx.Done()
+		return inference.Result{}, ctx.Err()
+	}}
+	s := newTestServer(t, &fakeSearcher{}, m, func(o *Options) {
+		o.RequestTimeout, o.ESBudgetFraction, o.QueueTimeout, o.ConsecutiveFailures = time.Second, 0.3, 100*time.Millisecond, 1
+	})
+	require.Equal(t, 300*time.Millisecond, s.runBudget(), "1s x (1 - 0.6) - 100ms")
+	in := []inference.Candidate{{Title: "Alpha"}}
+	for range 3 {
+		ctx, cancel := context.WithTimeout(t.Context(), 400*time.Millisecond) // leaves the run ~100ms
+		_, reason, err := s.runModel(ctx, "q", in)
+		cancel()
+		require.NoError(t, err)
+		require.Equal(t, ReasonModelTimeout, reason)
+		require.Equal(t, gobreaker.StateClosed, s.breaker.State(), "a run short of its budget is not the model's failure")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second) // the whole budget: ~700ms for the run
+	defer cancel()
+	_, reason, err := s.runModel(ctx, "q", in)
+	require.NoError(t, err)
+	require.Equal(t, ReasonModelTimeout, reason)
+	require.Equal(t, gobreaker.StateOpen, s.breaker.State(), "a run that had its budget and overran is")
+}
+
+// TestTimeoutCountsAgainstRecentRunTimes: once runs have a median, a timeout counts only when the run
+// had at least twice that median; load that makes every run slower does not open the breaker.
+func TestTimeoutCountsAgainstRecentRunTimes(t *testing.T) {
+	m := &fakeReranker{rank: func(ctx context.Context, _ string, _ []inference.Candidate) (inference.Result, error) {
+		<-ctx.Done()
+		return inference.Result{}, ctx.Err()
+	}}
+	s := newTestServer(t, &fakeSearcher{}, m, func(o *Options) {
+		o.RequestTimeout, o.ESBudgetFraction, o.QueueTimeout, o.ConsecutiveFailures = time.Second, 0.3, 100*time.Millisecond, 1
+	})
+	med, ok := s.runs.median()
+	require.False(t, ok, "no median before %d runs", minRunSamples)
+	require.Zero(t, med)
+	for range minRunSamples {
+		s.runs.add(400 * time.Millisecond) // runs at the current load take 400ms
+	}
+	require.Equal(t, 800*time.Millisecond, s.failedTimeout(), "twice the median, above runBudget 300ms")
+	in := []inference.Candidate{{Title: "Alpha"}}
+	_, reason, err := s.runModel(t.Context(), "q", in) // a ~700ms budget: less than 800ms
+	require.NoError(t, err)
+	require.Equal(t, ReasonModelTimeout, reason)
+	require.Equal(t, gobreaker.StateClosed, s.breaker.State())
+
+	for range minRunSamples * 8 {
+		s.runs.add(100 * time.Millisecond) // the machine is idle again: runs take 100ms
+	}
+	require.Equal(t, 300*time.Millisecond, s.failedTimeout(), "runBudget when twice the median is less")
+	_, reason, err = s.runModel(t.Context(), "q", in) // ~700ms and still not done: stuck
+	require.NoError(t, err)
+	require.Equal(t, ReasonModelTimeout, reason)
+	require.Equal(t, gobreaker.StateOpen, s.breaker.State())
+}
+
+// TestNoWaitForARunThatCannotFinish: with the median run longer than what is left after the wait,
+// a request finding the sessions busy is shed at once instead of waiting queue_timeout.
+func TestNoWaitForARunThatCannotFinish(t *testing.T) {
+	fm := newFakeBlockingModel()
+	s := newTestServer(t, &fakeSearcher{}, &fakeReranker{rank: fm.rank}, func(o *Options) {
+		o.MaxInflight, o.QueueSize, o.QueueTimeout = 1, 2, 5*time.Second
+		o.RequestTimeout, o.ESBudgetFraction = 20*time.Second, 0.2
+	})
+	for range minRunSamples {
+		s.runs.add(30 * time.Second) // longer than the whole model share
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _, _ = s.runModel(t.Context(), "q", []inference.Candidate{{Title: "Alpha"}})
+	}()
+	<-fm.started
+	start := time.Now()
+	_, reason, err := s.runModel(t.Context(), "q", []inference.Candidate{{Title: "Alpha"}})
+	require.NoError(t, err)
+	require.Equal(t, ReasonOverloaded, reason)
+	require.Less(t, time.Since(start), 5*time.Second, "not the queue timeout")
+	close(fm.release)
+	<-done
+}

@@ -83,7 +83,7 @@ type Options struct {
 	Decode           inference.Options
 	// MaxInflight is how many requests run the model at once: the engine's session count (default 2).
 	// QueueSize is how many more may wait for one, first come first served (0: none wait), and
-	// QueueTimeout the longest wait (default 200ms); a request that gets no session in time, or finds
+	// QueueTimeout the longest wait (default 500ms); a request that gets no session in time, or finds
 	// the queue full, is answered from BM25 as "overloaded" at once and is not a breaker failure
 	// (admission.go).
 	MaxInflight, QueueSize int
@@ -138,6 +138,7 @@ type Server struct {
 	log     *slog.Logger
 	breaker *gobreaker.CircuitBreaker[inference.Result]
 	admit   *admission
+	runs    runTimes
 	metrics *metrics
 	router  *gin.Engine
 	seen    seenDiffState
@@ -148,7 +149,7 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	opts.MaxCandidates = cmp.Or(opts.MaxCandidates, 100)
 	opts.Decode.BeamWidth = cmp.Or(opts.Decode.BeamWidth, 10)
 	opts.MaxInflight = cmp.Or(opts.MaxInflight, 2)
-	opts.QueueTimeout = cmp.Or(opts.QueueTimeout, 200*time.Millisecond)
+	opts.QueueTimeout = cmp.Or(opts.QueueTimeout, 500*time.Millisecond)
 	opts.MetricsPath = cmp.Or(opts.MetricsPath, "/metrics")
 	opts.ConsecutiveFailures = cmp.Or(opts.ConsecutiveFailures, 5)
 	opts.HalfOpenMaxRequests = cmp.Or(opts.HalfOpenMaxRequests, 1)
@@ -185,7 +186,8 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 		// A request that waited for a session and got none never gets here (runModel answers it
 		// "overloaded"): only the model's own runs are counted.
 		IsSuccessful: func(err error) bool {
-			return err == nil || errors.Is(err, context.Canceled) || errors.Is(err, inference.ErrContextFull)
+			var short *shortBudgetError
+			return err == nil || errors.Is(err, context.Canceled) || errors.Is(err, inference.ErrContextFull) || errors.As(err, &short)
 		},
 	})
 

@@ -35,9 +35,9 @@ func runLoad(ctx context.Context, args []string, out io.Writer) error {
 	var o openFlags
 	fs.Float64Var(&o.rate, "rate", 0, "open loop: requests arrive at this rate (req/s) whatever the answers' latency; 0: closed loop (-clients)")
 	fs.StringVar(&o.rates, "rates", "", "open loop sweep: comma-separated multiples of the model capacity (e.g. 0.5,1,2,4), each run for -duration")
-	fs.Float64Var(&o.capacity, "capacity", 0, "model capacity in req/s for -rates; 0 measures it first: sessions / median model time over -calibrate sequential requests")
+	fs.Float64Var(&o.capacity, "capacity", 0, "model capacity in req/s for -rates; 0 measures it first: sessions / median model time over -calibrate requests from -sessions clients (every session busy)")
 	fs.IntVar(&o.sessions, "sessions", 2, "the sidecar's model sessions (concurrency.max_inflight), for the measured capacity")
-	fs.IntVar(&o.calibrate, "calibrate", 30, "sequential requests that measure the median model time")
+	fs.IntVar(&o.calibrate, "calibrate", 40, "requests that measure the median model time with every session busy")
 	fs.StringVar(&o.arrivals, "arrivals", load.ArrivalsPoisson, "open loop arrival process: poisson or constant")
 	fs.IntVar(&o.maxRequests, "max-requests", 0, "open loop: at most this many arrivals per run (0: bounded by -duration only)")
 	fs.StringVar(&o.plot, "plot", "", "open loop sweep: write the PNG plot (served-by-model share and p99 against the rate) here")
@@ -137,12 +137,12 @@ func runOpenLoad(ctx context.Context, o openFlags, url, path string, duration ti
 	if o.rates != "" {
 		if capacity <= 0 {
 			var err error
-			fmt.Fprintf(os.Stderr, "load: measuring the model time over %d sequential requests\n", o.calibrate)
+			fmt.Fprintf(os.Stderr, "load: measuring the model time over %d requests from %d clients\n", o.calibrate, o.sessions)
 			if cal, err = load.Calibrate(ctx, url, path, queries, o.calibrate, o.sessions); err != nil {
 				return err
 			}
 			capacity = cal.Capacity
-			fmt.Fprintf(out, "Capacity: %d sessions / median model time %.1f ms (%d of %d sequential requests answered by the model) = %.2f req/s\n\n",
+			fmt.Fprintf(out, "Capacity: %d sessions / median model time %.1f ms with every session busy (%d of %d requests answered by the model) = %.2f req/s\n\n",
 				cal.Sessions, cal.MedianModelMS, cal.Model, cal.Requests, capacity)
 		}
 		for f := range strings.SplitSeq(o.rates, ",") {

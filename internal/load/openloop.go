@@ -309,7 +309,10 @@ func nonZero(m map[string]int) map[string]int {
 	return out
 }
 
-// Calibration is the model's measured service time, from requests sent one at a time (no queueing).
+// Calibration is the model's measured service time with every session busy: Sessions clients each
+// send one request after another, so no request queues and none runs alone. On a CPU the sessions
+// share the cores, so this is the time that sets the capacity, not the time of a query on an idle
+// machine.
 type Calibration struct {
 	// Requests were sent; Model of them were answered by the model (reranked or fused).
 	Requests, Model int
@@ -320,8 +323,8 @@ type Calibration struct {
 	Capacity float64
 }
 
-// Calibrate sends n requests one after another and measures the median model time; with sessions
-// model sessions the capacity is sessions / median.
+// Calibrate sends n requests from sessions clients, each waiting for its answer (so every session is
+// busy and none queues), and measures the median model time; the capacity is sessions / median.
 func Calibrate(ctx context.Context, baseURL, path string, queries []string, n, sessions int) (Calibration, error) {
 	if err := CheckLoopback(baseURL); err != nil {
 		return Calibration{}, err
@@ -332,17 +335,34 @@ func Calibrate(ctx context.Context, baseURL, path string, queries []string, n, s
 	client := &http.Client{Timeout: 30 * time.Second}
 	var ms []time.Duration
 	c := Calibration{Sessions: max(sessions, 1)}
-	for i := range n {
-		body, _ := json.Marshal(map[string]any{"query": queries[i%len(queries)], "size": 10})
-		s, _ := post(ctx, client, strings.TrimRight(baseURL, "/")+path, body)
-		if err := ctx.Err(); err != nil {
-			return c, err
-		}
-		c.Requests++
-		if s.Status == http.StatusOK && (s.Mode == "reranked" || s.Mode == "fused") {
-			c.Model++
-			ms = append(ms, time.Duration(s.ModelMS*float64(time.Millisecond)))
-		}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	next := 0
+	for range c.Sessions {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= n {
+					return
+				}
+				body, _ := json.Marshal(map[string]any{"query": queries[i%len(queries)], "size": 10})
+				s, _ := post(ctx, client, strings.TrimRight(baseURL, "/")+path, body)
+				mu.Lock()
+				c.Requests++
+				if s.Status == http.StatusOK && (s.Mode == "reranked" || s.Mode == "fused") {
+					c.Model++
+					ms = append(ms, time.Duration(s.ModelMS*float64(time.Millisecond)))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return c, err
 	}
 	if len(ms) == 0 {
 		return c, fmt.Errorf("calibrate: none of %d requests was answered by the model", n)

@@ -59,7 +59,7 @@ func WriteRatePlot(path string, rows []RateRow, capacity float64) error {
 		}
 	}
 	left.Legend.Top = false
-	right.Legend.Top, right.Legend.Left = true, true
+	right.Legend.Top, right.Legend.Left = false, false
 
 	tile := vg.Length(12) * vg.Centimeter
 	img := vgimg.NewWith(vgimg.UseWH(2*tile, tile*0.75), vgimg.UseDPI(100))
