@@ -191,10 +191,10 @@ type Policy struct {
 // within QueueTimeout, or finds the queue full, is answered from BM25 at once with fallback_reason
 // "overloaded"; that is load, not a model failure, and the breaker does not count it.
 //
-// Sizing (docs/evaluation.md, "Load"): the shipped models/small takes a median 0.45 s per query on 2
-// CPU cores with one request at a time (measured 2026-11-24 on the shared 2-core build machine), and
-// the 2 sessions share those cores, so with both busy a run takes longer and 2 sessions serve at most
-// 2 / 0.45 = 4.4 queries/s (less under contention; `icicle load -rates` measures it with both busy).
+// Sizing (docs/evaluation.md, "icicle load"): the shipped models/small takes a median 0.45 s per query
+// on 2 CPU cores with one request at a time (measured 2026-11-24 on the shared 2-core build machine),
+// and the 2 sessions share those cores: with both busy the median was 0.6-1.0 s (`icicle load -rates`
+// measures it), so 2 sessions serve 2-3.3 queries/s there, at most 2 / 0.45 = 4.4.
 // A request that finds both sessions busy waits for the first to finish: at most one run, about half
 // a run on average. queue_timeout 500ms lets most such waits succeed at moderate load, and it still
 // leaves the run its promised budget: of the 2 s request budget, Elasticsearch's share (0.3) is taken
