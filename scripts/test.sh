@@ -20,8 +20,9 @@ run_real() {
   local name=$1 log rc=0 t0=$SECONDS
   shift
   log=$(mktemp)
-  go test -v "$@" 2>&1 | tee "$log" | grep -E '^(---|ok|FAIL|panic)' || true
-  rc=${PIPESTATUS[0]}
+  go test -v "$@" >"$log" 2>&1 || rc=$?
+  grep -E '^(---|ok|FAIL|panic)' "$log" || true
+  if [[ $rc != 0 ]]; then grep -E -B2 -A12 'Error Trace|panic:|real part missing' "$log" | head -n 80 || true; fi
   local pass skip
   pass=$(grep -cE '^\s*--- PASS' "$log" || true)
   skip=$(grep -cE '^\s*--- SKIP' "$log" || true)
