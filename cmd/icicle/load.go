@@ -166,7 +166,11 @@ func runOpenLoad(ctx context.Context, o openFlags, url, path string, duration ti
 		if err != nil {
 			return err
 		}
-		rows = append(rows, load.NewRateRow(r.rate, r.multiple, res))
+		row := load.NewRateRow(r.rate, r.multiple, res)
+		for _, e := range row.TransportErrors {
+			fmt.Fprintf(os.Stderr, "load: %.2f req/s: no answer: %s\n", r.rate, e)
+		}
+		rows = append(rows, row)
 	}
 	load.WriteRateTable(out, rows)
 	if o.plot != "" {

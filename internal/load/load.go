@@ -25,6 +25,11 @@ import (
 	"github.com/icicle-search/sidecar/internal/eval"
 )
 
+// clientIdleTimeout closes the load client's idle connections before the sidecar's http.Server does
+// (its idle timeout is server.read_timeout, 10s by default), so a request never races a server-side
+// close of the connection it reuses.
+const clientIdleTimeout = 5 * time.Second
+
 // StatusTransport is the ByStatus key of requests that got no HTTP answer (refused, reset, timed out).
 const StatusTransport = "transport"
 
@@ -37,6 +42,8 @@ type Sample struct {
 	Mode, Reason string
 	// ModelMS is the answer's timings.model: the sidecar's time in model admission and the model run.
 	ModelMS float64
+	// Err is the transport error of a request that got no answer.
+	Err string
 }
 
 // Latency holds nearest-rank percentiles and the maximum in milliseconds.
@@ -237,6 +244,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if client == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = opts.Clients
+		tr.IdleConnTimeout = clientIdleTimeout
 		client = &http.Client{Timeout: 30 * time.Second, Transport: tr}
 	}
 	bodies := make([][]byte, len(opts.Queries))
@@ -310,7 +318,7 @@ func post(ctx context.Context, c *http.Client, url string, body []byte) (Sample,
 	start := time.Now()
 	res, err := c.Do(req)
 	if err != nil {
-		return Sample{Latency: time.Since(start)}, ctx.Err() == nil
+		return Sample{Latency: time.Since(start), Err: err.Error()}, ctx.Err() == nil
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(res.Body)

@@ -98,6 +98,9 @@ func RunOpen(ctx context.Context, opts OpenOptions) (OpenResult, error) {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = maxOut
 		tr.MaxIdleConns = maxOut
+		// Shorter than the sidecar's idle timeout (its read_timeout, 10s by default): a POST on a
+		// connection the server is closing is not retried and would count as a transport error.
+		tr.IdleConnTimeout = clientIdleTimeout
 		client = &http.Client{Timeout: 30 * time.Second, Transport: tr}
 	}
 	bodies := make([][]byte, len(opts.Queries))
@@ -252,6 +255,8 @@ type RateRow struct {
 	Summary  Summary `json:"summary"`
 	// Errors counts answers that are errors: no answer, or a 5xx other than the documented 503/504.
 	Errors int `json:"errors"`
+	// TransportErrors are the first few errors of requests that got no answer.
+	TransportErrors []string `json:"transport_errors,omitempty"`
 	// ModelShare is the share of requests the model answered (mode reranked or fused).
 	ModelShare         float64        `json:"model_share"`
 	Sent               int            `json:"sent"`
@@ -268,6 +273,11 @@ func NewRateRow(rate, multiple float64, r OpenResult) RateRow {
 	for status, n := range s.ByStatus {
 		if status == StatusTransport || strings.HasPrefix(status, "5") && status != "503" && status != "504" {
 			row.Errors += n
+		}
+	}
+	for _, x := range r.Samples {
+		if x.Status == 0 && len(row.TransportErrors) < 5 {
+			row.TransportErrors = append(row.TransportErrors, x.Err)
 		}
 	}
 	if s.Requests > 0 {
