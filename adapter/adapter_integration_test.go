@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/internal/testenv"
 )
 
 // The integration tests need a real node: scripts/es.sh start, then
@@ -29,7 +30,7 @@ func esURL(t *testing.T) string {
 	t.Helper()
 	u := os.Getenv("ICICLE_ES_URL")
 	if u == "" {
-		t.Skip("ICICLE_ES_URL is not set: start a node with scripts/es.sh start and export ICICLE_ES_URL=$(scripts/es.sh url)")
+		testenv.Missing(t, "ICICLE_ES_URL is not set: start a node with scripts/es.sh start and export ICICLE_ES_URL=$(scripts/es.sh url)")
 	}
 	return u
 }

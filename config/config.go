@@ -57,8 +57,10 @@ type Server struct {
 	// RequestTimeout is the whole budget of one request (Elasticsearch, model and response), applied with
 	// context.WithTimeout. Default 2s.
 	RequestTimeout time.Duration `yaml:"request_timeout"`
-	// ESBudgetFraction is the share of RequestTimeout given to Elasticsearch; the model gets what is left.
-	// Exclusive range (0, 1). Default 0.3.
+	// ESBudgetFraction is the share of RequestTimeout given to Elasticsearch. It is taken twice: by the
+	// BM25 search before the model, and held back at the end so that a fallback can still get its BM25
+	// answer; the model runs in what is left (at least RequestTimeout x (1 - 2 x ESBudgetFraction)).
+	// Exclusive range (0, 0.5). Default 0.3.
 	ESBudgetFraction float64 `yaml:"es_budget_fraction"`
 	// MaxQueryChars is the longest query accepted, in characters (runes); longer queries get 400.
 	// Default 1024.
@@ -142,9 +144,9 @@ type Model struct {
 	// (Load copies it here when neither YAML nor ICICLE_MODEL_ORT_LIBRARY set a path), else the standard
 	// library locations.
 	ORTLibrary string `yaml:"ort_library"`
-	// KVCacheTokens is the capacity of the KV cache, in tokens (prompt plus every branch decoded); it must
-	// exceed Decode.MaxPromptTokens when both are set. Default 0: the manifest's max_context_tokens + 512.
-	KVCacheTokens int `yaml:"kv_cache_tokens"`
+	// (model.kv_cache_tokens was removed: each session's KV cache is sized per request from the prompt
+	// and the decode tree (inference.Engine), so a fixed capacity had nothing to set. Load names the key
+	// with that reason when an old file still has it.)
 }
 
 // Decode configures prompt building and the routed beam search.
@@ -207,15 +209,32 @@ type Policy struct {
 	FusionK int `yaml:"fusion_k"`
 }
 
-// Concurrency bounds the model: a request waits in a queue for one of MaxInflight slots.
+// Concurrency is the admission control in front of the model (plugin/admission.go): a request waits
+// in a bounded first-come-first-served queue for one of MaxInflight model sessions. One that gets none
+// within QueueTimeout, or finds the queue full, is answered from BM25 at once with fallback_reason
+// "overloaded"; that is load, not a model failure, and the breaker does not count it.
+//
+// Sizing (docs/evaluation.md, "icicle load"): the shipped models/small takes a median 0.45 s per query
+// on 2 CPU cores with one request at a time (measured 2026-11-24 on the shared 2-core build machine),
+// and the 2 sessions share those cores: with both busy the median was 0.6-1.0 s (`icicle load -rates`
+// measures it), so 2 sessions serve 2-3.3 queries/s there, at most 2 / 0.45 = 4.4.
+// A request that finds both sessions busy waits for the first to finish: at most one run, about half
+// a run on average. queue_timeout 500ms lets most such waits succeed at moderate load, and it still
+// leaves the run its promised budget: of the 2 s request budget, Elasticsearch's share (0.3) is taken
+// twice (search, fallback reserve), leaving the model 0.8 s at worst, so a run that waited the full
+// 500 ms has at least 300 ms and typically (Elasticsearch answering in ~50 ms) about 850 ms. A queue
+// of 2 per session (4) covers a burst; anyone further back would not get a session within 500 ms.
 type Concurrency struct {
-	// MaxInflight is how many requests may run the model at once. Default 2.
+	// MaxInflight is how many requests run the model at once; it is also the number of ONNX Runtime
+	// sessions opened (one per concurrent run, each with its own KV cache). Default 2.
 	MaxInflight int `yaml:"max_inflight"`
-	// QueueSize is how many requests may wait for a slot; a request finding the queue full falls back
-	// at once. 0 disables the queue. Default 8.
+	// QueueSize is how many more requests may wait for a session; a request finding the queue full falls
+	// back at once. 0 disables the queue. Default 4.
 	QueueSize int `yaml:"queue_size"`
-	// QueueTimeout is the longest wait for a slot before falling back; part of Server.RequestTimeout, so it
-	// must be shorter. Default 200ms.
+	// QueueTimeout is the longest wait for a session before falling back ("overloaded"); the wait also
+	// never runs past the model's share of the request budget. Shorter than server.request_timeout x
+	// (1 - 2 x server.es_budget_fraction); what remains of that share is the budget a run is promised
+	// (a run that started with less and timed out is not counted by the breaker). Default 500ms.
 	QueueTimeout time.Duration `yaml:"queue_timeout"`
 }
 
@@ -267,9 +286,11 @@ type Log struct {
 
 // Metrics configures the Prometheus endpoint.
 type Metrics struct {
-	// Enabled serves the metrics. Default true.
+	// Enabled serves the metrics; false removes the endpoint (404), the metrics are still collected.
+	// Default true.
 	Enabled bool `yaml:"enabled"`
-	// Path is the URL path of the metrics endpoint; starts with "/". Default "/metrics".
+	// Path is the URL path of the metrics endpoint; starts with "/" and may not be one of the API's paths
+	// (/v1/..., /healthz, /readyz, /openapi.yaml, /<index>/_search). Default "/metrics".
 	Path string `yaml:"path"`
 }
 
@@ -365,8 +386,8 @@ func Default() Config {
 		},
 		Concurrency: Concurrency{
 			MaxInflight:  2,
-			QueueSize:    8,
-			QueueTimeout: 200 * time.Millisecond,
+			QueueSize:    4,
+			QueueTimeout: 500 * time.Millisecond,
 		},
 		AB: AB{
 			SplitB:                0.5,

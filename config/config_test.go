@@ -139,7 +139,7 @@ func TestLoadGood(t *testing.T) {
 			}
 			c.Model = Model{
 				Dir: "/models/nq", Quantized: true, Provider: "cuda", IntraOpThreads: 4, InterOpThreads: 0,
-				ORTLibrary: "/opt/ort/lib/libonnxruntime.so", KVCacheTokens: 8192,
+				ORTLibrary: "/opt/ort/lib/libonnxruntime.so",
 			}
 			c.Decode = Decode{BeamWidth: 20, MaxCandidates: 50, MaxSummaryTokens: 128, MaxPromptTokens: 4096, TitleOnly: true}
 			c.Breaker = Breaker{ConsecutiveFailures: 3, Interval: 0, OpenTimeout: time.Minute, HalfOpenMaxRequests: 2}
@@ -194,7 +194,7 @@ func TestLoadBad(t *testing.T) {
 			"elasticsearch.addresses[1]", "elasticsearch.api_key", "elasticsearch.cert_fingerprint",
 			"elasticsearch.index", "elasticsearch.max_retries",
 			"model.provider",
-			"decode.beam_width", "decode.max_candidates", "model.kv_cache_tokens",
+			"decode.beam_width", "decode.max_candidates",
 			"breaker.consecutive_failures", "breaker.open_timeout",
 			"policy.mode", "policy.min_copy_prob", "policy.min_top_score",
 			"concurrency.max_inflight",
@@ -205,6 +205,7 @@ func TestLoadBad(t *testing.T) {
 			"compressor.max_tokens", "compressor.concurrency",
 		},
 		"duplicate_key.bad.yaml": {"decode.beam_width"},
+		"removed_key.bad.yaml":   {"model.kv_cache_tokens"},
 		"two_documents.bad.yaml": nil, // not a field error: the message names the problem
 		"syntax.bad.yaml":        nil,
 	}
@@ -238,6 +239,7 @@ func TestLoadBadMessages(t *testing.T) {
 		want []string // substrings of the error text: the key, the line and the bad value
 	}{
 		{"unknown_key.bad.yaml", []string{`server.adress (line 3): unknown key "adress"`, `metric (line 10): unknown key "metric"`}},
+		{"removed_key.bad.yaml", []string{`model.kv_cache_tokens (line 3): removed (it was never used)`}},
 		{"wrong_type.bad.yaml", []string{"server.read_timeout (line 2)", "`lots`", `such as "2s"`}},
 		{"bad_values.bad.yaml", []string{
 			`elasticsearch.addresses[1]: want an http or https URL such as "http://127.0.0.1:9200", got "ftp://files.internal"`,
@@ -280,7 +282,7 @@ func TestLoadEnv(t *testing.T) {
 				"ICICLE_SERVER_ADDR":               ":9999",
 				"ICICLE_SERVER_REQUEST_TIMEOUT":    "1500ms",
 				"ICICLE_SERVER_MAX_BODY_BYTES":     "1024",
-				"ICICLE_SERVER_ES_BUDGET_FRACTION": "0.5",
+				"ICICLE_SERVER_ES_BUDGET_FRACTION": "0.2",
 				"ICICLE_ELASTICSEARCH_ADDRESSES":   " http://a:9200, ,https://b:9200 ",
 				"ICICLE_MODEL_DIR":                 "/models/x",
 				"ICICLE_MODEL_QUANTIZED":           "true",
@@ -291,7 +293,7 @@ func TestLoadEnv(t *testing.T) {
 				require.Equal(t, ":9999", c.Server.Addr)
 				require.Equal(t, 1500*time.Millisecond, c.Server.RequestTimeout)
 				require.EqualValues(t, 1024, c.Server.MaxBodyBytes)
-				require.InDelta(t, 0.5, c.Server.ESBudgetFraction, 0)
+				require.InDelta(t, 0.2, c.Server.ESBudgetFraction, 0)
 				require.Equal(t, []string{"http://a:9200", "https://b:9200"}, c.Elasticsearch.Addresses)
 				require.Equal(t, "/models/x", c.Model.Dir)
 				require.True(t, c.Model.Quantized)
@@ -508,8 +510,12 @@ func TestValidate(t *testing.T) {
 		{"fingerprint without colons", func(c *Config) { c.Elasticsearch.CertFingerprint = strings.Repeat("0a", 32) }, nil},
 		{"index pattern", func(c *Config) { c.Elasticsearch.Index = "docs-*" }, nil},
 		{"queue timeout beyond the request", func(c *Config) { c.Concurrency.QueueTimeout = 2 * time.Second }, []string{"concurrency.queue_timeout"}},
-		{"kv cache equal to the prompt", func(c *Config) { c.Model.KVCacheTokens, c.Decode.MaxPromptTokens = 1024, 1024 }, []string{"model.kv_cache_tokens"}},
-		{"kv cache larger than the prompt", func(c *Config) { c.Model.KVCacheTokens, c.Decode.MaxPromptTokens = 1536, 1024 }, nil},
+		{"queue timeout beyond the model's share", func(c *Config) { c.Concurrency.QueueTimeout = 800 * time.Millisecond }, []string{"concurrency.queue_timeout"}},
+		{"queue timeout within the model's share", func(c *Config) { c.Concurrency.QueueTimeout = 790 * time.Millisecond }, nil},
+		{"budget fraction leaving the model nothing", func(c *Config) { c.Server.ESBudgetFraction = 0.5 }, []string{"server.es_budget_fraction"}},
+		{"metrics on an API path", func(c *Config) { c.Metrics.Path = "/v1/search" }, []string{"metrics.path"}},
+		{"metrics on a drop-in path", func(c *Config) { c.Metrics.Path = "/docs/_search" }, []string{"metrics.path"}},
+		{"metrics moved", func(c *Config) { c.Metrics.Path = "/internal/metrics" }, nil},
 		{"NaN thresholds", func(c *Config) { c.Policy.MinTopScore, c.Policy.MinCopyProb = math.NaN(), math.NaN() },
 			[]string{"policy.min_copy_prob", "policy.min_top_score"}},
 		{"negative durations", func(c *Config) { c.Server.ReadTimeout, c.Breaker.Interval = -time.Second, -time.Second },

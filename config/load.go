@@ -301,6 +301,12 @@ func (ix *yamlIndex) walk(n *yaml.Node, path string) {
 	}
 }
 
+// removedKeys are keys that earlier versions accepted and that did nothing; a file that still has one
+// gets this reason instead of "unknown key".
+var removedKeys = map[string]string{
+	"model.kv_cache_tokens": "removed (it was never used): each model session's KV cache is sized per request from the prompt and the decode tree; delete the key",
+}
+
 var (
 	lineRe      = regexp.MustCompile(`^line (\d+): (.*)$`)
 	unknownRe   = regexp.MustCompile(`^field (.+) not found in type `)
@@ -323,6 +329,9 @@ func (ix *yamlIndex) fieldError(msg string) *FieldError {
 	if u := unknownRe.FindStringSubmatch(text); u != nil {
 		fe.Key = ix.keyNamed(line, u[1])
 		fe.Msg = fmt.Sprintf("unknown key %q", u[1])
+		if why, ok := removedKeys[fe.Key]; ok {
+			fe.Msg = why
+		}
 	} else if d := duplicateRe.FindStringSubmatch(text); d != nil {
 		name, err := strconv.Unquote(d[1])
 		if err != nil {

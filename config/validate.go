@@ -33,8 +33,8 @@ func (c Config) Validate() error {
 		v.add("server.request_timeout", "must be shorter than server.write_timeout (%s) or the response cannot be written, got %s",
 			s.WriteTimeout, s.RequestTimeout)
 	}
-	if !(s.ESBudgetFraction > 0 && s.ESBudgetFraction < 1) {
-		v.add("server.es_budget_fraction", "must be between 0 and 1, both excluded (the model needs the rest), got %v", s.ESBudgetFraction)
+	if !(s.ESBudgetFraction > 0 && s.ESBudgetFraction < 0.5) {
+		v.add("server.es_budget_fraction", "must be between 0 and 0.5, both excluded (Elasticsearch's share is taken before the model and held back for a fallback; the model needs the rest), got %v", s.ESBudgetFraction)
 	}
 	v.atLeast("server.max_query_chars", int64(s.MaxQueryChars), 1)
 	v.atLeast("server.max_hits", int64(s.MaxHits), 1)
@@ -88,17 +88,12 @@ func (c Config) Validate() error {
 	v.oneOf("model.provider", m.Provider, "cpu", "cuda")
 	v.atLeast("model.intra_op_threads", int64(m.IntraOpThreads), 0)
 	v.atLeast("model.inter_op_threads", int64(m.InterOpThreads), 0)
-	v.atLeast("model.kv_cache_tokens", int64(m.KVCacheTokens), 0)
 
 	d := c.Decode
 	v.between("decode.beam_width", d.BeamWidth, 1, 100)
 	v.between("decode.max_candidates", d.MaxCandidates, 1, 100)
 	v.atLeast("decode.max_summary_tokens", int64(d.MaxSummaryTokens), 1)
 	v.atLeast("decode.max_prompt_tokens", int64(d.MaxPromptTokens), 0)
-	if m.KVCacheTokens > 0 && d.MaxPromptTokens > 0 && m.KVCacheTokens <= d.MaxPromptTokens {
-		v.add("model.kv_cache_tokens", "must exceed decode.max_prompt_tokens (%d) to leave room for the answer, got %d",
-			d.MaxPromptTokens, m.KVCacheTokens)
-	}
 
 	b := c.Breaker
 	v.atLeast("breaker.consecutive_failures", int64(b.ConsecutiveFailures), 1)
@@ -122,8 +117,10 @@ func (c Config) Validate() error {
 	v.atLeast("concurrency.max_inflight", int64(q.MaxInflight), 1)
 	v.atLeast("concurrency.queue_size", int64(q.QueueSize), 0)
 	v.positive("concurrency.queue_timeout", q.QueueTimeout)
-	if q.QueueTimeout > 0 && s.RequestTimeout > 0 && q.QueueTimeout >= s.RequestTimeout {
-		v.add("concurrency.queue_timeout", "must be shorter than server.request_timeout (%s), got %s", s.RequestTimeout, q.QueueTimeout)
+	if share := time.Duration(float64(s.RequestTimeout) * (1 - 2*s.ESBudgetFraction)); q.QueueTimeout > 0 && s.RequestTimeout > 0 &&
+		s.ESBudgetFraction > 0 && s.ESBudgetFraction < 0.5 && q.QueueTimeout >= share {
+		v.add("concurrency.queue_timeout", "must be shorter than the model's share of the budget, server.request_timeout x (1 - 2 x server.es_budget_fraction) = %s, got %s",
+			share, q.QueueTimeout)
 	}
 
 	ab := c.AB
@@ -150,8 +147,12 @@ func (c Config) Validate() error {
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, "text", "json")
 
-	if !strings.HasPrefix(c.Metrics.Path, "/") {
-		v.add("metrics.path", "want a URL path starting with \"/\", got %q", c.Metrics.Path)
+	switch mp := c.Metrics.Path; {
+	case !strings.HasPrefix(mp, "/") || mp == "/":
+		v.add("metrics.path", "want a URL path starting with \"/\", got %q", mp)
+	case strings.HasPrefix(mp, "/v1/") || mp == "/healthz" || mp == "/readyz" || mp == "/openapi.yaml" ||
+		strings.HasSuffix(strings.TrimSuffix(mp, "/"), "/_search"):
+		v.add("metrics.path", "must not be one of the API's paths (/v1/..., /healthz, /readyz, /openapi.yaml, /<index>/_search), got %q", mp)
 	}
 
 	cp := c.Compressor

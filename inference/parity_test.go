@@ -9,6 +9,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,12 +19,20 @@ import (
 	"github.com/icicle-search/sidecar/inference/loader"
 	"github.com/icicle-search/sidecar/inference/ort"
 	"github.com/icicle-search/sidecar/inference/tok"
+	"github.com/icicle-search/sidecar/internal/testenv"
 )
 
 // scoreTolerance is the largest |Go - Python| difference accepted for a beam's score: both sides run
 // the same fp32 ONNX graph (Python through PyTorch), and sums of up to ~30 log-softmax terms differ by
 // accumulated float32 rounding well below this.
 const scoreTolerance = 1e-3
+
+// int8Slack is how much further than train_report.json's int8_top1_score_max_abs (Python's int8 run
+// against the fp32 golden beams) the Go engine's int8 top-1 score may land. Dynamically quantised
+// MatMuls run different integer kernels by CPU (AVX2, AVX-512, VNNI) and ONNX Runtime version, so the
+// int8 graph is not bit-reproducible across machines; measured here (ORT 1.30, this CPU) on
+// models/small: 0.113 against the report's 0.106.
+const int8Slack = 0.05
 
 // decodeCase is one ranking problem as training/ writes it (golden decode vectors, benchmark cases).
 // inference.Candidate's fields decode from "title" and "summary".
@@ -56,31 +66,106 @@ func modelDir() string {
 	return cmp.Or(os.Getenv("ICICLE_MODEL_DIR"), filepath.Join("..", "models", "tiny"))
 }
 
-// initORT starts the ONNX Runtime environment for t (skipping without ICICLE_ORT_LIB) and shuts it down
-// after.
+// goldenModel is a model directory with golden vectors, and how its shipped ONNX file relates to them.
+type goldenModel struct {
+	dir string
+	// exact: the golden vectors were written with the file the manifest loads (the fp32 graph), so
+	// every beam must match within scoreTolerance. Otherwise the directory ships only the int8 file
+	// while training/ wrote the vectors with the fp32 graph (golden.py), and its train_report.json
+	// states how far the int8 file's decode departs: the Go engine must reproduce that, no worse.
+	exact bool
+	// int8Top1Agreement and int8Top1ScoreMaxAbs are train_report.json's golden.int8_* figures.
+	int8Top1Agreement, int8Top1ScoreMaxAbs float64
+}
+
+// goldenModels lists every committed model directory with golden vectors (models/*/golden), the
+// shipped default models/small included, or only $ICICLE_MODEL_DIR when set.
+func goldenModels(t *testing.T) []goldenModel {
+	t.Helper()
+	var dirs []string
+	if d := os.Getenv("ICICLE_MODEL_DIR"); d != "" {
+		dirs = []string{d}
+	} else {
+		found, err := filepath.Glob(filepath.Join("..", "models", "*", "golden", "decode.jsonl"))
+		require.NoError(t, err)
+		for _, f := range found {
+			dirs = append(dirs, filepath.Dir(filepath.Dir(f)))
+		}
+		if !slices.Contains(dirs, filepath.Join("..", "models", "small")) {
+			testenv.Missing(t, "no golden vectors in models/small, the shipped default (training/ writes them with the model); found %v", dirs)
+		}
+	}
+	var out []goldenModel
+	for _, dir := range dirs {
+		if _, err := os.Stat(filepath.Join(dir, "golden", "decode.jsonl")); err != nil {
+			testenv.Missing(t, "no golden vectors in %s (make model-tiny writes them): %v", dir, err)
+		}
+		man, err := inference.LoadManifest(dir)
+		require.NoError(t, err, dir)
+		g := goldenModel{dir: dir, exact: !strings.Contains(man.ONNX, "int8")}
+		if !g.exact {
+			raw, err := os.ReadFile(filepath.Join(dir, "train_report.json"))
+			require.NoError(t, err, "%s ships only %s: its train_report.json must state the int8 decode agreement", dir, man.ONNX)
+			var rep struct {
+				Golden struct {
+					Agreement *float64 `json:"int8_decode_top1_agreement"`
+					ScoreMax  *float64 `json:"int8_top1_score_max_abs"`
+				} `json:"golden"`
+			}
+			require.NoError(t, json.Unmarshal(raw, &rep), dir)
+			require.NotNil(t, rep.Golden.Agreement, "%s: train_report.json golden.int8_decode_top1_agreement", dir)
+			require.NotNil(t, rep.Golden.ScoreMax, "%s: train_report.json golden.int8_top1_score_max_abs", dir)
+			g.int8Top1Agreement, g.int8Top1ScoreMaxAbs = *rep.Golden.Agreement, *rep.Golden.ScoreMax
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+func readGoldenDecode(t *testing.T, dir string) []goldenDecode {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, "golden", "decode.jsonl"))
+	require.NoError(t, err)
+	defer f.Close()
+	var out []goldenDecode
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		var g goldenDecode
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &g))
+		out = append(out, g)
+	}
+	require.NoError(t, sc.Err())
+	require.NotEmpty(t, out, dir)
+	return out
+}
+
+// initORT starts the ONNX Runtime environment for t (failing under ICICLE_REQUIRE_REAL, else skipping,
+// without ICICLE_ORT_LIB) and shuts it down after.
 func initORT(t testing.TB) {
 	t.Helper()
 	lib := os.Getenv("ICICLE_ORT_LIB")
 	if lib == "" {
-		t.Skip("ICICLE_ORT_LIB not set (eval \"$(scripts/env.sh)\")")
+		testenv.Missing(t, "ICICLE_ORT_LIB not set (eval \"$(scripts/env.sh)\")")
 	}
 	require.NoError(t, ort.Init(lib))
 	t.Cleanup(func() { _ = ort.Shutdown() })
 }
 
 // TestDecodeParityWithPython runs the Go engine on the Python reference decoder's golden cases
-// (training/icicle/decode.py via golden.py) and requires identical prompts, identical top-1 and every
-// beam's docid, route and score within scoreTolerance.
+// (training/icicle/decode.py via golden.py) of every committed model directory and requires identical
+// prompts, identical top-1 and every beam's docid, route and score within scoreTolerance; for a
+// directory that ships only its int8 file, identical prompts and the int8 agreement its report states.
 func TestDecodeParityWithPython(t *testing.T) {
-	dir := modelDir()
-	f, err := os.Open(filepath.Join(dir, "golden", "decode.jsonl"))
-	if os.IsNotExist(err) {
-		t.Skipf("no golden vectors in %s (make model-tiny writes them)", dir)
-	}
-	require.NoError(t, err)
-	defer f.Close()
+	models := goldenModels(t)
 	initORT(t)
+	for _, gm := range models {
+		t.Run(filepath.Base(gm.dir), func(t *testing.T) { decodeParity(t, gm) })
+	}
+}
 
+func decodeParity(t *testing.T, gm goldenModel) {
+	dir := gm.dir
 	lm, err := loader.Open(dir, loader.Options{Runtime: ort.Options{Threads: 2}})
 	require.NoError(t, err)
 	defer lm.Close()
@@ -91,13 +176,10 @@ func TestDecodeParityWithPython(t *testing.T) {
 	pb, err := inference.NewPromptBuilder(tk, man.Template)
 	require.NoError(t, err)
 
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	cases, maxDiff := 0, 0.0
-	for line := 1; sc.Scan(); line++ {
-		var g goldenDecode
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &g))
-		cases++
+	golden := readGoldenDecode(t, dir)
+	maxDiff, agree := 0.0, 0
+	for i, g := range golden {
+		line := i + 1
 		cands := g.Candidates
 		p, err := pb.Build(g.Query, cands, inference.PromptOptions{MaxTokens: g.MaxPromptTokens, MaxSummaryTokens: g.MaxSummaryTokens})
 		require.NoError(t, err, "line %d", line)
@@ -106,8 +188,15 @@ func TestDecodeParityWithPython(t *testing.T) {
 
 		res, err := e.Rank(t.Context(), g.Query, cands, g.options())
 		require.NoError(t, err, "line %d", line)
-		require.InDelta(t, g.PCopy, res.PCopy, scoreTolerance, "line %d: p_copy", line)
 		require.Len(t, res.Beams, len(g.Beams), "line %d", line)
+		if !gm.exact {
+			if res.Beams[0].DocID == g.Beams[0].DocID {
+				agree++
+				maxDiff = max(maxDiff, math.Abs(g.Beams[0].Score-res.Beams[0].Score))
+			}
+			continue
+		}
+		require.InDelta(t, g.PCopy, res.PCopy, scoreTolerance, "line %d: p_copy", line)
 		require.Equal(t, g.Beams[0].DocID, res.Beams[0].DocID, "line %d: top-1", line)
 		for i, b := range g.Beams {
 			got := res.Beams[i]
@@ -120,9 +209,16 @@ func TestDecodeParityWithPython(t *testing.T) {
 			}
 		}
 	}
-	require.NoError(t, sc.Err())
-	require.Positive(t, cases)
-	t.Logf("%d golden decode cases match the Python reference; largest score difference %.2e", cases, maxDiff)
+	if gm.exact {
+		t.Logf("%s: %d golden decode cases match the Python reference; largest score difference %.2e", dir, len(golden), maxDiff)
+		return
+	}
+	got := float64(agree) / float64(len(golden))
+	require.GreaterOrEqual(t, got, gm.int8Top1Agreement-1e-9,
+		"%s: int8 top-1 agreement with the fp32 golden beams, Go %d/%d, train_report.json %.4f", dir, agree, len(golden), gm.int8Top1Agreement)
+	require.LessOrEqual(t, maxDiff, gm.int8Top1ScoreMaxAbs+int8Slack, "%s: int8 top-1 score difference", dir)
+	t.Logf("%s (int8 file, fp32 golden): %d cases, prompts identical, top-1 agreement %.4f (report %.4f), largest top-1 score difference %.3f (report %.3f)",
+		dir, len(golden), got, gm.int8Top1Agreement, maxDiff, gm.int8Top1ScoreMaxAbs)
 }
 
 // TestCopyChunkingParity ranks the golden cases twice on the committed model: with the copy route's
@@ -134,7 +230,7 @@ func TestCopyChunkingParity(t *testing.T) {
 	dir := modelDir()
 	f, err := os.Open(filepath.Join(dir, "golden", "decode.jsonl"))
 	if os.IsNotExist(err) {
-		t.Skipf("no golden vectors in %s (make model-tiny writes them)", dir)
+		testenv.Missing(t, "no golden vectors in %s (make model-tiny writes them)", dir)
 	}
 	require.NoError(t, err)
 	defer f.Close()

@@ -1,8 +1,11 @@
 package integration
 
-// These tests check docker-compose.yml and the Dockerfile without a Docker engine (none is available on
-// the build machines): the compose file is parsed with compose-go as `docker compose` would, and the
-// Dockerfile is read line by line. They carry no build tag, so plain `go test ./...` runs them.
+// These tests check docker-compose.yml and the Dockerfile statically, without a Docker engine (none is
+// available on the build machines): the compose file is parsed with compose-go as `docker compose config`
+// would, and the Dockerfile is read line by line. No image is pulled or built and no container runs, so
+// they show that the files are consistent with each other and with config.Load, not that the stack
+// starts (README.md, "Users with Docker", says the same). They carry no build tag, so plain
+// `go test ./...` runs them.
 
 import (
 	"net"

@@ -24,6 +24,7 @@ import (
 	"github.com/icicle-search/sidecar/inference/loader"
 	"github.com/icicle-search/sidecar/inference/ort"
 	"github.com/icicle-search/sidecar/internal/compress"
+	"github.com/icicle-search/sidecar/internal/testenv"
 	"github.com/icicle-search/sidecar/plugin"
 )
 
@@ -72,7 +73,7 @@ func newStack(t *testing.T, newDocs int) *stack {
 	esURL := os.Getenv("ICICLE_ES_URL")
 	lib := os.Getenv("ICICLE_ORT_LIB")
 	if esURL == "" || lib == "" {
-		t.Skip("ICICLE_ES_URL and ICICLE_ORT_LIB must be set (scripts/test.sh sets both)")
+		testenv.Missing(t, "ICICLE_ES_URL and ICICLE_ORT_LIB must be set (scripts/test.sh sets both)")
 	}
 	dir := defaultModelDir()
 	require.NoError(t, ort.Init(lib))

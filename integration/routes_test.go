@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/icicle-search/sidecar/internal/testenv"
 	"github.com/icicle-search/sidecar/plugin"
 )
 
@@ -72,7 +73,7 @@ func devQueries(t *testing.T) []labelledQuery {
 func TestRoutes(t *testing.T) {
 	s := newStack(t, 1000)
 	if s.config == "tiny" && os.Getenv("ICICLE_ROUTES_ON_TINY") == "" {
-		t.Skip("the tiny fixture does not read its context (docs/evaluation.md); run with models/small")
+		testenv.Missing(t, "the tiny fixture does not read its context (docs/evaluation.md); run with models/small")
 	}
 	inIndex := map[string]bool{}
 	for _, d := range s.ingested {

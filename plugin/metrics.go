@@ -1,6 +1,10 @@
 package plugin
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/icicle-search/sidecar/inference"
+)
 
 type metrics struct {
 	requests     *prometheus.CounterVec
@@ -13,6 +17,13 @@ type metrics struct {
 	abArms       *prometheus.CounterVec
 	interleaved  *prometheus.CounterVec
 	swaps        *prometheus.CounterVec
+
+	// Admission (admission.go): requests waiting for a model session and running it, how long they
+	// waited, and the breaker's state changes.
+	queued             prometheus.Gauge
+	running            prometheus.Gauge
+	queueWait          prometheus.Histogram
+	breakerTransitions *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -38,9 +49,50 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		swaps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_model_swaps_total",
 			Help: "Hot model swaps by result (success, failure)."}, []string{"result"}),
 	}
+	m.queued = prometheus.NewGauge(prometheus.GaugeOpts{Name: "icicle_model_queued",
+		Help: "Requests waiting for a model session (at most concurrency.queue_size)."})
+	m.running = prometheus.NewGauge(prometheus.GaugeOpts{Name: "icicle_model_running",
+		Help: "Requests running the model (at most concurrency.max_inflight, the session count)."})
+	m.queueWait = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "icicle_model_queue_wait_seconds",
+		Help: "Time a request waited for a model session, admitted or shed as overloaded.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
+	m.breakerTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_breaker_transitions_total",
+		Help: "Model circuit breaker state changes by the state entered (closed, half-open, open)."}, []string{"to"})
 	reg.MustRegister(m.requests, m.duration, m.stage, m.routes, m.fallbacks, m.inContext, m.breakerState,
-		m.abArms, m.interleaved, m.swaps)
+		m.abArms, m.interleaved, m.swaps, m.queued, m.running, m.queueWait, m.breakerTransitions)
+	m.zero()
 	return m
+}
+
+// zero creates every labelled series a dashboard or a rate() alert reads, at 0, so that each exists
+// from the first scrape rather than from its first increment.
+func (m *metrics) zero() {
+	for _, endpoint := range []string{"rerank", "search", "dropin"} {
+		for _, mode := range []Mode{ModeReranked, ModeFused, ModeBM25Fallback, ModeBM25} {
+			m.requests.WithLabelValues(endpoint, "200", string(mode))
+		}
+		m.duration.WithLabelValues(endpoint)
+	}
+	for _, stage := range []string{"es", "model"} {
+		m.stage.WithLabelValues(stage)
+	}
+	for _, route := range []inference.Route{inference.RouteCopy, inference.RouteParametric} {
+		m.routes.WithLabelValues(string(route))
+	}
+	for _, reason := range fallbackReasons {
+		m.fallbacks.WithLabelValues(reason)
+	}
+	for _, arm := range []Arm{ArmA, ArmB, ArmInterleaved} {
+		m.abArms.WithLabelValues(string(arm))
+	}
+	for _, team := range []Team{TeamA, TeamB} {
+		m.interleaved.WithLabelValues(string(team))
+	}
+	for _, result := range []string{"success", "failure"} {
+		m.swaps.WithLabelValues(result)
+	}
+	for _, to := range []string{"closed", "half-open", "open"} {
+		m.breakerTransitions.WithLabelValues(to)
+	}
 }
 
 // watchImpressions exposes the impression log's counters, read at scrape time.

@@ -17,7 +17,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
-	"github.com/sony/gobreaker/v2"
 
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/inference"
@@ -196,30 +195,14 @@ func (s *Server) rank(ctx context.Context, query string, hits []adapter.Hit, siz
 		resp.Mode, resp.Results = ModeBM25, bm25Results(hits, size)
 		return resp, nil
 	}
-	select {
-	case s.slots <- struct{}{}:
-		defer func() { <-s.slots }()
-	default:
-		return fallback("overloaded")
-	}
 	modelStart := time.Now()
-	res, err := s.breaker.Execute(func() (inference.Result, error) { return s.model.Rank(ctx, query, in, s.opts.Decode) })
+	res, reason, err := s.runModel(ctx, query, in)
 	resp.Timings.Model = ms(time.Since(modelStart))
-	s.metrics.stage.WithLabelValues("model").Observe(time.Since(modelStart).Seconds())
-	switch {
-	case err == nil:
-	case errors.Is(err, context.Canceled):
+	if err != nil {
 		return Response{}, err
-	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
-		return fallback("breaker_open")
-	case errors.Is(err, inference.ErrContextFull):
-		return fallback("context_full")
-	case errors.Is(err, context.DeadlineExceeded):
-		s.log.Warn("model timed out", "err", err)
-		return fallback("model_timeout")
-	default:
-		s.log.Error("model failed", "err", err)
-		return fallback("model_error")
+	}
+	if reason != "" {
+		return fallback(reason)
 	}
 	resp.CandidatesInContext = res.InContext
 	s.metrics.inContext.Observe(float64(res.InContext))

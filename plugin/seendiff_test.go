@@ -72,7 +72,26 @@ func TestReadySeenDiff(t *testing.T) {
 		require.Equal(t, []any{}, d["missing_in_index_examples"], "empty lists, not null")
 		require.Eventually(t, func() bool { do(t, s, "GET", "/readyz", ""); return calls.Load() >= 2 }, 5*time.Second, 5*time.Millisecond)
 	})
-	t.Run("a failed diff leaves readiness to the counts", func(t *testing.T) {
+	t.Run("equal counts are pending, not consistent, until the diff has finished", func(t *testing.T) {
+		release := make(chan struct{})
+		es := &fakeSearcher{seen: 3, seenDiff: func(ctx context.Context, _ []string) (adapter.SeenDiff, error) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return adapter.SeenDiff{}, ctx.Err()
+			}
+			return adapter.SeenDiff{IndexSeen: 3, ModelSeen: 3}, nil
+		}}
+		s := newTestServer(t, es, nil, func(o *Options) { o.Model.SeenDocIDs = 3 })
+		s.model = &seenReranker{fakeReranker{rank: copyBeta}, model}
+		code, body, _ := do(t, s, "GET", "/readyz", "")
+		require.Equal(t, 200, code)
+		require.Equal(t, "pending", body["seen_consistent"], "3 = 3 by count, but the sets are not compared yet")
+		close(release)
+		body = readyWithDiff(t, s)
+		require.Equal(t, true, body["seen_consistent"])
+	})
+	t.Run("a failed diff leaves the equal counts pending", func(t *testing.T) {
 		var calls atomic.Int32
 		es := &fakeSearcher{seen: 3, seenDiff: func(context.Context, []string) (adapter.SeenDiff, error) {
 			calls.Add(1)
@@ -82,7 +101,7 @@ func TestReadySeenDiff(t *testing.T) {
 		s.model = &seenReranker{fakeReranker{rank: copyBeta}, model}
 		require.Eventually(t, func() bool {
 			code, body, _ := do(t, s, "GET", "/readyz", "")
-			return calls.Load() >= 1 && code == 200 && body["seen_consistent"] == true && body["seen_diff"] == nil
+			return calls.Load() >= 1 && code == 200 && body["seen_consistent"] == "pending" && body["seen_diff"] == nil
 		}, 5*time.Second, 5*time.Millisecond)
 	})
 	t.Run("a model that does not know its seen corpus gets counts only", func(t *testing.T) {

@@ -81,8 +81,13 @@ type Options struct {
 	MaxHits          int
 	MaxCandidates    int
 	Decode           inference.Options
-	// MaxInflight and QueueSize bound concurrent model calls; a request finding no room is shed to BM25.
+	// MaxInflight is how many requests run the model at once: the engine's session count (default 2).
+	// QueueSize is how many more may wait for one, first come first served (0: none wait), and
+	// QueueTimeout the longest wait (default 500ms); a request that gets no session in time, or finds
+	// the queue full, is answered from BM25 as "overloaded" at once and is not a breaker failure
+	// (admission.go).
 	MaxInflight, QueueSize int
+	QueueTimeout           time.Duration
 	// Breaker settings: ConsecutiveFailures open it, OpenTimeout until half-open, HalfOpenMaxRequests
 	// trial requests, Interval clears the closed counts.
 	ConsecutiveFailures  int
@@ -135,6 +140,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Registry receives the metrics; nil creates a private one.
 	Registry *prometheus.Registry
+	// MetricsPath is the URL path serving Registry in the Prometheus text format (default "/metrics");
+	// MetricsOff serves none (the metrics are still collected).
+	MetricsPath string
+	MetricsOff  bool
 }
 
 // Server serves the sidecar API.
@@ -144,7 +153,8 @@ type Server struct {
 	opts    Options
 	log     *slog.Logger
 	breaker *gobreaker.CircuitBreaker[inference.Result]
-	slots   chan struct{}
+	admit   *admission
+	runs    runTimes
 	metrics *metrics
 	router  *gin.Engine
 	admin   *gin.Engine // the write and admin endpoints when Options.SeparateAdmin; else router
@@ -156,13 +166,16 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	opts.MaxCandidates = cmp.Or(opts.MaxCandidates, 100)
 	opts.Decode.BeamWidth = cmp.Or(opts.Decode.BeamWidth, 10)
 	opts.MaxInflight = cmp.Or(opts.MaxInflight, 2)
+	opts.QueueTimeout = cmp.Or(opts.QueueTimeout, 500*time.Millisecond)
+	opts.MetricsPath = cmp.Or(opts.MetricsPath, "/metrics")
 	opts.ConsecutiveFailures = cmp.Or(opts.ConsecutiveFailures, 5)
 	opts.HalfOpenMaxRequests = cmp.Or(opts.HalfOpenMaxRequests, 1)
 	opts.Policy = cmp.Or(opts.Policy, "model")
 	opts.FusionK = cmp.Or(opts.FusionK, 60)
 	opts.SeenDiffInterval = cmp.Or(opts.SeenDiffInterval, 5*time.Minute)
 	opts.AB = opts.AB.withDefaults()
-	s := &Server{es: es, model: model, opts: opts, log: opts.Logger, slots: make(chan struct{}, opts.MaxInflight+opts.QueueSize)}
+	s := &Server{es: es, model: model, opts: opts, log: opts.Logger,
+		admit: newAdmission(opts.MaxInflight, max(opts.QueueSize, 0), opts.QueueTimeout)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -186,11 +199,15 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			s.log.Warn("model breaker state changed", "from", from.String(), "to", to.String())
 			s.metrics.breakerState.Set(float64(to))
+			s.metrics.breakerTransitions.WithLabelValues(to.String()).Inc()
 		},
 		// A client that went away says nothing about the model's health.
 		// A prompt that cannot fit the model's context is the request's size, not the model's fault.
+		// A request that waited for a session and got none never gets here (runModel answers it
+		// "overloaded"): only the model's own runs are counted.
 		IsSuccessful: func(err error) bool {
-			return err == nil || errors.Is(err, context.Canceled) || errors.Is(err, inference.ErrContextFull)
+			var short *shortBudgetError
+			return err == nil || errors.Is(err, context.Canceled) || errors.Is(err, inference.ErrContextFull) || errors.As(err, &short)
 		},
 	})
 
@@ -219,7 +236,9 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	if opts.Clicks != nil {
 		r.POST("/v1/click", s.writeAuth, s.click)
 	}
-	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	if !opts.MetricsOff {
+		r.GET(opts.MetricsPath, gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	}
 	r.GET("/openapi.yaml", serveOpenAPI)
 	// Elasticsearch's search API (dropin.go). gin matches static segments before the :index parameter, so
 	// /v1/... and the other routes keep their handlers; only <one segment>/_search reaches the drop-in.
@@ -258,7 +277,19 @@ func (s *Server) ready(c *gin.Context) {
 	if n, err := s.es.SeenCount(ctx); err == nil {
 		body["index_seen"], body["model_seen"] = n, model.SeenDocIDs
 		// Equal counts can hide different sets; the diff (at most SeenDiffInterval old) tells them apart.
-		body["seen_consistent"] = n == model.SeenDocIDs && (diff == nil || diff.Consistent())
+		// Until the first diff for the model serving now has finished (at start, and after a swap), equal
+		// counts prove nothing: "pending". A model that does not know its seen corpus has only counts.
+		_, _, diffable := s.servingSeen()
+		switch {
+		case n != model.SeenDocIDs:
+			body["seen_consistent"] = false
+		case diff != nil:
+			body["seen_consistent"] = diff.Consistent()
+		case diffable:
+			body["seen_consistent"] = "pending"
+		default:
+			body["seen_consistent"] = true
+		}
 		if n != model.SeenDocIDs {
 			s.log.Warn("seen corpus differs between the index and the model", "index_seen", n, "model_seen", model.SeenDocIDs)
 		}

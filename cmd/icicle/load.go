@@ -19,7 +19,8 @@ import (
 
 // runLoad is `icicle load`: concurrent clients post queries to a running sidecar on loopback for a while and
 // it prints throughput, latency percentiles, errors by status, fallbacks by reason and the sidecar's
-// resident memory (its /metrics, and /proc/<pid>/status with -pid).
+// resident memory (its /metrics, and /proc/<pid>/status with -pid). That is the closed loop (-clients);
+// -rate, or -rates with a measured -capacity, is the open loop (runOpenLoad).
 func runLoad(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	url := fs.String("url", "http://127.0.0.1:8080", "base URL of the sidecar (loopback only)")
@@ -31,6 +32,15 @@ func runLoad(ctx context.Context, args []string, out io.Writer) error {
 	size := fs.Int("size", 10, "results asked per request")
 	pid := fs.Int("pid", 0, "sidecar pid: also report VmRSS and VmHWM from /proc/PID/status")
 	jsonOut := fs.String("json", "", "also write the summary as JSON to this file")
+	var o openFlags
+	fs.Float64Var(&o.rate, "rate", 0, "open loop: requests arrive at this rate (req/s) whatever the answers' latency; 0: closed loop (-clients)")
+	fs.StringVar(&o.rates, "rates", "", "open loop sweep: comma-separated multiples of the model capacity (e.g. 0.5,1,2,4), each run for -duration")
+	fs.Float64Var(&o.capacity, "capacity", 0, "model capacity in req/s for -rates; 0 measures it first: sessions / median model time over -calibrate requests from -sessions clients (every session busy)")
+	fs.IntVar(&o.sessions, "sessions", 2, "the sidecar's model sessions (concurrency.max_inflight), for the measured capacity")
+	fs.IntVar(&o.calibrate, "calibrate", 40, "requests that measure the median model time with every session busy")
+	fs.StringVar(&o.arrivals, "arrivals", load.ArrivalsPoisson, "open loop arrival process: poisson or constant")
+	fs.IntVar(&o.maxRequests, "max-requests", 0, "open loop: at most this many arrivals per run (0: bounded by -duration only)")
+	fs.StringVar(&o.plot, "plot", "", "open loop sweep: write the PNG plot (served-by-model share and p99 against the rate) here")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -40,6 +50,9 @@ func runLoad(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if len(queries) == 0 {
 		return fmt.Errorf("no queries in %s", *queriesPath)
+	}
+	if o.rate > 0 || o.rates != "" {
+		return runOpenLoad(ctx, o, *url, *path, *duration, queries, *size, *jsonOut, out)
 	}
 	fmt.Fprintf(os.Stderr, "load: %d clients, %s, %d queries, POST %s%s\n", *clients, *duration, len(queries), *url, *path)
 	res, err := load.Run(ctx, load.Options{URL: *url, Path: *path, Clients: *clients, Duration: *duration, Queries: queries, Size: *size})
@@ -106,4 +119,78 @@ func readQueryTexts(path string, n int) ([]string, error) {
 		return nil, fmt.Errorf("read queries: %s: %w", path, err)
 	}
 	return out, nil
+}
+
+type openFlags struct {
+	rate, capacity                   float64
+	rates, arrivals, plot            string
+	sessions, calibrate, maxRequests int
+}
+
+// runOpenLoad is the open loop: one run at -rate, or a sweep over -rates x the capacity (measured
+// first unless -capacity is given), printed as one markdown table, with -plot and -json.
+func runOpenLoad(ctx context.Context, o openFlags, url, path string, duration time.Duration, queries []string, size int, jsonOut string, out io.Writer) error {
+	type run struct{ rate, multiple float64 }
+	var runs []run
+	var cal load.Calibration
+	capacity := o.capacity
+	if o.rates != "" {
+		if capacity <= 0 {
+			var err error
+			fmt.Fprintf(os.Stderr, "load: measuring the model time over %d requests from %d clients\n", o.calibrate, o.sessions)
+			if cal, err = load.Calibrate(ctx, url, path, queries, o.calibrate, o.sessions); err != nil {
+				return err
+			}
+			capacity = cal.Capacity
+			fmt.Fprintf(out, "Capacity: %d sessions / median model time %.1f ms with every session busy (%d of %d requests answered by the model) = %.2f req/s\n\n",
+				cal.Sessions, cal.MedianModelMS, cal.Model, cal.Requests, capacity)
+		}
+		for f := range strings.SplitSeq(o.rates, ",") {
+			m, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || !(m > 0) {
+				return fmt.Errorf("-rates: %q is not a positive multiple", f)
+			}
+			runs = append(runs, run{m * capacity, m})
+		}
+	} else {
+		runs = []run{{o.rate, 0}}
+		if capacity > 0 {
+			runs[0].multiple = o.rate / capacity
+		}
+	}
+	var rows []load.RateRow
+	for _, r := range runs {
+		fmt.Fprintf(os.Stderr, "load: open loop, %s arrivals at %.2f req/s for %s, POST %s%s\n", o.arrivals, r.rate, duration, url, path)
+		res, err := load.RunOpen(ctx, load.OpenOptions{URL: url, Path: path, Rate: r.rate, Arrivals: o.arrivals, Duration: duration,
+			MaxRequests: o.maxRequests, Queries: queries, Size: size})
+		if err != nil {
+			return err
+		}
+		row := load.NewRateRow(r.rate, r.multiple, res)
+		for _, e := range row.TransportErrors {
+			fmt.Fprintf(os.Stderr, "load: %.2f req/s: no answer: %s\n", r.rate, e)
+		}
+		rows = append(rows, row)
+	}
+	load.WriteRateTable(out, rows)
+	if o.plot != "" {
+		if err := load.WriteRatePlot(o.plot, rows, capacity); err != nil {
+			return fmt.Errorf("-plot: %w", err)
+		}
+	}
+	if jsonOut != "" {
+		b, err := json.MarshalIndent(struct {
+			Calibration load.Calibration `json:"calibration"`
+			Capacity    float64          `json:"capacity_rps"`
+			Arrivals    string           `json:"arrivals"`
+			Runs        []load.RateRow   `json:"runs"`
+		}{cal, capacity, o.arrivals, rows}, "", " ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(jsonOut, b, 0o644); err != nil {
+			return fmt.Errorf("-json: %w", err)
+		}
+	}
+	return nil
 }

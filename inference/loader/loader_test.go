@@ -11,12 +11,13 @@ import (
 
 	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/inference/ort"
+	"github.com/icicle-search/sidecar/internal/testenv"
 )
 
 func TestOpen(t *testing.T) {
 	lib := os.Getenv("ICICLE_ORT_LIB")
 	if lib == "" {
-		t.Skip("ICICLE_ORT_LIB not set (eval \"$(scripts/env.sh)\")")
+		testenv.Missing(t, "ICICLE_ORT_LIB not set (eval \"$(scripts/env.sh)\")")
 	}
 	require.NoError(t, ort.Init(lib))
 	t.Cleanup(func() { _ = ort.Shutdown() })

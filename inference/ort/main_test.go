@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/internal/testenv"
 )
 
 // The native tests need the runtime library ($ICICLE_ORT_LIB, printed by scripts/ort.sh) and the model
@@ -38,7 +39,7 @@ func TestMain(m *testing.M) {
 func requireRuntime(t testing.TB) {
 	t.Helper()
 	if ortLib == "" {
-		t.Skip("ICICLE_ORT_LIB is not set: run with ICICLE_ORT_LIB=$(scripts/ort.sh)")
+		testenv.Missing(t, "ICICLE_ORT_LIB is not set: run with ICICLE_ORT_LIB=$(scripts/ort.sh)")
 	}
 	require.NoError(t, initErr, "ort.Init(%s)", ortLib)
 }
@@ -60,7 +61,7 @@ func loadFixture(t testing.TB) fixture {
 	}
 	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
 	if os.IsNotExist(err) {
-		t.Skipf("no model fixture at %s: produce models/tiny with training/ or set ICICLE_MODEL_DIR", dir)
+		testenv.Missing(t, "no model fixture at %s: produce models/tiny with training/ or set ICICLE_MODEL_DIR", dir)
 	}
 	require.NoError(t, err)
 	var m struct {

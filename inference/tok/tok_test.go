@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/icicle-search/sidecar/internal/testenv"
 )
 
 // modelDir is the model directory whose tokenizer and golden vectors the tests use: $ICICLE_MODEL_DIR, or
@@ -23,7 +26,7 @@ func modelDir(t testing.TB) string {
 		dir = filepath.Join("..", "..", "models", "tiny")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
-		t.Skipf("no model fixture at %s (%v): produce models/tiny with training/ or set ICICLE_MODEL_DIR", dir, err)
+		testenv.Missing(t, "no model fixture at %s (%v): produce models/tiny with training/ or set ICICLE_MODEL_DIR", dir, err)
 	}
 	return dir
 }
@@ -52,7 +55,7 @@ func readGolden(t testing.TB, dir string) []goldenLine {
 	path := filepath.Join(dir, "golden", "tokenize.jsonl")
 	f, err := os.Open(path)
 	if os.IsNotExist(err) {
-		t.Skipf("no %s: training/ writes it with the fixture", path)
+		testenv.Missing(t, "no %s: training/ writes it with the fixture", path)
 	}
 	require.NoError(t, err)
 	defer f.Close()
@@ -91,6 +94,39 @@ func TestEncodeGolden(t *testing.T) {
 				return
 			}
 			require.Equal(t, g.IDs, got, "text %q", g.Text)
+		})
+	}
+}
+
+// TestEncodeGoldenEveryModel replays the tokenizer golden vectors of every committed model directory
+// (models/*/golden/tokenize.jsonl), the shipped default models/small included, each with its own
+// tokenizer.json.
+func TestEncodeGoldenEveryModel(t *testing.T) {
+	found, err := filepath.Glob(filepath.Join("..", "..", "models", "*", "golden", "tokenize.jsonl"))
+	require.NoError(t, err)
+	var dirs []string
+	for _, f := range found {
+		dirs = append(dirs, filepath.Dir(filepath.Dir(f)))
+	}
+	if !slices.Contains(dirs, filepath.Join("..", "..", "models", "small")) {
+		testenv.Missing(t, "no golden vectors in models/small, the shipped default; found %v", dirs)
+	}
+	for _, dir := range dirs {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			golden := readGolden(t, dir)
+			tk, err := Load(tokenizerPath(t, dir))
+			require.NoError(t, err)
+			defer tk.Close()
+			for i, g := range golden {
+				got, err := tk.Encode(g.Text)
+				require.NoError(t, err, "line %d", i+1)
+				if len(g.IDs) == 0 {
+					require.Empty(t, got, "line %d: text %q", i+1, g.Text)
+					continue
+				}
+				require.Equal(t, g.IDs, got, "line %d: text %q", i+1, g.Text)
+			}
+			t.Logf("%s: %d golden tokenisations match", dir, len(golden))
 		})
 	}
 }

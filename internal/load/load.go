@@ -25,6 +25,11 @@ import (
 	"github.com/icicle-search/sidecar/internal/eval"
 )
 
+// clientIdleTimeout closes the load client's idle connections before the sidecar's http.Server does
+// (its idle timeout is server.read_timeout, 10s by default), so a request never races a server-side
+// close of the connection it reuses.
+const clientIdleTimeout = 5 * time.Second
+
 // StatusTransport is the ByStatus key of requests that got no HTTP answer (refused, reset, timed out).
 const StatusTransport = "transport"
 
@@ -35,6 +40,10 @@ type Sample struct {
 	Latency time.Duration
 	// Mode and Reason are the answer's mode and fallback_reason (200 answers only).
 	Mode, Reason string
+	// ModelMS is the answer's timings.model: the sidecar's time in model admission and the model run.
+	ModelMS float64
+	// Err is the transport error of a request that got no answer.
+	Err string
 }
 
 // Latency holds nearest-rank percentiles and the maximum in milliseconds.
@@ -235,6 +244,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if client == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = opts.Clients
+		tr.IdleConnTimeout = clientIdleTimeout
 		client = &http.Client{Timeout: 30 * time.Second, Transport: tr}
 	}
 	bodies := make([][]byte, len(opts.Queries))
@@ -308,7 +318,7 @@ func post(ctx context.Context, c *http.Client, url string, body []byte) (Sample,
 	start := time.Now()
 	res, err := c.Do(req)
 	if err != nil {
-		return Sample{Latency: time.Since(start)}, ctx.Err() == nil
+		return Sample{Latency: time.Since(start), Err: err.Error()}, ctx.Err() == nil
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(res.Body)
@@ -318,11 +328,14 @@ func post(ctx context.Context, c *http.Client, url string, body []byte) (Sample,
 	}
 	if res.StatusCode == http.StatusOK {
 		var r struct {
-			Mode   string `json:"mode"`
-			Reason string `json:"fallback_reason"`
+			Mode    string `json:"mode"`
+			Reason  string `json:"fallback_reason"`
+			Timings struct {
+				Model float64 `json:"model_ms"`
+			} `json:"timings"`
 		}
 		_ = json.Unmarshal(raw, &r)
-		s.Mode, s.Reason = r.Mode, r.Reason
+		s.Mode, s.Reason, s.ModelMS = r.Mode, r.Reason, r.Timings.Model
 	}
 	return s, true
 }
