@@ -35,9 +35,10 @@ func TestPlanDropin(t *testing.T) {
 		query, from, reason string
 		forwarded           string // the body sent on; empty means the request's own
 		errField            string
+		page                [4]int // pageFrom, pageSize, window, fetch when reranking; zero: 0, 10, 10, 10
 	}{
 		{name: "match, string", body: `{"query":{"match":{"title":"who sang"}}}`, query: "who sang", from: "query.match.title"},
-		{name: "match, options", body: `{"query":{"match":{"text":{"query":"who sang","operator":"and"}}},"size":20}`, query: "who sang", from: "query.match.text"},
+		{name: "match, options", body: `{"query":{"match":{"text":{"query":"who sang","operator":"and"}}},"size":20}`, query: "who sang", from: "query.match.text", page: [4]int{0, 20, 20, 20}},
 		{name: "match_phrase", body: `{"query":{"match_phrase":{"title":"the office"}}}`, query: "the office", from: "query.match_phrase.title"},
 		{name: "multi_match", body: `{"query":{"multi_match":{"query":"fed chair","fields":["title","text"]}}}`, query: "fed chair", from: "query.multi_match"},
 		{name: "bool with one must and a filter", body: `{"query":{"bool":{"must":[{"match":{"text":"fed chair"}}],"filter":[{"term":{"seen":false}}]}}}`,
@@ -45,16 +46,26 @@ func TestPlanDropin(t *testing.T) {
 		{name: "bool must as an object", body: `{"query":{"bool":{"must":{"multi_match":{"query":"q"}},"must_not":{"term":{"x":1}}}}}`, query: "q", from: "query.bool.must.multi_match"},
 		{name: "score sort is no sort", body: `{"query":{"match":{"title":"q"}},"sort":["_score",{"_score":{"order":"desc"}}]}`, query: "q", from: "query.match.title"},
 		{name: "ext.icicle.query wins and is stripped", body: `{"query":{"match_all":{}},"ext":{"icicle":{"query":"fed chair"}}}`,
-			query: "fed chair", from: "ext.icicle.query", forwarded: `{"query":{"match_all":{}}}`},
+			query: "fed chair", from: "ext.icicle.query", forwarded: `{"query":{"match_all":{}},"from":0,"size":10}`},
 		{name: "other ext sections stay", body: `{"query":{"match":{"title":"x"}},"ext":{"icicle":{"query":"y"},"other":{"a":1}}}`,
-			query: "y", from: "ext.icicle.query", forwarded: `{"ext":{"other":{"a":1}},"query":{"match":{"title":"x"}}}`},
+			query: "y", from: "ext.icicle.query", forwarded: `{"ext":{"other":{"a":1}},"query":{"match":{"title":"x"}},"from":0,"size":10}`},
 		{name: "ext.icicle not a string", body: `{"ext":{"icicle":{"query":5}}}`, errField: "ext.icicle.query"},
 		{name: "ext.icicle unknown key", body: `{"ext":{"icicle":{"querry":"x"}}}`, errField: "ext.icicle"},
 		{name: "ext.icicle empty query", body: `{"ext":{"icicle":{"query":" "}}}`, errField: "ext.icicle.query"},
 		{name: "scroll", params: "scroll=1m", body: `{"query":{"match":{"title":"q"}}}`, reason: ReasonScroll},
-		{name: "from in the body", body: `{"query":{"match":{"title":"q"}},"from":10}`, reason: ReasonPaginated},
-		{name: "from in the query string", params: "from=5", body: `{"query":{"match":{"title":"q"}}}`, reason: ReasonPaginated},
-		{name: "from zero is the first page", body: `{"query":{"match":{"title":"q"}},"from":0}`, query: "q", from: "query.match.title"},
+		{name: "from in the body: page 2 of the same window", body: `{"query":{"match":{"title":"q"}},"from":10}`, query: "q", from: "query.match.title",
+			forwarded: `{"query":{"match":{"title":"q"}},"from":0,"size":20}`, page: [4]int{10, 10, 10, 20}},
+		{name: "from in the query string wins", params: "from=5&size=5", body: `{"query":{"match":{"title":"q"}},"from":1}`, query: "q", from: "query.match.title",
+			forwarded: `{"query":{"match":{"title":"q"}},"from":0,"size":10}`, page: [4]int{5, 5, 10, 10}},
+		{name: "from zero is the first page", body: `{"query":{"match":{"title":"q"}},"from":0}`, query: "q", from: "query.match.title",
+			forwarded: `{"query":{"match":{"title":"q"}},"from":0,"size":10}`, page: [4]int{0, 10, 10, 10}},
+		{name: "size over the window widens it", body: `{"query":{"match":{"title":"q"}},"size":25,"from":25}`, query: "q", from: "query.match.title",
+			forwarded: `{"query":{"match":{"title":"q"}},"from":0,"size":50}`, page: [4]int{25, 25, 25, 50}},
+		{name: "ext.icicle.rank_window_size", body: `{"query":{"match":{"title":"q"}},"size":5,"ext":{"icicle":{"rank_window_size":40}}}`, query: "q", from: "query.match.title",
+			forwarded: `{"query":{"match":{"title":"q"}},"from":0,"size":40}`, page: [4]int{0, 5, 40, 40}},
+		{name: "rank window smaller than size", body: `{"query":{"match":{"title":"q"}},"size":50,"ext":{"icicle":{"rank_window_size":40}}}`, errField: "ext.icicle.rank_window_size"},
+		{name: "rank window out of range", body: `{"query":{"match":{"title":"q"}},"ext":{"icicle":{"rank_window_size":0}}}`, errField: "ext.icicle.rank_window_size"},
+		{name: "negative from passes through", body: `{"query":{"match":{"title":"q"}},"from":-1}`, reason: ReasonPaginated},
 		{name: "search_after", body: `{"query":{"match":{"title":"q"}},"search_after":[1]}`, reason: ReasonPaginated},
 		{name: "field sort", body: `{"query":{"match":{"title":"q"}},"sort":[{"ingested_at":"desc"}]}`, reason: ReasonSorted},
 		{name: "ascending score", body: `{"query":{"match":{"title":"q"}},"sort":{"_score":"asc"}}`, reason: ReasonSorted},
@@ -75,7 +86,7 @@ func TestPlanDropin(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			params, err := url.ParseQuery(tt.params)
 			require.NoError(t, err)
-			p, err := planDropin(params, []byte(tt.body), 100)
+			p, err := planDropin(params, []byte(tt.body), 100, 10)
 			if tt.errField != "" {
 				var in *InputError
 				require.ErrorAs(t, err, &in)
@@ -86,6 +97,17 @@ func TestPlanDropin(t *testing.T) {
 			require.Equal(t, tt.reason, p.reason)
 			require.Equal(t, tt.query, p.query)
 			require.Equal(t, tt.from, p.from)
+			if p.reason == "" {
+				want := cmp.Or(tt.page, [4]int{0, 10, 10, 10})
+				require.Equal(t, want, [4]int{p.pageFrom, p.pageSize, p.window, p.fetch}, "page and window")
+				require.False(t, p.params.Has("from") || p.params.Has("size"), "the window's from and size are in the body")
+				if tt.forwarded == "" {
+					var m map[string]any
+					require.NoError(t, json.Unmarshal([]byte(tt.body), &m))
+					m["from"], m["size"] = 0, p.fetch
+					tt.forwarded = string(mustJSON(m))
+				}
+			}
 			if tt.forwarded == "" {
 				require.Equal(t, tt.body, string(p.body), "forwarded byte for byte")
 			} else {
@@ -126,7 +148,8 @@ func TestDropinReranks(t *testing.T) {
 	code, out, hdr := do(t, s, "POST", "/my-alias/_search?typed_keys=true", body)
 	require.Equal(t, http.StatusOK, code, out)
 	require.Equal(t, []string{"my-alias", "typed_keys=true"}, sent[:2], "index and query string forwarded")
-	require.JSONEq(t, `{"query":{"match":{"title":"who sang"}},"_source":["docid","title","summary"]}`, sent[2], "ext.icicle stripped")
+	require.JSONEq(t, `{"query":{"match":{"title":"who sang"}},"_source":["docid","title","summary"],"from":0,"size":10}`, sent[2],
+		"ext.icicle stripped, the rank window asked for")
 	require.Equal(t, "Elasticsearch", hdr.Get("X-Elastic-Product"), "Elasticsearch clients check it")
 
 	require.EqualValues(t, 3, out["took"], "Elasticsearch's fields stay")
@@ -140,7 +163,8 @@ func TestDropinReranks(t *testing.T) {
 	require.EqualValues(t, 2, beta["_score"], "Elasticsearch's score is kept")
 	require.EqualValues(t, 2, beta["_icicle"].(map[string]any)["bm25_rank"])
 	require.InDelta(t, -0.1, beta["_icicle"].(map[string]any)["score"], 1e-9)
-	require.Equal(t, "icicle-docs", seen["_index"])
+	require.Equal(t, "icicle-docs-v1", seen["_index"], "the recalled hit as Elasticsearch returned it")
+	require.NotContains(t, seen["_source"], "text", "the recalled hit obeys the request's _source filter")
 	require.Equal(t, "es-Seen Doc", seen["_id"])
 	require.Nil(t, seen["_score"])
 	require.Equal(t, "stored Seen Doc", seen["_source"].(map[string]any)["summary"])
@@ -202,7 +226,11 @@ func TestDropinModes(t *testing.T) {
 			}
 			code, out, _ := do(t, s, method, path, tt.body)
 			require.Equal(t, http.StatusOK, code, out)
-			require.Equal(t, tt.body, sent[2], "forwarded unchanged")
+			if tt.mode == "passthrough" && tt.reason != ReasonHitsWithoutTitle {
+				require.Equal(t, tt.body, sent[2], "forwarded unchanged")
+			} else {
+				require.JSONEq(t, `{"query":{"match":{"title":"q"}},"from":0,"size":10}`, sent[2], "the rank window asked for")
+			}
 			ic := out["icicle"].(map[string]any)
 			require.Equal(t, tt.mode, ic["mode"])
 			reason, _ := ic["reason"].(string)
@@ -245,7 +273,7 @@ func TestDropinErrors(t *testing.T) {
 	}{
 		{name: "unreachable", es: unreachable(fmt.Errorf("raw search: %w: connection refused", adapter.ErrUnavailable)), code: 503, retryAfter: true},
 		{name: "timed out", es: unreachable(fmt.Errorf("raw search: %w: %w", adapter.ErrUnavailable, context.DeadlineExceeded)), code: 504},
-		{name: "not an index", es: unreachable(fmt.Errorf("raw search: %w", adapter.ErrInvalidArgument)), path: "/../_search", code: 400},
+		{name: "not an index", es: unreachable(fmt.Errorf("raw search: %w", adapter.ErrInvalidArgument)), path: "/../_search", code: 403},
 		{name: "bad ext.icicle", es: unreachable(errors.New("not called")), body: `{"ext":{"icicle":{"query":1}}}`, code: 400},
 		{name: "body too large", es: unreachable(errors.New("not called")), body: `{"query":{"match":{"title":"` + strings.Repeat("x", 2<<20) + `"}}}`, code: 413},
 	} {
@@ -273,13 +301,17 @@ func TestDropinRoutes(t *testing.T) {
 		{"GET", "/healthz", "", 200, false},
 		{"GET", "/openapi.yaml", "", 200, false},
 		{"GET", "/icicle-docs/_search", "", 200, true},
-		{"POST", "/logs-*,icicle-docs/_search", "", 200, true},
-		{"POST", "/v1/_search", "", 200, true}, // an index named v1, as in Elasticsearch
+		{"POST", "/my-alias,icicle-docs/_search", "", 200, true},
+		{"POST", "/logs-*,icicle-docs/_search", "", 403, false},
+		{"POST", "/v1/_search", "", 403, false}, // an index named v1, as in Elasticsearch: not allowed
 		{"GET", "/v1/rerank", "", 404, false},
-		{"POST", "/_search", "", 404, false},
-		{"POST", "/icicle-docs/_count", "", 404, false},
-		{"POST", "/icicle-docs/_doc/1/_search", "", 404, false},
-		{"DELETE", "/icicle-docs/_search", "", 404, false},
+		{"GET", "/v1/admin/model", "", 404, false},
+		{"POST", "/_search", "", 200, true},
+		{"POST", "/icicle-docs/_count", "", 200, false},
+		{"GET", "/", "", 200, false},
+		{"POST", "/icicle-docs/_doc/1/_search", "", 403, false},
+		{"DELETE", "/icicle-docs/_search", "", 403, false},
+		{"PUT", "/icicle-docs/_doc/1", `{"title":"x"}`, 403, false},
 	} {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
 			code, out, _ := do(t, s, tt.method, tt.path, tt.body)
