@@ -134,7 +134,9 @@ func TestLoadGood(t *testing.T) {
 				APIKey:    "aWQ6YXBpX2tleQ==", CACert: "/etc/icicle/ca.pem",
 				CertFingerprint: "AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89",
 				Index:           "nq-docs", RequestTimeout: 3 * time.Second, MaxRetries: 0,
+				AllowedIndices: []string{"nq-docs", "nq-docs-2025"},
 			}
+			c.Dropin = Dropin{RankWindowSize: 50, AllowScripts: true}
 			c.Model = Model{
 				Dir: "/models/nq", Quantized: true, Provider: "cuda", IntraOpThreads: 4, InterOpThreads: 0,
 				ORTLibrary: "/opt/ort/lib/libonnxruntime.so", KVCacheTokens: 8192,

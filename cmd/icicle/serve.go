@@ -117,6 +117,8 @@ func serve(ctx context.Context, args []string) error {
 		AB: plugin.ABOptions{Enabled: cfg.AB.Enabled, Mode: cfg.AB.Mode, SplitB: cfg.AB.SplitB, KeyHeader: cfg.AB.KeyHeader,
 			Experiment: cfg.AB.Experiment},
 		Impressions: impressions, AdminToken: cfg.Server.AdminToken,
+		AllowedIndices: cfg.Elasticsearch.AllowedIndices, AllowScripts: cfg.Dropin.AllowScripts,
+		RankWindowSize: cfg.Dropin.RankWindowSize,
 	})
 	hs := &http.Server{
 		Addr: cfg.Server.Addr, Handler: srv.Handler(),
