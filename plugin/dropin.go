@@ -185,7 +185,7 @@ func (s *Server) dropinSearch(c *gin.Context, index string) {
 		window := raw[:min(plan.window, len(raw))]
 		placed := make([]json.RawMessage, 0, len(raw))
 		if info.Reason == "" {
-			hits, err := s.windowHits(ctx, c, window)
+			hits, err := s.windowHits(ctx, window, sourceFiltered(plan))
 			if err != nil {
 				info.Reason = ReasonHitsWithoutTitle
 			} else {
@@ -264,12 +264,29 @@ func (s *Server) failES(c *gin.Context, endpoint string, err error) {
 // titleFields are what the model reads of a hit.
 var titleFields = []string{"docid", "title", "summary"}
 
-// windowHits reads the rank window's hits as /v1/rerank reads its request's. When the request's _source
-// filter (or filter_path) hid a title, the window's titles and summaries are read in one _mget by _index
-// and _id; the hits the caller gets keep the caller's filter.
-func (s *Server) windowHits(ctx context.Context, c *gin.Context, window []json.RawMessage) ([]adapter.Hit, error) {
-	if hits, err := hitsFromRaw(window); err == nil {
-		return hits, nil
+// sourceFiltered reports whether the request shapes _source (source filtering, stored_fields,
+// filter_path), so that its hits may lack the docid, title or summary the model reads.
+func sourceFiltered(p dropinPlan) bool {
+	for _, k := range []string{"_source", "_source_includes", "_source_excludes", "stored_fields", "filter_path"} {
+		if p.params.Has(k) {
+			return true
+		}
+	}
+	var req map[string]json.RawMessage
+	_ = json.Unmarshal(p.body, &req)
+	src := strings.TrimSpace(string(req["_source"]))
+	return req["stored_fields"] != nil || (src != "" && src != "true")
+}
+
+// windowHits reads the rank window's hits as /v1/rerank reads its request's. When the request shaped
+// _source (filtered), or a hit has no title, the window's docids, titles and summaries are read in one
+// _mget by _index and _id, so that the model ranks the same candidates whatever the filter; the hits the
+// caller gets keep the caller's filter.
+func (s *Server) windowHits(ctx context.Context, window []json.RawMessage, filtered bool) ([]adapter.Hit, error) {
+	if !filtered {
+		if hits, err := hitsFromRaw(window); err == nil {
+			return hits, nil
+		}
 	}
 	type ref struct {
 		Index string `json:"_index"`

@@ -181,6 +181,53 @@ func TestDropinReranks(t *testing.T) {
 	require.Contains(t, ic["timings"], "es_ms")
 }
 
+// TestDropinSourceFilter: with a _source filter the model still ranks the window's full docid, title and
+// summary (read by _mget), the hits keep the filter, and the recalled document obeys it too.
+func TestDropinSourceFilter(t *testing.T) {
+	const titleOnly = `{"took":3,"hits":{"total":{"value":3,"relation":"eq"},"max_score":3,"hits":[
+{"_index":"icicle-docs","_id":"1","_score":3,"_source":{"title":"Alpha"}},
+{"_index":"icicle-docs","_id":"2","_score":2,"_source":{"title":"Beta"}},
+{"_index":"icicle-docs","_id":"3","_score":1,"_source":{"title":"Gamma"}}]}}`
+	var cands []inference.Candidate
+	var mget []string
+	es := &fakeSearcher{
+		rawSearch: func(context.Context, string, url.Values, []byte) (int, http.Header, []byte, error) {
+			return 200, http.Header{"Content-Type": {"application/vnd.elasticsearch+json;compatible-with=8"}}, []byte(titleOnly), nil
+		},
+		raw: func(_ context.Context, req adapter.RawRequest) (adapter.RawResponse, error) {
+			mget = append(mget, strings.Join(req.Path, "/"))
+			return fakeRecall(req), nil
+		},
+	}
+	model := &fakeReranker{rank: func(ctx context.Context, q string, c []inference.Candidate) (inference.Result, error) {
+		cands = c
+		return copyBeta(ctx, q, c)
+	}}
+	s := newTestServer(t, es, model, nil)
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "POST", "/icicle-docs/_search",
+		strings.NewReader(`{"query":{"match":{"title":"q"}},"_source":["title"]}`)))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Equal(t, "application/vnd.elasticsearch+json;compatible-with=8", rec.Header().Get("Content-Type"), "Elasticsearch's media type")
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out))
+	require.Equal(t, []string{"_mget", "icicle-docs/_search"}, mget, "titles by _mget, then the recall")
+	require.Equal(t, []inference.Candidate{{Title: "Alpha", Summary: "a"}, {Title: "Beta", Summary: "b"}, {Title: "Gamma"}}, cands,
+		"the model reads the summaries the filter hid")
+	for i, h := range out["hits"].(map[string]any)["hits"].([]any) {
+		require.Equal(t, []any{"title"}, keys(h.(map[string]any)["_source"].(map[string]any)), "hit %d", i)
+	}
+	require.Equal(t, "Seen Doc", out["hits"].(map[string]any)["hits"].([]any)[1].(map[string]any)["_source"].(map[string]any)["title"])
+}
+
+func keys(m map[string]any) []any {
+	out := make([]any, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
 func TestDropinModes(t *testing.T) {
 	match := `{"query":{"match":{"title":"q"}}}`
 	failing := &fakeReranker{rank: func(context.Context, string, []inference.Candidate) (inference.Result, error) {

@@ -100,6 +100,9 @@ func fakeRecall(req adapter.RawRequest) adapter.RawResponse {
 		} `json:"query"`
 		Source []string `json:"_source"`
 	}
+	if len(req.Path) > 0 && req.Path[len(req.Path)-1] == "_mget" {
+		return fakeMget(req, h)
+	}
 	if json.Unmarshal(req.Body, &q) != nil || len(q.Query.IDs.Values) == 0 {
 		return adapter.RawResponse{Status: http.StatusOK, Header: h, Body: []byte(`{}`)}
 	}
@@ -117,6 +120,37 @@ func fakeRecall(req adapter.RawRequest) adapter.RawResponse {
 		hits = append(hits, map[string]any{"_index": "icicle-docs-v1", "_id": id, "_score": 1, "_source": src})
 	}
 	b, _ := json.Marshal(map[string]any{"took": 1, "hits": map[string]any{"hits": hits}})
+	return adapter.RawResponse{Status: http.StatusOK, Header: h, Body: b}
+}
+
+// fakeMget answers an _mget by _id from the hits of esSearchBody (the window's full documents).
+func fakeMget(req adapter.RawRequest, h http.Header) adapter.RawResponse {
+	var all struct {
+		Hits struct {
+			Hits []struct {
+				ID     string          `json:"_id"`
+				Source json.RawMessage `json:"_source"`
+			} `json:"hits"`
+		} `json:"hits"`
+	}
+	_ = json.Unmarshal([]byte(esSearchBody), &all)
+	var q struct {
+		Docs []struct {
+			ID string `json:"_id"`
+		} `json:"docs"`
+	}
+	_ = json.Unmarshal(req.Body, &q)
+	docs := make([]map[string]any, 0, len(q.Docs))
+	for _, d := range q.Docs {
+		doc := map[string]any{"_id": d.ID, "found": false}
+		for _, hit := range all.Hits.Hits {
+			if hit.ID == d.ID {
+				doc["found"], doc["_source"] = true, hit.Source
+			}
+		}
+		docs = append(docs, doc)
+	}
+	b, _ := json.Marshal(map[string]any{"docs": docs})
 	return adapter.RawResponse{Status: http.StatusOK, Header: h, Body: b}
 }
 
