@@ -196,7 +196,7 @@ func (s *Server) dropinSearch(c *gin.Context, index string) {
 				}
 				recalled := s.recall(ctx, c, plan, body, resp.Results, raw)
 				var unresolved int
-				placed, unresolved = placeHits(resp.Results, raw, recalled)
+				placed, unresolved = placeHits(resp.Results, raw, recalled, plan.fetch)
 				info.Mode, info.Reason, info.Timings = resp.Mode, resp.FallbackReason, resp.Timings
 				info.CandidatesInContext, info.CandidatesTruncated = resp.CandidatesInContext, resp.CandidatesTruncated
 				info.TitleOnlyCandidates, info.RouterProb, info.Unresolved = resp.TitleOnlyCandidates, resp.RouterProb, unresolved
@@ -664,8 +664,9 @@ func hitsFromRaw(raw []json.RawMessage) ([]adapter.Hit, error) {
 // Elasticsearch returned it, with "_icicle" added; a parametric result that was not is its recalled hit
 // (fetched with the request's source filter, _score null); unresolved parametric docids have no document
 // to show and are counted. Hits the ranking did not place follow in Elasticsearch's order (provenance
-// bm25), no document twice, until the list is as long as Elasticsearch's.
-func placeHits(results []Result, raw []json.RawMessage, recalled map[string]json.RawMessage) ([]json.RawMessage, int) {
+// bm25), no document twice, until the list has limit hits (the number Elasticsearch was asked for: when
+// it had fewer, every hit stays).
+func placeHits(results []Result, raw []json.RawMessage, recalled map[string]json.RawMessage, limit int) ([]json.RawMessage, int) {
 	ids := make([]string, len(raw))
 	byID := make(map[string]int, len(raw))
 	for j, r := range raw {
@@ -708,7 +709,7 @@ func placeHits(results []Result, raw []json.RawMessage, recalled map[string]json
 		}
 	}
 	for j := range raw {
-		if len(out) >= len(raw) {
+		if len(out) >= limit {
 			break
 		}
 		if used[j] || placed[ids[j]] {

@@ -155,8 +155,9 @@ func TestDropinReranks(t *testing.T) {
 	require.EqualValues(t, 3, out["took"], "Elasticsearch's fields stay")
 	require.Contains(t, out, "_shards")
 	require.EqualValues(t, 3, out["hits"].(map[string]any)["total"].(map[string]any)["value"])
-	// Beta copied, Seen Doc from memory (inserted), then Elasticsearch's order fills the page of 3.
-	require.Equal(t, []string{"Beta/copy", "Seen Doc/parametric", "Alpha/bm25"}, hitOrder(t, out))
+	// Beta copied, Seen Doc from memory (inserted), then Elasticsearch's order fills the page of 10, of which
+	// Elasticsearch had only 3.
+	require.Equal(t, []string{"Beta/copy", "Seen Doc/parametric", "Alpha/bm25", "Gamma/bm25"}, hitOrder(t, out))
 	hits := out["hits"].(map[string]any)["hits"].([]any)
 	beta, seen, alpha := hits[0].(map[string]any), hits[1].(map[string]any), hits[2].(map[string]any)
 	require.Equal(t, "2", beta["_id"])
@@ -242,7 +243,7 @@ func TestDropinModes(t *testing.T) {
 		order            []string
 	}{
 		{name: "fused", body: match, model: &fakeReranker{rank: copyBeta}, opts: func(o *Options) { o.Policy = "fusion" },
-			mode: "fused", order: []string{"Beta/copy", "Alpha/bm25", "Seen Doc/parametric"}},
+			mode: "fused", order: []string{"Beta/copy", "Alpha/bm25", "Seen Doc/parametric", "Gamma/bm25"}},
 		{name: "bm25 policy", body: match, model: failing, opts: func(o *Options) { o.Policy = "bm25" },
 			mode: "bm25", order: []string{"Alpha/bm25", "Beta/bm25", "Gamma/bm25"}},
 		{name: "model error falls back", body: match, model: failing,
@@ -387,4 +388,160 @@ func FuzzDropinBody(f *testing.F) {
 			t.Fatalf("status %d for body %q: %s", rec.Code, body, rec.Body)
 		}
 	})
+}
+
+// TestDropinProxy: what the proxy forwards (path rewritten for index-less reads, query string, media-type
+// headers, body) and what it refuses, with Elasticsearch's error shape.
+func TestDropinProxy(t *testing.T) {
+	const vendor = "application/vnd.elasticsearch+json; compatible-with=8"
+	tests := []struct {
+		name, method, path, body string
+		wantPath                 string // forwarded path; empty: not forwarded
+		code                     int
+		errType                  string // the sidecar's own error type
+	}{
+		{name: "info", method: "GET", path: "/", wantPath: "/", code: 200},
+		{name: "ping", method: "HEAD", path: "/", wantPath: "/", code: 200},
+		{name: "count", method: "POST", path: "/icicle-docs/_count?q=x", body: `{"query":{"match_all":{}}}`, wantPath: "/icicle-docs/_count", code: 200},
+		{name: "count without index goes to the configured index", method: "GET", path: "/_count", wantPath: "/icicle-docs/_count", code: 200},
+		{name: "mapping of an alias", method: "GET", path: "/my-alias/_mapping", wantPath: "/my-alias/_mapping", code: 200},
+		{name: "mapping without index", method: "GET", path: "/_mapping", wantPath: "/icicle-docs/_mapping", code: 200},
+		{name: "get a document", method: "GET", path: "/icicle-docs/_doc/a%2Fb", wantPath: "/icicle-docs/_doc/a/b", code: 200},
+		{name: "index exists", method: "HEAD", path: "/icicle-docs", wantPath: "/icicle-docs", code: 200},
+		{name: "open a point in time", method: "POST", path: "/icicle-docs/_pit?keep_alive=1m", wantPath: "/icicle-docs/_pit", code: 200},
+		{name: "close a point in time", method: "DELETE", path: "/_pit", body: `{"id":"x"}`, wantPath: "/_pit", code: 200},
+		{name: "scroll", method: "POST", path: "/_search/scroll", body: `{"scroll":"1m","scroll_id":"x"}`, wantPath: "/_search/scroll", code: 200},
+		{name: "clear scroll", method: "DELETE", path: "/_search/scroll", body: `{"scroll_id":"x"}`, wantPath: "/_search/scroll", code: 200},
+		{name: "msearch", method: "POST", path: "/_msearch", body: "{}\n{\"query\":{\"match_all\":{}}}\n{\"index\":\"my-alias\"}\n{}\n",
+			wantPath: "/icicle-docs/_msearch", code: 200},
+		{name: "msearch header naming another index", method: "POST", path: "/icicle-docs/_msearch", body: "{\"index\":\"secrets\"}\n{}\n",
+			code: 403, errType: "security_exception"},
+		{name: "msearch header with a pattern list", method: "POST", path: "/icicle-docs/_msearch", body: "{\"index\":[\"icicle-docs\",\"s*\"]}\n{}\n",
+			code: 403, errType: "security_exception"},
+		{name: "msearch with a script", method: "POST", path: "/icicle-docs/_msearch", body: "{}\n{\"script_fields\":{\"x\":{\"script\":\"1\"}}}\n",
+			code: 403, errType: "security_exception"},
+		{name: "mget naming another index", method: "POST", path: "/_mget", body: `{"docs":[{"_index":"secrets","_id":"1"}]}`, code: 403, errType: "security_exception"},
+		{name: "another index", method: "GET", path: "/secrets/_count", code: 403, errType: "security_exception"},
+		{name: "a pattern", method: "GET", path: "/icicle-*/_mapping", code: 403, errType: "security_exception"},
+		{name: "_all", method: "GET", path: "/_all/_count", code: 403, errType: "security_exception"},
+		{name: "an exclusion", method: "GET", path: "/icicle-docs,-icicle-docs/_count", code: 403, errType: "security_exception"},
+		{name: "a remote cluster", method: "GET", path: "/other:icicle-docs/_count", code: 403, errType: "security_exception"},
+		{name: "runtime_mappings in a count", method: "POST", path: "/icicle-docs/_count", body: `{"runtime_mappings":{"x":{"type":"long","script":"emit(1)"}}}`,
+			code: 403, errType: "security_exception"},
+		{name: "a script query", method: "POST", path: "/icicle-docs/_search", body: `{"query":{"bool":{"filter":{"script":{"script":"true"}}}}}`,
+			code: 403, errType: "security_exception"},
+		{name: "a write", method: "PUT", path: "/icicle-docs/_doc/1", body: `{"title":"x"}`, code: 403, errType: "security_exception"},
+		{name: "a bulk", method: "POST", path: "/_bulk", body: "{}\n", code: 403, errType: "security_exception"},
+		{name: "delete the index", method: "DELETE", path: "/icicle-docs", code: 403, errType: "security_exception"},
+		{name: "cluster settings", method: "GET", path: "/_cluster/settings", code: 403, errType: "security_exception"},
+		{name: "cat indices", method: "GET", path: "/_cat/indices", code: 403, errType: "security_exception"},
+		{name: "the sidecar's own unknown path", method: "GET", path: "/v1/nothing", code: 404},
+		{name: "too large", method: "POST", path: "/icicle-docs/_count", body: `{"query":{"match":{"title":"` + strings.Repeat("x", 2<<20) + `"}}}`,
+			code: 413, errType: "content_too_long_exception"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []adapter.RawRequest
+			es := &fakeSearcher{raw: func(_ context.Context, req adapter.RawRequest) (adapter.RawResponse, error) {
+				got = append(got, req)
+				return adapter.RawResponse{Status: 200, Header: http.Header{"X-Elastic-Product": {"Elasticsearch"}, "Content-Type": {vendor},
+					"Content-Length": {"7"}}, Body: []byte(`{"a":1}`)}, nil
+			}}
+			s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, nil)
+			req := httptest.NewRequestWithContext(t.Context(), tt.method, tt.path, strings.NewReader(tt.body))
+			req.Header.Set("Content-Type", vendor)
+			req.Header.Set("Accept", vendor)
+			req.Header.Set("X-Opaque-Id", "op-1")
+			rec := httptest.NewRecorder()
+			s.Handler().ServeHTTP(rec, req)
+			require.Equal(t, tt.code, rec.Code, rec.Body.String())
+			if tt.wantPath == "" {
+				require.Empty(t, got, "nothing reaches Elasticsearch")
+				if tt.errType != "" {
+					var e ESErrorBody
+					require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &e), rec.Body.String())
+					require.Equal(t, tt.code, e.Status)
+					require.Equal(t, tt.errType, e.Error.Type)
+					require.Equal(t, tt.errType, e.Error.RootCause[0].Type)
+					require.NotEmpty(t, e.Error.Reason)
+					require.Equal(t, "Elasticsearch", rec.Header().Get("X-Elastic-Product"), "the clients read the error")
+				}
+				return
+			}
+			require.Len(t, got, 1)
+			require.Equal(t, tt.method, got[0].Method)
+			require.Equal(t, tt.wantPath, "/"+strings.Join(got[0].Path, "/"))
+			require.Equal(t, req.URL.Query(), got[0].Query, "query string unchanged")
+			require.Equal(t, tt.body, string(got[0].Body), "body unchanged")
+			require.Equal(t, vendor, got[0].Header.Get("Accept"))
+			require.Equal(t, "op-1", got[0].Header.Get("X-Opaque-Id"))
+			require.Equal(t, "Elasticsearch", rec.Header().Get("X-Elastic-Product"))
+			require.Equal(t, vendor, rec.Header().Get("Content-Type"), "Elasticsearch's media type")
+			if tt.method == "HEAD" {
+				require.Equal(t, "7", rec.Header().Get("Content-Length"))
+			} else {
+				require.JSONEq(t, `{"a":1}`, rec.Body.String())
+			}
+		})
+	}
+}
+
+func TestAllowList(t *testing.T) {
+	t.Run("resolved from the cluster, refreshed on readiness", func(t *testing.T) {
+		names := []string{"icicle-docs"}
+		es := &fakeSearcher{indexNames: func(context.Context) ([]string, error) { return names, nil }}
+		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, nil)
+		code, _, _ := do(t, s, "GET", "/docs-alias/_count", "")
+		require.Equal(t, 403, code)
+		names = []string{"icicle-docs", "docs-alias"}
+		code, _, _ = do(t, s, "GET", "/docs-alias/_count", "")
+		require.Equal(t, 403, code, "kept until the next readiness check")
+		code, _, _ = do(t, s, "GET", "/readyz", "")
+		require.Equal(t, 200, code)
+		code, _, _ = do(t, s, "GET", "/docs-alias/_count", "")
+		require.Equal(t, 200, code, "an alias added since the start")
+	})
+	t.Run("configured", func(t *testing.T) {
+		es := &fakeSearcher{indexNames: func(context.Context) ([]string, error) { return nil, errors.New("not asked") }}
+		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.AllowedIndices = []string{"a", "b"} })
+		for path, want := range map[string]int{"/a,b/_count": 200, "/a/_count": 200, "/icicle-docs/_count": 403, "/a,c/_count": 403} {
+			code, _, _ := do(t, s, "GET", path, "")
+			require.Equal(t, want, code, path)
+		}
+	})
+	t.Run("unresolvable: the configured index alone", func(t *testing.T) {
+		es := &fakeSearcher{indexNames: func(context.Context) ([]string, error) { return nil, errors.New("down") }}
+		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, nil)
+		code, _, _ := do(t, s, "GET", "/icicle-docs/_count", "")
+		require.Equal(t, 200, code)
+		code, _, _ = do(t, s, "GET", "/my-alias/_count", "")
+		require.Equal(t, 403, code)
+	})
+	t.Run("scripts allowed by option", func(t *testing.T) {
+		s := newTestServer(t, &fakeSearcher{}, &fakeReranker{rank: copyBeta}, func(o *Options) { o.AllowScripts = true })
+		code, _, _ := do(t, s, "POST", "/icicle-docs/_count", `{"runtime_mappings":{"x":{"type":"long","script":"emit(1)"}}}`)
+		require.Equal(t, 200, code)
+	})
+}
+
+// TestDropinPaging: consecutive pages are cut from one ranking of the window: page 1 + page 2 is the
+// first two pages' worth of the window, no hit twice, and Elasticsearch is asked for the window from 0.
+func TestDropinPaging(t *testing.T) {
+	var sent []string
+	es := recordingES(200, esSearchBody, &sent)
+	s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.RankWindowSize = 3 })
+	page := func(from, size int) []string {
+		code, out, _ := do(t, s, "POST", "/icicle-docs/_search", fmt.Sprintf(`{"query":{"match":{"title":"q"}},"from":%d,"size":%d}`, from, size))
+		require.Equal(t, http.StatusOK, code, out)
+		require.EqualValues(t, 3, out["icicle"].(map[string]any)["rank_window_size"])
+		return hitOrder(t, out)
+	}
+	window := page(0, 3)
+	require.Equal(t, []string{"Beta/copy", "Seen Doc/parametric", "Alpha/bm25"}, window)
+	require.JSONEq(t, `{"query":{"match":{"title":"q"}},"from":0,"size":3}`, sent[2])
+	p1, p2 := page(0, 2), page(2, 2)
+	require.JSONEq(t, `{"query":{"match":{"title":"q"}},"from":0,"size":4}`, sent[len(sent)-1], "from 2 size 2: the window widened to 4")
+	require.Equal(t, window[:2], p1)
+	require.Equal(t, []string{"Alpha/bm25", "Gamma/bm25"}, p2, "page 2 goes on where page 1 stopped; Gamma, pushed out of the window by the recalled document, follows")
+	require.Empty(t, page(4, 2), "past the end")
 }
