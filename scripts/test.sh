@@ -4,7 +4,8 @@
 #   2. Go, race detector, pure packages
 #   3. Go native: ONNX Runtime + HF tokenizer against the committed models/tiny fixture (golden vectors)
 #   4. Python: training/ stages, export parity, reference decoder (pytest)
-#   5. Integration: a real Elasticsearch node on loopback + the real model, end to end
+#   5. Integration: a real Elasticsearch node on loopback + the real model, end to end, and the official
+#      Python and JavaScript Elasticsearch clients against the drop-in (scripts/clients.sh)
 # Set ICICLE_TEST_SKIP_PYTHON=1 to skip step 4 on a machine without the venv.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -43,6 +44,7 @@ step "Integration: real Elasticsearch node on loopback"
 export ICICLE_ES_PORT=${ICICLE_TEST_ES_PORT:-9250} ICICLE_RUN_DIR=$PWD/.run/test
 scripts/es.sh start
 trap 'scripts/es.sh stop >/dev/null 2>&1 || true' EXIT
+eval "$(scripts/clients.sh)" # the official Python and JavaScript clients that integration/clients_test.go drives
 ICICLE_ES_URL=$(scripts/es.sh url) go test -count=1 -tags "integration ort tokenizers" ./adapter/... ./integration/...
 
 printf '\ntest.sh: all suites passed in %ss\n' "$(( $(date +%s) - start ))"
