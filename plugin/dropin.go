@@ -129,7 +129,7 @@ func (s *Server) dropinSearch(c *gin.Context, index string) {
 		s.failES(c, "dropin", err)
 		return
 	}
-	plan, err := planDropin(c.Request.URL.Query(), body, s.opts.MaxQueryChars, cmpOrInt(s.opts.RankWindowSize, DefaultRankWindowSize))
+	plan, err := planDropin(c.Request.URL.Query(), body, s.opts.MaxQueryChars, cmp.Or(s.opts.RankWindowSize, DefaultRankWindowSize))
 	if err != nil {
 		s.failES(c, "dropin", err)
 		return
@@ -238,13 +238,6 @@ func jsonContentType(h http.Header) string {
 		return ct
 	}
 	return "application/json; charset=utf-8"
-}
-
-func cmpOrInt(a, b int) int {
-	if a > 0 {
-		return a
-	}
-	return b
 }
 
 // hasPIT reports whether a search body searches a point in time.

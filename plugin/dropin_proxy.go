@@ -3,6 +3,7 @@ package plugin
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,17 +48,10 @@ func newAllowList(names []string) *allowList {
 func (a *allowList) denied(expr string) string {
 	for _, part := range strings.Split(expr, ",") {
 		if !a.names[part] {
-			return cmpOr(part, `""`)
+			return cmp.Or(part, `""`)
 		}
 	}
 	return ""
-}
-
-func cmpOr(s, alt string) string {
-	if s == "" {
-		return alt
-	}
-	return s
 }
 
 // allowed returns the current allow-list. The first request to need it resolves the default list (cmd's

@@ -1,5 +1,6 @@
 // Drive the official JavaScript Elasticsearch client against a URL and print what it saw, as one JSON
-// object. Usage: node check.js <base url> <index> <other index> <query>
+// object. Usage: node check.js <base url> <index> <other index> <query> [big]
+// With "big", it also sends a 10 MB search body (the last row; slow on the node itself).
 // integration/clients_test.go runs it against the sidecar and against Elasticsearch and compares; the
 // assertions live there. Any error other than the ones probed here makes the run fail (non-zero exit).
 'use strict'
@@ -7,7 +8,7 @@ const { Client, errors } = require('@elastic/elasticsearch')
 const { version } = JSON.parse(require('fs').readFileSync(require.resolve('@elastic/elasticsearch').replace(/index\.js$/, 'package.json')))
 
 async function main () {
-  const [url, index, other, query] = process.argv.slice(2)
+  const [url, index, other, query, big] = process.argv.slice(2)
   const es = new Client({ node: url, requestTimeout: 60000 })
   const out = { client: 'javascript @elastic/elasticsearch ' + version }
   const info = await es.info({}, { meta: true })
@@ -46,6 +47,15 @@ async function main () {
     } catch (e) {
       if (!(e instanceof errors.ResponseError)) throw e
       out[name] = { status: e.meta.statusCode, error: e.name, type: e.body && e.body.error && e.body.error.type }
+    }
+  }
+  if (big === 'big') {
+    try {
+      await es.search({ index, query: { match: { text: 'x '.repeat(5 << 20) } }, size: 1 })
+      out.big_body = { status: 200, error: null }
+    } catch (e) {
+      if (!(e instanceof errors.ResponseError)) throw e
+      out.big_body = { status: e.meta.statusCode, error: e.name, type: e.body && e.body.error && e.body.error.type }
     }
   }
   process.stdout.write(JSON.stringify(out))

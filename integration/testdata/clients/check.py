@@ -1,6 +1,7 @@
 """Drive the official Python Elasticsearch client against a URL and print what it saw, as one JSON object.
 
-Usage: python check.py <base url> <index> <other index> <query>
+Usage: python check.py <base url> <index> <other index> <query> [big]
+With "big", it also sends a 10 MB search body (the issue's last row; slow on the node itself).
 integration/clients_test.go runs it against the sidecar and against Elasticsearch and compares; the
 assertions live there. Any exception other than the ones probed here makes the run fail (non-zero exit).
 """
@@ -8,7 +9,7 @@ import json
 import sys
 import time
 
-from elasticsearch import AuthorizationException, Elasticsearch, __versionstr__
+from elasticsearch import ApiError, AuthorizationException, Elasticsearch, __versionstr__
 
 url, index, other, query = sys.argv[1:5]
 es = Elasticsearch(url, request_timeout=60)
@@ -49,5 +50,12 @@ for name, target in (("other_index", other), ("wildcard", "*")):
         out[name] = {"status": 200, "error": None}
     except AuthorizationException as e:
         out[name] = {"status": e.meta.status, "error": type(e).__name__, "type": e.error}
+
+if sys.argv[5:] == ["big"]:
+    try:
+        es.search(index=index, query={"match": {"text": "x " * (5 << 20)}}, size=1)
+        out["big_body"] = {"status": 200, "error": None}
+    except ApiError as e:
+        out["big_body"] = {"status": e.meta.status, "error": type(e).__name__, "type": e.error}
 
 json.dump(out, sys.stdout)
