@@ -115,7 +115,7 @@ func (s *Server) dropin(c *gin.Context) { s.dropinSearch(c, c.Param("index")) }
 func (s *Server) dropinSearch(c *gin.Context, index string) {
 	start := time.Now()
 	if index != "" {
-		if err := s.checkIndex(c.Request.Context(), "indices:data/read/search", index); err != nil {
+		if err := s.checkIndex("indices:data/read/search", index); err != nil {
 			s.failES(c, "dropin", err)
 			return
 		}

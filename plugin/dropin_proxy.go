@@ -57,13 +57,11 @@ func (a *allowList) denied(expr string) string {
 // allowed returns the current allow-list. The first request to need it resolves the default list (cmd's
 // start-up readiness wait usually has done it through /readyz); until that succeeds it is the configured
 // index alone.
-func (s *Server) allowed(ctx context.Context) *allowList {
+func (s *Server) allowed() *allowList {
 	if a := s.allow.Load(); a != nil {
 		return a
 	}
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	s.refreshAllowList(rctx)
+	s.refreshAllowList()
 	if a := s.allow.Load(); a != nil {
 		return a
 	}
@@ -72,10 +70,14 @@ func (s *Server) allowed(ctx context.Context) *allowList {
 
 // refreshAllowList resolves the default allow-list (the configured index, the indices behind it and their
 // aliases that point only at them) unless Options.AllowedIndices set it. On failure the last list stays.
-func (s *Server) refreshAllowList(ctx context.Context) {
+// It is the sidecar's own work: it runs on a context of its own (2s), never with a caller's credentials
+// or cancellation, whatever request needed it.
+func (s *Server) refreshAllowList() {
 	if len(s.opts.AllowedIndices) > 0 {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
 	names, err := s.es.IndexNames(ctx)
 	if err != nil {
 		s.log.Warn("resolve the drop-in's allowed indices", "err", err)
@@ -93,8 +95,8 @@ type ForbiddenError struct {
 func (e *ForbiddenError) Error() string { return e.Reason }
 
 // checkIndex refuses an index expression outside the allow-list.
-func (s *Server) checkIndex(ctx context.Context, action, expr string) error {
-	al := s.allowed(ctx)
+func (s *Server) checkIndex(action, expr string) error {
+	al := s.allowed()
 	if bad := al.denied(expr); bad != "" {
 		return &ForbiddenError{Reason: fmt.Sprintf("action [%s] is unauthorized for index [%s] through the icicle sidecar, which serves only [%s] (elasticsearch.allowed_indices)",
 			action, bad, strings.Join(al.list, ","))}
@@ -160,7 +162,7 @@ type proxyRoute struct {
 	index  string   // the index expression the path names; "" for none
 	path   []string // the path sent to the cluster (index-less reads are sent to the configured index)
 	search bool     // a _search: the drop-in's search handler
-	check  func(s *Server, ctx context.Context, body []byte) error
+	check  func(s *Server, body []byte) error
 }
 
 // sidecarPaths are the first path segments of the sidecar's own API: an unknown route under them is a 404,
@@ -239,7 +241,7 @@ func (s *Server) routeProxy(method string, segs []string) (proxyRoute, bool) {
 
 // checkMsearch checks every header line of an _msearch body against the allow-list (a header without
 // an index uses the path's, which was checked) and every search line for scripts.
-func (s *Server) checkMsearch(ctx context.Context, body []byte) error {
+func (s *Server) checkMsearch(body []byte) error {
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	sc.Buffer(make([]byte, 0, 64<<10), len(body)+1)
 	header := true
@@ -262,7 +264,7 @@ func (s *Server) checkMsearch(ctx context.Context, body []byte) error {
 				default:
 					many = []string{string(h.Index)}
 				}
-				if err := s.checkIndex(ctx, "indices:data/read/msearch", strings.Join(many, ",")); err != nil {
+				if err := s.checkIndex("indices:data/read/msearch", strings.Join(many, ",")); err != nil {
 					return err
 				}
 			}
@@ -275,7 +277,7 @@ func (s *Server) checkMsearch(ctx context.Context, body []byte) error {
 }
 
 // checkMget checks the _index of every document an _mget body names.
-func (s *Server) checkMget(ctx context.Context, body []byte) error {
+func (s *Server) checkMget(body []byte) error {
 	var req struct {
 		Docs []struct {
 			Index string `json:"_index"`
@@ -288,7 +290,7 @@ func (s *Server) checkMget(ctx context.Context, body []byte) error {
 		if d.Index == "" {
 			continue
 		}
-		if err := s.checkIndex(ctx, "indices:data/read/mget", d.Index); err != nil {
+		if err := s.checkIndex("indices:data/read/mget", d.Index); err != nil {
 			return err
 		}
 	}
@@ -337,7 +339,7 @@ func (s *Server) proxy(c *gin.Context) {
 		return
 	}
 	if route.index != "" {
-		if err := s.checkIndex(c.Request.Context(), route.action, route.index); err != nil {
+		if err := s.checkIndex(route.action, route.index); err != nil {
 			s.failES(c, "dropin_proxy", err)
 			return
 		}
@@ -348,7 +350,7 @@ func (s *Server) proxy(c *gin.Context) {
 		return
 	}
 	if route.check != nil {
-		if err := route.check(s, c.Request.Context(), body); err != nil {
+		if err := route.check(s, body); err != nil {
 			s.failES(c, "dropin_proxy", err)
 			return
 		}

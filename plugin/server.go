@@ -235,8 +235,8 @@ func (s *Server) ready(c *gin.Context) {
 		c.JSON(http.StatusServiceUnavailable, gin.H{"ready": false, "elasticsearch": "unreachable or index unusable"})
 		return
 	}
-	s.refreshAllowList(ctx) // an alias added since the start is allowed from now on
-	model := s.modelInfo()  // the current one: a hot swap changes the seen corpus
+	s.refreshAllowList()   // an alias added since the start is allowed from now on
+	model := s.modelInfo() // the current one: a hot swap changes the seen corpus
 	body := gin.H{"ready": true, "model": model.Name, "breaker": s.breaker.State().String()}
 	diffBody, diff := s.seenDiffBody(model)
 	if diffBody != nil {
