@@ -31,6 +31,8 @@ type Config struct {
 	Metrics Metrics `yaml:"metrics"`
 	// Compressor computes the summaries of ingested documents that arrive without one.
 	Compressor Compressor `yaml:"compressor"`
+	// Dropin is the Elasticsearch drop-in (/{index}/_search and the proxied read APIs; docs/api.md).
+	Dropin Dropin `yaml:"dropin"`
 
 	// fromEnv maps a YAML key ("server.addr") to the environment variable Load took its value from, so
 	// that Validate can name the variable. Nil when nothing came from the environment.
@@ -123,6 +125,11 @@ type Elasticsearch struct {
 	// caller, an explicit opt-in for clusters the sidecar alone may reach. The sidecar's own work (ingest,
 	// readiness, the seen listing) always uses the credentials above. Default "passthrough".
 	CallerCredentials string `yaml:"caller_credentials"`
+	// AllowedIndices are the index and alias names (exact, no patterns) that the Elasticsearch drop-in may
+	// address; any other name, a pattern or _all is a 403 security_exception. Environment: comma-separated.
+	// Default [] (index, the indices behind it and their aliases that point only at them, resolved at start
+	// and on every /readyz).
+	AllowedIndices []string `yaml:"allowed_indices"`
 }
 
 // Model configures the model directory (see inference/MODEL_FORMAT.md) and the ONNX Runtime session.
@@ -302,6 +309,18 @@ const (
 	CompressorLLM = "llm"
 )
 
+// Dropin configures the Elasticsearch drop-in (plugin/dropin.go, docs/api.md).
+type Dropin struct {
+	// RankWindowSize is how many of Elasticsearch's top hits a reranked search ranks once, to cut every page
+	// of the query from (widened to the request's size; a request may set ext.icicle.rank_window_size).
+	// 1..10000. Default 10 (Elasticsearch's text_similarity_reranker default).
+	RankWindowSize int `yaml:"rank_window_size"`
+	// AllowScripts lets drop-in request bodies carry scripts (script, script_fields, runtime_mappings,
+	// script_score, scripted_metric, bucket_script, ...), which run on the cluster with whatever rights the
+	// request has. Default false: such a body is a 403.
+	AllowScripts bool `yaml:"allow_scripts"`
+}
+
 // Compressor configures how `icicle ingest` and `POST /v1/ingest` summarise a document that has no summary (internal/compress).
 // The model must be served summaries like those it was trained on, so change Kind together with the model.
 type Compressor struct {
@@ -362,6 +381,7 @@ func Default() Config {
 			MaxRetries:     3,
 
 			CallerCredentials: CallerPassthrough,
+			AllowedIndices:    []string{},
 		},
 		Model: Model{
 			Dir:            "models/small",
@@ -389,6 +409,7 @@ func Default() Config {
 			QueueSize:    4,
 			QueueTimeout: 500 * time.Millisecond,
 		},
+		Dropin: Dropin{RankWindowSize: 10},
 		AB: AB{
 			SplitB:                0.5,
 			Mode:                  ABSplit,

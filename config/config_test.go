@@ -136,7 +136,9 @@ func TestLoadGood(t *testing.T) {
 				CertFingerprint: "AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89",
 				Index:           "nq-docs", RequestTimeout: 3 * time.Second, MaxRetries: 0,
 				CallerCredentials: CallerService,
+				AllowedIndices:    []string{"nq-docs", "nq-docs-2025"},
 			}
+			c.Dropin = Dropin{RankWindowSize: 50, AllowScripts: true}
 			c.Model = Model{
 				Dir: "/models/nq", Quantized: true, Provider: "cuda", IntraOpThreads: 4, InterOpThreads: 0,
 				ORTLibrary: "/opt/ort/lib/libonnxruntime.so",
@@ -591,4 +593,43 @@ func TestRedacted(t *testing.T) {
 	require.NotContains(t, out, "secret")
 	require.Equal(t, []string{"https://u:xxxxx@es:9200", "http://es2:9200"}, r.Elasticsearch.Addresses)
 	require.Equal(t, "https://u:secret-url@es:9200", c.Elasticsearch.Addresses[0], "the original is untouched")
+}
+
+func TestValidateDropin(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		edit func(c *Config)
+		key  string // the key the error names; "" for valid
+	}{
+		{name: "defaults", edit: func(*Config) {}},
+		{name: "explicit names", edit: func(c *Config) { c.Elasticsearch.AllowedIndices = []string{"docs", "docs-v2"} }},
+		{name: "a pattern", edit: func(c *Config) { c.Elasticsearch.AllowedIndices = []string{"docs", "logs-*"} }, key: "elasticsearch.allowed_indices[1]"},
+		{name: "_all", edit: func(c *Config) { c.Elasticsearch.AllowedIndices = []string{"_all"} }, key: "elasticsearch.allowed_indices[0]"},
+		{name: "a list in one entry", edit: func(c *Config) { c.Elasticsearch.AllowedIndices = []string{"a,b"} }, key: "elasticsearch.allowed_indices[0]"},
+		{name: "a remote cluster", edit: func(c *Config) { c.Elasticsearch.AllowedIndices = []string{"other:docs"} }, key: "elasticsearch.allowed_indices[0]"},
+		{name: "an exclusion", edit: func(c *Config) { c.Elasticsearch.AllowedIndices = []string{"-docs"} }, key: "elasticsearch.allowed_indices[0]"},
+		{name: "window zero", edit: func(c *Config) { c.Dropin.RankWindowSize = 0 }, key: "dropin.rank_window_size"},
+		{name: "window too large", edit: func(c *Config) { c.Dropin.RankWindowSize = 10001 }, key: "dropin.rank_window_size"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.edit(&c)
+			err := c.Validate()
+			if tt.key == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.key)
+		})
+	}
+}
+
+func TestDropinFromEnv(t *testing.T) {
+	env := map[string]string{"ICICLE_ELASTICSEARCH_ALLOWED_INDICES": "docs,docs-v2", "ICICLE_DROPIN_RANK_WINDOW_SIZE": "50",
+		"ICICLE_DROPIN_ALLOW_SCRIPTS": "true"}
+	c, err := Load("", func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	require.NoError(t, err)
+	require.Equal(t, []string{"docs", "docs-v2"}, c.Elasticsearch.AllowedIndices)
+	require.Equal(t, Dropin{RankWindowSize: 50, AllowScripts: true}, c.Dropin)
 }

@@ -80,6 +80,15 @@ func (c Config) Validate() error {
 	}
 	v.positive("elasticsearch.request_timeout", es.RequestTimeout)
 	v.atLeast("elasticsearch.max_retries", int64(es.MaxRetries), 0)
+	for i, name := range es.AllowedIndices {
+		if name == "" || name == "_all" || name != strings.ToLower(name) || strings.ContainsAny(name, " \t\n\"\\/<>|?#*,:") || strings.HasPrefix(name, "-") {
+			v.addAt("elasticsearch.allowed_indices", fmt.Sprintf("elasticsearch.allowed_indices[%d]", i),
+				"want an exact index or alias name (no pattern, _all, exclusion, comma or remote cluster), got %q", name)
+		}
+	}
+	if w := c.Dropin.RankWindowSize; w < 1 || w > 10000 {
+		v.add("dropin.rank_window_size", "must be between 1 and 10000 (Elasticsearch's max_result_window), got %d", w)
+	}
 
 	m := c.Model
 	if m.Dir == "" {

@@ -143,7 +143,7 @@ func TestDropin(t *testing.T) {
 			status                    int
 		}{
 			{"bad query", "/" + index + "/_search", `{"query":{"matc":{"text":"x"}}}`, "parsing_exception", 400},
-			{"unknown index", "/icicle-no-such-index/_search", match, "index_not_found_exception", 404},
+			{"result window too large", "/" + index + "/_search", `{"query":{"match":{"text":"x"}},"from":10000,"size":10}`, "illegal_argument_exception", 400},
 		} {
 			code, hdr, b := postRaw(t, s.url+tc.path, tc.body)
 			require.Equal(t, tc.status, code, tc.name)
@@ -158,6 +158,18 @@ func TestDropin(t *testing.T) {
 		}
 	})
 
+	t.Run("an index outside the allow-list is the sidecar's 403", func(t *testing.T) {
+		for _, path := range []string{"/icicle-no-such-index/_search", "/*/_search", "/_all/_search", "/" + index + ",.security/_search"} {
+			code, hdr, b := postRaw(t, s.url+path, match)
+			require.Equal(t, http.StatusForbidden, code, path)
+			require.Equal(t, "Elasticsearch", hdr.Get("X-Elastic-Product"))
+			var e plugin.ESErrorBody
+			require.NoError(t, json.Unmarshal(b, &e))
+			require.Equal(t, "security_exception", e.Error.Type, path)
+			require.Equal(t, 403, e.Status)
+		}
+	})
+
 	t.Run("the official Go client works against the sidecar", func(t *testing.T) {
 		client, err := elasticsearch.NewClient(elasticsearch.Config{Addresses: []string{s.url}})
 		require.NoError(t, err)
@@ -169,5 +181,139 @@ func TestDropin(t *testing.T) {
 		require.NoError(t, json.NewDecoder(res.Body).Decode(&resp))
 		require.True(t, slices.Contains([]plugin.Mode{plugin.ModeReranked, plugin.ModeBM25Fallback}, resp.Icicle.Mode))
 		require.NotEmpty(t, resp.Hits.Hits)
+	})
+}
+
+// esCall sends one request to base and returns status, headers and body.
+func esCall(t *testing.T, method, url, contentType, body string) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	if body != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, res.Header, b
+}
+
+// TestDropinPassthrough: what is not a reranked _search reaches the node unchanged and comes back as the
+// node answered, status, product header, media type and body; scroll and point in time work through it;
+// the sidecar's own refusals have Elasticsearch's error shape.
+func TestDropinPassthrough(t *testing.T) {
+	s := newStack(t, 300)
+	esURL := os.Getenv("ICICLE_ES_URL")
+	index := s.es.Index()
+	const vendor = "application/vnd.elasticsearch+json; compatible-with=8"
+	for _, tc := range []struct {
+		name, method, path, ct, body string
+	}{
+		{"info", "GET", "/", "", ""},
+		{"ping", "HEAD", "/", "", ""},
+		{"count", "POST", "/" + index + "/_count", "application/json", `{"query":{"term":{"seen":true}}}`},
+		{"count, vendor media type", "POST", "/" + index + "/_count", vendor, `{"query":{"match_all":{}}}`},
+		{"mapping", "GET", "/" + index + "/_mapping", "", ""},
+		{"index exists", "HEAD", "/" + index, "", ""},
+		{"get a document", "GET", "/" + index + "/_doc/" + adapter.DocumentID(s.seen[0]) + "?_source_includes=title", "", ""},
+		{"missing document", "GET", "/" + index + "/_doc/nope", "", ""},
+		{"msearch", "POST", "/" + index + "/_msearch", "application/x-ndjson", "{}\n{\"size\":2,\"query\":{\"match\":{\"text\":\"federal reserve\"}}}\n"},
+		{"bad count", "POST", "/" + index + "/_count", "application/json", `{"query":{"matc":{}}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, hdr, b := esCall(t, tc.method, s.url+tc.path, tc.ct, tc.body)
+			wantCode, wantHdr, want := esCall(t, tc.method, esURL+tc.path, tc.ct, tc.body)
+			require.Equal(t, wantCode, code, string(b))
+			require.Equal(t, wantHdr.Get("X-Elastic-Product"), hdr.Get("X-Elastic-Product"))
+			require.Equal(t, wantHdr.Get("Content-Type"), hdr.Get("Content-Type"))
+			if tc.name == "msearch" {
+				var got, exp struct {
+					Responses []struct {
+						Hits json.RawMessage `json:"hits"`
+					} `json:"responses"`
+				}
+				require.NoError(t, json.Unmarshal(b, &got))
+				require.NoError(t, json.Unmarshal(want, &exp))
+				require.Len(t, got.Responses, 1)
+				require.JSONEq(t, string(exp.Responses[0].Hits), string(got.Responses[0].Hits), "passed through, not reranked")
+				return
+			}
+			require.Equal(t, string(want), string(b), "byte for byte")
+		})
+	}
+
+	t.Run("search without an index reads the configured index", func(t *testing.T) {
+		code, _, b := esCall(t, "POST", s.url+"/_search", "application/json", `{"query":{"match":{"text":"federal reserve chair"}}}`)
+		require.Equal(t, http.StatusOK, code, string(b))
+		var resp dropinResponse
+		require.NoError(t, json.Unmarshal(b, &resp))
+		require.NotNil(t, resp.Icicle)
+		require.NotEqual(t, plugin.ModePassthrough, resp.Icicle.Mode)
+		for _, h := range resp.Hits.Hits {
+			require.Equal(t, index, h.Index)
+		}
+	})
+
+	t.Run("scroll: opened on the index, continued and cleared without one", func(t *testing.T) {
+		code, _, b := esCall(t, "POST", s.url+"/"+index+"/_search?scroll=1m", "application/json", `{"size":2,"query":{"match_all":{}},"sort":["_doc"]}`)
+		require.Equal(t, http.StatusOK, code, string(b))
+		var first struct {
+			ScrollID string `json:"_scroll_id"`
+		}
+		require.NoError(t, json.Unmarshal(b, &first))
+		require.NotEmpty(t, first.ScrollID)
+		code, _, b = esCall(t, "POST", s.url+"/_search/scroll", "application/json", `{"scroll":"1m","scroll_id":"`+first.ScrollID+`"}`)
+		require.Equal(t, http.StatusOK, code, string(b))
+		var next dropinResponse
+		require.NoError(t, json.Unmarshal(b, &next))
+		require.Len(t, next.Hits.Hits, 2)
+		code, _, b = esCall(t, "DELETE", s.url+"/_search/scroll", "application/json", `{"scroll_id":"`+first.ScrollID+`"}`)
+		require.Equal(t, http.StatusOK, code, string(b))
+		require.Contains(t, string(b), `"succeeded":true`)
+	})
+
+	t.Run("point in time: opened on the index, searched, closed", func(t *testing.T) {
+		code, _, b := esCall(t, "POST", s.url+"/"+index+"/_pit?keep_alive=1m", "", "")
+		require.Equal(t, http.StatusOK, code, string(b))
+		var pit struct {
+			ID string `json:"id"`
+		}
+		require.NoError(t, json.Unmarshal(b, &pit))
+		require.NotEmpty(t, pit.ID)
+		code, _, b = esCall(t, "POST", s.url+"/_search", "application/json",
+			`{"size":5,"query":{"match":{"text":"federal reserve chair"}},"pit":{"id":"`+pit.ID+`","keep_alive":"1m"}}`)
+		require.Equal(t, http.StatusOK, code, string(b))
+		var resp dropinResponse
+		require.NoError(t, json.Unmarshal(b, &resp))
+		require.NotEmpty(t, resp.Hits.Hits)
+		require.NotNil(t, resp.Icicle)
+		code, _, b = esCall(t, "DELETE", s.url+"/_pit", "application/json", `{"id":"`+pit.ID+`"}`)
+		require.Equal(t, http.StatusOK, code, string(b))
+		require.Contains(t, string(b), `"succeeded":true`)
+	})
+
+	t.Run("the sidecar's own errors have Elasticsearch's shape", func(t *testing.T) {
+		big := `{"query":{"match":{"text":"` + strings.Repeat("x ", 5<<20) + `"}}}` // 10 MB
+		for _, tc := range []struct {
+			name, method, path, body, errType string
+			code                              int
+		}{
+			{"10 MB body", "POST", "/" + index + "/_search", big, "content_too_long_exception", 413},
+			{"a write", "PUT", "/" + index + "/_doc/x", `{"title":"x"}`, "security_exception", 403},
+			{"a script", "POST", "/" + index + "/_search", `{"query":{"match_all":{}},"script_fields":{"x":{"script":"1"}}}`, "security_exception", 403},
+			{"runtime mappings", "POST", "/" + index + "/_count", `{"runtime_mappings":{"x":{"type":"long","script":"emit(1)"}}}`, "security_exception", 403},
+			{"bad ext.icicle", "POST", "/" + index + "/_search", `{"ext":{"icicle":{"query":1}}}`, "illegal_argument_exception", 400},
+		} {
+			code, hdr, b := esCall(t, tc.method, s.url+tc.path, "application/json", tc.body)
+			require.Equal(t, tc.code, code, tc.name)
+			require.Equal(t, "Elasticsearch", hdr.Get("X-Elastic-Product"), tc.name)
+			var e plugin.ESErrorBody
+			require.NoError(t, json.Unmarshal(b, &e), tc.name)
+			require.Equal(t, tc.code, e.Status, tc.name)
+			require.Equal(t, tc.errType, e.Error.Type, tc.name)
+			require.Equal(t, tc.errType, e.Error.RootCause[0].Type, tc.name)
+		}
 	})
 }

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -63,9 +65,12 @@ type DropinInfo struct {
 	// RouterProb is p([COPY]) at the first decoding step; absent when the model did not run.
 	RouterProb *float64 `json:"router_prob,omitempty"`
 	// Unresolved counts parametric docids that were not found in the index and so are not among the hits.
-	Unresolved int     `json:"unresolved,omitempty"`
-	Timings    Timings `json:"timings"`
-	Model      string  `json:"model,omitempty"`
+	Unresolved int `json:"unresolved,omitempty"`
+	// RankWindowSize is how many of Elasticsearch's top hits were reranked (once) to cut this page from;
+	// absent when the answer was passed through unchanged.
+	RankWindowSize int     `json:"rank_window_size,omitempty"`
+	Timings        Timings `json:"timings"`
+	Model          string  `json:"model,omitempty"`
 }
 
 // DropinHit is the "_icicle" object the drop-in adds to each hit it placed.
@@ -82,29 +87,60 @@ type DropinHit struct {
 
 // dropinPlan is what the request asks of the drop-in, decided before Elasticsearch is called.
 type dropinPlan struct {
-	query  string // the query text to rank with; empty when reason is set
-	from   string // where query came from
-	reason string // a passthrough reason, or empty to rerank
-	body   []byte // the body to forward: the request's, without ext.icicle
+	query  string     // the query text to rank with; empty when reason is set
+	from   string     // where query came from
+	reason string     // a passthrough reason, or empty to rerank
+	body   []byte     // the body to forward: the request's, without ext.icicle
+	params url.Values // the query string to forward
+	// The page and the rank window, when reranking: Elasticsearch is asked for the top fetch hits (from 0),
+	// the first window of them are reranked once, and the page is hits [pageFrom, pageFrom+pageSize) of the
+	// result, so that consecutive pages cut the same ranking.
+	pageFrom, pageSize, window, fetch int
 }
 
-// dropin serves GET and POST /{index}/_search, Elasticsearch's search API: the body and query string go to
-// the cluster unchanged (less ext.icicle), and a successful answer comes back in Elasticsearch's shape with
-// hits.hits reranked by the same path as /v1/rerank and an "icicle" object added, or passed through with
-// mode passthrough and a reason. Elasticsearch's error statuses pass through with its body.
-func (s *Server) dropin(c *gin.Context) {
+// DefaultRankWindowSize is the rank window when neither the request (ext.icicle.rank_window_size) nor
+// Options.RankWindowSize sets one: Elasticsearch's default for text_similarity_reranker.
+const DefaultRankWindowSize = 10
+
+// dropin serves GET and POST /{index}/_search.
+func (s *Server) dropin(c *gin.Context) { s.dropinSearch(c, c.Param("index")) }
+
+// dropinSearch serves Elasticsearch's search API: the body and query string go to the cluster unchanged
+// (less ext.icicle, and with from/size widened to the rank window when reranking), and a successful answer
+// comes back in Elasticsearch's shape with the rank window reranked by the same path as /v1/rerank, the
+// page cut from it and an "icicle" object added, or passed through with mode passthrough and a reason.
+// Elasticsearch's error statuses pass through with its body; the sidecar's own errors have its shape.
+// index is the path's index expression, "" for an index-less /_search, which searches the configured
+// index (or, with a point in time, the PIT's indices).
+func (s *Server) dropinSearch(c *gin.Context, index string) {
 	start := time.Now()
-	index := c.Param("index")
+	if index != "" {
+		if err := s.checkIndex("indices:data/read/search", index); err != nil {
+			s.failES(c, "dropin", err)
+			return
+		}
+	}
 	body, err := s.readBody(c)
 	if err != nil {
-		s.fail(c, "dropin", err)
+		s.failES(c, "dropin", err)
 		return
 	}
-	params := c.Request.URL.Query()
-	plan, err := planDropin(params, body, s.opts.MaxQueryChars)
-	if err != nil {
-		s.fail(c, "dropin", err)
+	if err := s.checkScripts(body); err != nil {
+		s.failES(c, "dropin", err)
 		return
+	}
+	plan, err := planDropin(c.Request.URL.Query(), body, s.opts.MaxQueryChars, cmp.Or(s.opts.RankWindowSize, DefaultRankWindowSize))
+	if err != nil {
+		s.failES(c, "dropin", err)
+		return
+	}
+	path := []string{index, "_search"}
+	switch {
+	case index != "":
+	case hasPIT(body):
+		path = []string{"_search"} // a point in time names its indices; Elasticsearch refuses a path index
+	default:
+		index, path = s.es.Index(), []string{s.es.Index(), "_search"}
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.RequestTimeout)
 	defer cancel()
@@ -116,26 +152,16 @@ func (s *Server) dropin(c *gin.Context) {
 	}
 	esCtx, esCancel := context.WithTimeout(ctx, esBudget)
 	esStart := time.Now()
-	status, hdr, esBody, err := s.es.RawSearch(esCtx, index, params, plan.body)
+	res, err := s.es.Raw(esCtx, adapter.RawRequest{Method: http.MethodPost, Path: path, Query: plan.params, Header: c.Request.Header, Body: plan.body})
 	esCancel()
 	esDur := time.Since(esStart)
 	s.metrics.stage.WithLabelValues("es").Observe(esDur.Seconds())
-	switch {
-	case errors.Is(err, adapter.ErrInvalidArgument):
-		s.fail(c, "dropin", &InputError{Field: "index", Problem: fmt.Sprintf("%q is not an index expression", index)})
-		return
-	case err != nil:
-		if c.Request.Context().Err() != nil {
-			err = c.Request.Context().Err()
-		}
-		s.fail(c, "dropin", fmt.Errorf("search %q: %w: %w", index, ErrUpstream, err))
+	if err != nil {
+		s.failES(c, "dropin", s.upstream(c, index, err))
 		return
 	}
-	for _, k := range []string{"X-Elastic-Product", "Warning", "Retry-After"} {
-		for _, v := range hdr.Values(k) {
-			c.Writer.Header().Add(k, v)
-		}
-	}
+	status, hdr, esBody := res.Status, res.Header, res.Body
+	copyHeaders(c, hdr, false)
 	var top map[string]json.RawMessage
 	if status/100 != 2 || json.Unmarshal(esBody, &top) != nil || top == nil {
 		// Elasticsearch's error, or an answer that is not a JSON object (format=yaml): as it is.
@@ -148,36 +174,53 @@ func (s *Server) dropin(c *gin.Context) {
 		return
 	}
 
-	info := DropinInfo{Mode: ModePassthrough, Reason: plan.reason, QueryFrom: plan.from, Model: s.opts.Model.Name}
+	info := DropinInfo{Mode: ModePassthrough, Reason: plan.reason, QueryFrom: plan.from, Model: s.modelInfo().Name}
 	info.Timings.ES = ms(esDur)
 	hitsObj, raw, ok := esHits(top)
 	info.HitsReceived = len(raw)
 	if plan.reason == "" && !ok {
 		info.Reason = ReasonHitsWithoutTitle
 	}
-	if info.Reason == "" {
-		hits, err := hitsFromRaw(raw)
-		if err != nil {
-			info.Reason = ReasonHitsWithoutTitle
-		} else {
-			resp, err := s.rank(ctx, plan.query, hits, min(len(hits), 100), esDur)
+	if plan.fetch > 0 && ok {
+		window := raw[:min(plan.window, len(raw))]
+		placed := make([]json.RawMessage, 0, len(raw))
+		if info.Reason == "" {
+			hits, err := s.windowHits(ctx, window, sourceFiltered(plan))
 			if err != nil {
-				s.fail(c, "dropin", err)
-				return
+				info.Reason = ReasonHitsWithoutTitle
+			} else {
+				resp, err := s.rank(ctx, plan.query, hits, min(len(hits), 100), esDur)
+				if err != nil {
+					s.failES(c, "dropin", err)
+					return
+				}
+				recalled := s.recall(ctx, c, plan, body, resp.Results, raw)
+				var unresolved int
+				placed, unresolved = placeHits(resp.Results, raw, recalled, plan.fetch)
+				info.Mode, info.Reason, info.Timings = resp.Mode, resp.FallbackReason, resp.Timings
+				info.CandidatesInContext, info.CandidatesTruncated = resp.CandidatesInContext, resp.CandidatesTruncated
+				info.TitleOnlyCandidates, info.RouterProb, info.Unresolved = resp.TitleOnlyCandidates, resp.RouterProb, unresolved
 			}
-			placed, unresolved := s.placeHits(resp.Results, raw)
-			hitsObj["hits"] = mustJSON(placed)
-			top["hits"] = mustJSON(hitsObj)
-			info.Mode, info.Reason, info.Timings = resp.Mode, resp.FallbackReason, resp.Timings
-			info.CandidatesInContext, info.CandidatesTruncated = resp.CandidatesInContext, resp.CandidatesTruncated
-			info.TitleOnlyCandidates, info.RouterProb, info.Unresolved = resp.TitleOnlyCandidates, resp.RouterProb, unresolved
 		}
+		if info.Reason != "" && info.Mode == ModePassthrough {
+			placed = raw // no ranking: Elasticsearch's order, still cut into the page asked for
+		}
+		page := placed[min(plan.pageFrom, len(placed)):min(plan.pageFrom+plan.pageSize, len(placed))]
+		hitsObj["hits"] = mustJSON(page)
+		top["hits"] = mustJSON(hitsObj)
+		info.RankWindowSize = plan.window
 	}
 	info.RequestID = requestID(c)
-	info.Timings.Total = ms(time.Since(start))
+	total := time.Since(start)
+	info.Timings.Total = ms(total)
+	var esTook int64
+	if json.Unmarshal(top["took"], &esTook) == nil && top["took"] != nil {
+		// took is the whole request as the sidecar served it, Elasticsearch's part included.
+		top["took"] = mustJSON(max(esTook, int64(math.Ceil(float64(total.Microseconds())/1000))))
+	}
 	top["icicle"] = mustJSON(info)
 	s.finish(c, start, index, status, string(info.Mode), info.Reason)
-	c.Data(status, "application/json; charset=utf-8", mustJSON(top))
+	c.Data(status, jsonContentType(hdr), mustJSON(top))
 }
 
 // finish records the request's metrics and log line.
@@ -188,15 +231,168 @@ func (s *Server) finish(c *gin.Context, start time.Time, index string, status in
 		"took_ms", ms(time.Since(start)))
 }
 
-// planDropin decides from the request alone whether to rerank, and with which query text. Only a malformed
-// ext.icicle section is an error (an *InputError); anything else Elasticsearch may judge is forwarded.
-func planDropin(params url.Values, body []byte, maxQueryChars int) (dropinPlan, error) {
-	p := dropinPlan{body: body}
+// jsonContentType is Elasticsearch's JSON media type of the answer (the vendor type when the client asked
+// for it), or application/json.
+func jsonContentType(h http.Header) string {
+	if ct := h.Get("Content-Type"); strings.Contains(ct, "json") {
+		return ct
+	}
+	return "application/json; charset=utf-8"
+}
+
+// hasPIT reports whether a search body searches a point in time.
+func hasPIT(body []byte) bool {
+	var req struct {
+		PIT json.RawMessage `json:"pit"`
+	}
+	return json.Unmarshal(body, &req) == nil && req.PIT != nil
+}
+
+// failES records and writes the sidecar's own error in Elasticsearch's shape (writeESError).
+func (s *Server) failES(c *gin.Context, endpoint string, err error) {
+	writeESError(c, s.log, err)
+	s.metrics.requests.WithLabelValues(endpoint, strconv.Itoa(c.Writer.Status()), "error").Inc()
+}
+
+// titleFields are what the model reads of a hit.
+var titleFields = []string{"docid", "title", "summary"}
+
+// sourceFiltered reports whether the request shapes _source (source filtering, stored_fields,
+// filter_path), so that its hits may lack the docid, title or summary the model reads.
+func sourceFiltered(p dropinPlan) bool {
+	for _, k := range []string{"_source", "_source_includes", "_source_excludes", "stored_fields", "filter_path"} {
+		if p.params.Has(k) {
+			return true
+		}
+	}
+	var req map[string]json.RawMessage
+	_ = json.Unmarshal(p.body, &req)
+	src := strings.TrimSpace(string(req["_source"]))
+	return req["stored_fields"] != nil || (src != "" && src != "true")
+}
+
+// windowHits reads the rank window's hits as /v1/rerank reads its request's. When the request shaped
+// _source (filtered), or a hit has no title, the window's docids, titles and summaries are read in one
+// _mget by _index and _id, so that the model ranks the same candidates whatever the filter; the hits the
+// caller gets keep the caller's filter.
+func (s *Server) windowHits(ctx context.Context, window []json.RawMessage, filtered bool) ([]adapter.Hit, error) {
+	if !filtered {
+		if hits, err := hitsFromRaw(window); err == nil {
+			return hits, nil
+		}
+	}
+	type ref struct {
+		Index string `json:"_index"`
+		ID    string `json:"_id"`
+	}
+	refs := make([]ref, len(window))
+	scores := make([]*float64, len(window))
+	for i, r := range window {
+		var h struct {
+			ref
+			Score *float64 `json:"_score"`
+		}
+		if json.Unmarshal(r, &h) != nil || h.Index == "" || h.ID == "" {
+			return nil, fmt.Errorf("hit %d has no _index and _id", i)
+		}
+		refs[i], scores[i] = h.ref, h.Score
+	}
+	res, err := s.es.Raw(ctx, adapter.RawRequest{Method: http.MethodPost, Path: []string{"_mget"},
+		Query: url.Values{"_source": {strings.Join(titleFields, ",")}}, Body: mustJSON(map[string]any{"docs": refs})})
+	if err != nil || res.Status != http.StatusOK {
+		return nil, fmt.Errorf("read the window's titles: status %d: %v", res.Status, err)
+	}
+	var got struct {
+		Docs []struct {
+			Found  bool            `json:"found"`
+			Source json.RawMessage `json:"_source"`
+		} `json:"docs"`
+	}
+	if err := json.Unmarshal(res.Body, &got); err != nil || len(got.Docs) != len(refs) {
+		return nil, fmt.Errorf("read the window's titles: %d of %d documents: %v", len(got.Docs), len(refs), err)
+	}
+	es := make([]ESHit, len(refs))
+	for i, d := range got.Docs {
+		es[i] = ESHit{ID: refs[i].ID, Index: refs[i].Index, Score: scores[i], Source: d.Source}
+	}
+	return hitsFromES(es)
+}
+
+// recallBodyKeys and recallParams are the parts of a search that shape a hit (source filtering, fields,
+// versions): recalled documents are fetched with the request's own, so they look as its hits do.
+var (
+	recallBodyKeys = []string{"_source", "fields", "docvalue_fields", "stored_fields", "script_fields", "runtime_mappings", "version", "seq_no_primary_term"}
+	recallParams   = []string{"_source", "_source_includes", "_source_excludes", "stored_fields", "docvalue_fields", "version", "seq_no_primary_term"}
+)
+
+// recall fetches the parametric documents the ranking placed that are not among Elasticsearch's hits, by
+// _id from the configured index, with the request's source filter and fields; each comes back as
+// Elasticsearch would return it, with _score null. A failed fetch leaves them out (counted unresolved).
+func (s *Server) recall(ctx context.Context, c *gin.Context, plan dropinPlan, body []byte, results []Result, raw []json.RawMessage) map[string]json.RawMessage {
+	inRaw := make(map[string]bool, len(raw))
+	for _, r := range raw {
+		var h struct {
+			ID string `json:"_id"`
+		}
+		_ = json.Unmarshal(r, &h)
+		inRaw[h.ID] = true
+	}
+	var ids []string
+	for _, r := range results {
+		if r.BM25Rank == nil && r.Resolved && r.ID != "" && !inRaw[r.ID] {
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	var req map[string]json.RawMessage
+	_ = json.Unmarshal(body, &req) // a JSON object: the plan reranks only those
+	q := map[string]any{"query": map[string]any{"ids": map[string]any{"values": ids}}, "size": len(ids), "track_total_hits": false}
+	for _, k := range recallBodyKeys {
+		if req[k] != nil {
+			q[k] = req[k]
+		}
+	}
+	params := url.Values{}
+	for _, k := range recallParams {
+		if v, ok := plan.params[k]; ok {
+			params[k] = v
+		}
+	}
+	res, err := s.es.Raw(ctx, adapter.RawRequest{Method: http.MethodPost, Path: []string{s.es.Index(), "_search"}, Query: params,
+		Header: c.Request.Header, Body: mustJSON(q)})
+	if err != nil || res.Status != http.StatusOK {
+		s.log.Warn("recall parametric documents", "ids", len(ids), "status", res.Status, "err", err)
+		return nil
+	}
+	var top map[string]json.RawMessage
+	_ = json.Unmarshal(res.Body, &top)
+	_, hits, _ := esHits(top)
+	out := make(map[string]json.RawMessage, len(hits))
+	for _, h := range hits {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(h, &m) != nil {
+			continue
+		}
+		var id string
+		_ = json.Unmarshal(m["_id"], &id)
+		m["_score"] = json.RawMessage("null")
+		out[id] = mustJSON(m)
+	}
+	return out
+}
+
+// planDropin decides from the request alone whether to rerank, with which query text and over which
+// rank window. Only a malformed ext.icicle section (or a rank window smaller than the page) is an error
+// (an *InputError); anything else Elasticsearch may judge is forwarded.
+func planDropin(params url.Values, body []byte, maxQueryChars, defaultWindow int) (dropinPlan, error) {
+	p := dropinPlan{body: body, params: params}
 	var req map[string]json.RawMessage
 	if len(bytes.TrimSpace(body)) > 0 && json.Unmarshal(body, &req) != nil {
 		req = nil // not a JSON object: Elasticsearch will say what is wrong
 	}
-	extQuery, stripped, err := takeExtIcicle(req)
+	ext, stripped, err := takeExtIcicle(req)
 	if err != nil {
 		return p, err
 	}
@@ -205,20 +401,23 @@ func planDropin(params url.Values, body []byte, maxQueryChars int) (dropinPlan, 
 		// never reaches it; the rest of the body is re-encoded as it was parsed.
 		p.body = mustJSON(req)
 	}
+	// The query string's from and size win over the body's, as in Elasticsearch.
+	from, fromOK := paging(params.Get("from"), req["from"], 0)
+	size, sizeOK := paging(params.Get("size"), req["size"], 10)
 	switch {
 	case params.Has("scroll"):
 		p.reason = ReasonScroll
-	case positive(params.Get("from")) || positive(string(req["from"])) || req["search_after"] != nil:
+	case req["search_after"] != nil || !fromOK || !sizeOK:
 		p.reason = ReasonPaginated
 	case !scoreSort(params["sort"], req["sort"]):
 		p.reason = ReasonSorted
-	case zero(params.Get("size")) || zero(string(req["size"])):
+	case size == 0:
 		p.reason = ReasonSizeZero
 		if req["aggs"] != nil || req["aggregations"] != nil {
 			p.reason = ReasonAggregationsOnly
 		}
-	case extQuery != "":
-		p.query, p.from = extQuery, "ext.icicle.query"
+	case ext.query != "":
+		p.query, p.from = ext.query, "ext.icicle.query"
 	default:
 		p.query, p.from = queryText(req["query"], "query")
 		if strings.TrimSpace(p.query) == "" {
@@ -228,30 +427,83 @@ func planDropin(params url.Values, body []byte, maxQueryChars int) (dropinPlan, 
 	if p.reason == "" && utf8.RuneCountInString(p.query) > maxQueryChars {
 		p.query, p.reason = "", ReasonQueryTooLong
 	}
+	if p.reason != "" {
+		return p, nil
+	}
+	// The rank window: the request's, else the configured one widened to the page size (never to from,
+	// so that every page of a query ranks the same window).
+	p.window = max(defaultWindow, size)
+	if ext.window > 0 {
+		if ext.window < size {
+			return p, &InputError{Field: "ext.icicle.rank_window_size", Problem: fmt.Sprintf("%d is smaller than size %d", ext.window, size)}
+		}
+		p.window = ext.window
+	}
+	p.pageFrom, p.pageSize, p.fetch = from, size, max(p.window, from+size)
+	req["from"], req["size"] = json.RawMessage("0"), mustJSON(p.fetch)
+	p.body = mustJSON(req)
+	p.params = url.Values{}
+	for k, v := range params {
+		if k != "from" && k != "size" {
+			p.params[k] = v
+		}
+	}
 	return p, nil
 }
 
-// takeExtIcicle removes ext.icicle from req (and ext, when nothing else is left in it) and returns its
-// query. ext.icicle is {"query": "text"}; an unknown key or a non-string query is an *InputError.
-func takeExtIcicle(req map[string]json.RawMessage) (query string, stripped bool, err error) {
+// paging reads from or size: the query parameter when given, else the body's value, else def. ok is false
+// for a value that is not a non-negative integer (Elasticsearch will say what is wrong).
+func paging(param string, body json.RawMessage, def int) (int, bool) {
+	v := strings.TrimSpace(param)
+	if v == "" {
+		v = strings.TrimSpace(string(body))
+	}
+	if v == "" || v == "null" {
+		return def, true
+	}
+	n, err := strconv.Atoi(v)
+	return n, err == nil && n >= 0
+}
+
+// extIcicle is the request's ext.icicle section.
+type extIcicle struct {
+	query  string
+	window int
+}
+
+// takeExtIcicle removes ext.icicle from req (and ext, when nothing else is left in it) and returns it.
+// ext.icicle is {"query": "text", "rank_window_size": n}, either optional but not both; an unknown key or
+// a wrong type is an *InputError.
+func takeExtIcicle(req map[string]json.RawMessage) (extIcicle, bool, error) {
 	var ext map[string]json.RawMessage
 	if req["ext"] == nil || json.Unmarshal(req["ext"], &ext) != nil || ext["icicle"] == nil {
-		return "", false, nil
+		return extIcicle{}, false, nil
 	}
 	var ic struct {
-		Query *string `json:"query"`
+		Query          *string `json:"query"`
+		RankWindowSize *int    `json:"rank_window_size"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(ext["icicle"]))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&ic); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return "", false, &InputError{Field: "ext.icicle." + te.Field, Problem: fmt.Sprintf("must be %s, got JSON %s", te.Type, te.Value)}
+			return extIcicle{}, false, &InputError{Field: "ext.icicle." + te.Field, Problem: fmt.Sprintf("must be %s, got JSON %s", te.Type, te.Value)}
 		}
-		return "", false, &InputError{Field: "ext.icicle", Problem: `must be {"query": "text"}: ` + err.Error()}
+		return extIcicle{}, false, &InputError{Field: "ext.icicle", Problem: `must be {"query": "text", "rank_window_size": n}: ` + err.Error()}
 	}
-	if ic.Query == nil || strings.TrimSpace(*ic.Query) == "" {
-		return "", false, &InputError{Field: "ext.icicle.query", Problem: "required"}
+	var out extIcicle
+	switch {
+	case ic.Query != nil && strings.TrimSpace(*ic.Query) == "", ic.Query == nil && ic.RankWindowSize == nil:
+		return extIcicle{}, false, &InputError{Field: "ext.icicle.query", Problem: "required"}
+	case ic.Query != nil:
+		out.query = *ic.Query
+	}
+	if ic.RankWindowSize != nil {
+		if *ic.RankWindowSize < 1 || *ic.RankWindowSize > adapter.MaxK {
+			return extIcicle{}, false, &InputError{Field: "ext.icicle.rank_window_size", Problem: fmt.Sprintf("%d outside 1..%d", *ic.RankWindowSize, adapter.MaxK)}
+		}
+		out.window = *ic.RankWindowSize
 	}
 	delete(ext, "icicle")
 	if len(ext) == 0 {
@@ -259,7 +511,7 @@ func takeExtIcicle(req map[string]json.RawMessage) (query string, stripped bool,
 	} else {
 		req["ext"] = mustJSON(ext)
 	}
-	return *ic.Query, true, nil
+	return out, true, nil
 }
 
 // queryText finds the text of a single full-text query: match or match_phrase on one field (string or
@@ -401,45 +653,64 @@ func hitsFromRaw(raw []json.RawMessage) ([]adapter.Hit, error) {
 	return hitsFromES(es)
 }
 
-// placeHits turns the ranking into hits.hits: each result that was a hit is that hit as Elasticsearch
-// returned it, with "_icicle" added; a parametric result that was not is inserted as a hit built from its
-// stored document (_score null); unresolved parametric docids have no document to show and are counted.
-// Hits the ranking did not place follow in Elasticsearch's order (provenance bm25) until the page has as
-// many hits as Elasticsearch returned.
-func (s *Server) placeHits(results []Result, raw []json.RawMessage) ([]json.RawMessage, int) {
+// placeHits turns the ranking into the ranked window: each result that was a hit is that hit as
+// Elasticsearch returned it, with "_icicle" added; a parametric result that was not is its recalled hit
+// (fetched with the request's source filter, _score null); unresolved parametric docids have no document
+// to show and are counted. Hits the ranking did not place follow in Elasticsearch's order (provenance
+// bm25), no document twice, until the list has limit hits (the number Elasticsearch was asked for: when
+// it had fewer, every hit stays).
+func placeHits(results []Result, raw []json.RawMessage, recalled map[string]json.RawMessage, limit int) ([]json.RawMessage, int) {
+	ids := make([]string, len(raw))
+	byID := make(map[string]int, len(raw))
+	for j, r := range raw {
+		var h struct {
+			ID string `json:"_id"`
+		}
+		_ = json.Unmarshal(r, &h)
+		ids[j] = h.ID
+		if _, dup := byID[h.ID]; !dup {
+			byID[h.ID] = j
+		}
+	}
 	used := make([]bool, len(raw))
-	out := make([]json.RawMessage, 0, max(len(raw), len(results)))
+	placed := make(map[string]bool, len(raw))
+	out := make([]json.RawMessage, 0, len(raw))
 	unresolved := 0
 	for _, r := range results {
 		info := DropinHit{Provenance: r.Provenance, Score: r.Score, BM25Rank: r.BM25Rank}
+		j, inRaw := byID[r.ID]
 		switch {
 		case r.BM25Rank != nil:
-			j := *r.BM25Rank - 1
-			if used[j] {
-				continue
-			}
-			used[j] = true
-			out = append(out, withField(raw[j], "_icicle", info))
+			j, inRaw = *r.BM25Rank-1, true
 		case !r.Resolved:
 			unresolved++
-		default:
-			src := map[string]string{"docid": r.DocID, "title": r.Title}
-			if r.Summary != "" {
-				src["summary"] = r.Summary
+			continue
+		}
+		switch {
+		case inRaw && j < len(raw):
+			if used[j] || placed[ids[j]] {
+				continue
 			}
-			out = append(out, mustJSON(map[string]any{"_index": s.es.Index(), "_id": r.ID, "_score": nil,
-				"_source": src, "_icicle": info}))
+			used[j], placed[ids[j]] = true, true
+			info.BM25Rank = ptr(j + 1)
+			out = append(out, withField(raw[j], "_icicle", info))
+		case recalled[r.ID] != nil && !placed[r.ID]:
+			placed[r.ID] = true
+			out = append(out, withField(recalled[r.ID], "_icicle", info))
+		default:
+			unresolved++
 		}
 	}
 	for j := range raw {
-		if len(out) >= len(raw) {
+		if len(out) >= limit {
 			break
 		}
-		if used[j] {
+		if used[j] || placed[ids[j]] {
 			continue
 		}
+		placed[ids[j]] = true
 		var h ESHit
-		_ = json.Unmarshal(raw[j], &h) // read before, by hitsFromRaw
+		_ = json.Unmarshal(raw[j], &h)
 		info := DropinHit{Provenance: FromBM25, BM25Rank: ptr(j + 1)}
 		if h.Score != nil {
 			info.Score = *h.Score

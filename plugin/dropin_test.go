@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -35,9 +36,10 @@ func TestPlanDropin(t *testing.T) {
 		query, from, reason string
 		forwarded           string // the body sent on; empty means the request's own
 		errField            string
+		page                [4]int // pageFrom, pageSize, window, fetch when reranking; zero: 0, 10, 10, 10
 	}{
 		{name: "match, string", body: `{"query":{"match":{"title":"who sang"}}}`, query: "who sang", from: "query.match.title"},
-		{name: "match, options", body: `{"query":{"match":{"text":{"query":"who sang","operator":"and"}}},"size":20}`, query: "who sang", from: "query.match.text"},
+		{name: "match, options", body: `{"query":{"match":{"text":{"query":"who sang","operator":"and"}}},"size":20}`, query: "who sang", from: "query.match.text", page: [4]int{0, 20, 20, 20}},
 		{name: "match_phrase", body: `{"query":{"match_phrase":{"title":"the office"}}}`, query: "the office", from: "query.match_phrase.title"},
 		{name: "multi_match", body: `{"query":{"multi_match":{"query":"fed chair","fields":["title","text"]}}}`, query: "fed chair", from: "query.multi_match"},
 		{name: "bool with one must and a filter", body: `{"query":{"bool":{"must":[{"match":{"text":"fed chair"}}],"filter":[{"term":{"seen":false}}]}}}`,
@@ -45,16 +47,26 @@ func TestPlanDropin(t *testing.T) {
 		{name: "bool must as an object", body: `{"query":{"bool":{"must":{"multi_match":{"query":"q"}},"must_not":{"term":{"x":1}}}}}`, query: "q", from: "query.bool.must.multi_match"},
 		{name: "score sort is no sort", body: `{"query":{"match":{"title":"q"}},"sort":["_score",{"_score":{"order":"desc"}}]}`, query: "q", from: "query.match.title"},
 		{name: "ext.icicle.query wins and is stripped", body: `{"query":{"match_all":{}},"ext":{"icicle":{"query":"fed chair"}}}`,
-			query: "fed chair", from: "ext.icicle.query", forwarded: `{"query":{"match_all":{}}}`},
+			query: "fed chair", from: "ext.icicle.query", forwarded: `{"query":{"match_all":{}},"from":0,"size":10}`},
 		{name: "other ext sections stay", body: `{"query":{"match":{"title":"x"}},"ext":{"icicle":{"query":"y"},"other":{"a":1}}}`,
-			query: "y", from: "ext.icicle.query", forwarded: `{"ext":{"other":{"a":1}},"query":{"match":{"title":"x"}}}`},
+			query: "y", from: "ext.icicle.query", forwarded: `{"ext":{"other":{"a":1}},"query":{"match":{"title":"x"}},"from":0,"size":10}`},
 		{name: "ext.icicle not a string", body: `{"ext":{"icicle":{"query":5}}}`, errField: "ext.icicle.query"},
 		{name: "ext.icicle unknown key", body: `{"ext":{"icicle":{"querry":"x"}}}`, errField: "ext.icicle"},
 		{name: "ext.icicle empty query", body: `{"ext":{"icicle":{"query":" "}}}`, errField: "ext.icicle.query"},
 		{name: "scroll", params: "scroll=1m", body: `{"query":{"match":{"title":"q"}}}`, reason: ReasonScroll},
-		{name: "from in the body", body: `{"query":{"match":{"title":"q"}},"from":10}`, reason: ReasonPaginated},
-		{name: "from in the query string", params: "from=5", body: `{"query":{"match":{"title":"q"}}}`, reason: ReasonPaginated},
-		{name: "from zero is the first page", body: `{"query":{"match":{"title":"q"}},"from":0}`, query: "q", from: "query.match.title"},
+		{name: "from in the body: page 2 of the same window", body: `{"query":{"match":{"title":"q"}},"from":10}`, query: "q", from: "query.match.title",
+			forwarded: `{"query":{"match":{"title":"q"}},"from":0,"size":20}`, page: [4]int{10, 10, 10, 20}},
+		{name: "from in the query string wins", params: "from=5&size=5", body: `{"query":{"match":{"title":"q"}},"from":1}`, query: "q", from: "query.match.title",
+			forwarded: `{"query":{"match":{"title":"q"}},"from":0,"size":10}`, page: [4]int{5, 5, 10, 10}},
+		{name: "from zero is the first page", body: `{"query":{"match":{"title":"q"}},"from":0}`, query: "q", from: "query.match.title",
+			forwarded: `{"query":{"match":{"title":"q"}},"from":0,"size":10}`, page: [4]int{0, 10, 10, 10}},
+		{name: "size over the window widens it", body: `{"query":{"match":{"title":"q"}},"size":25,"from":25}`, query: "q", from: "query.match.title",
+			forwarded: `{"query":{"match":{"title":"q"}},"from":0,"size":50}`, page: [4]int{25, 25, 25, 50}},
+		{name: "ext.icicle.rank_window_size", body: `{"query":{"match":{"title":"q"}},"size":5,"ext":{"icicle":{"rank_window_size":40}}}`, query: "q", from: "query.match.title",
+			forwarded: `{"query":{"match":{"title":"q"}},"from":0,"size":40}`, page: [4]int{0, 5, 40, 40}},
+		{name: "rank window smaller than size", body: `{"query":{"match":{"title":"q"}},"size":50,"ext":{"icicle":{"rank_window_size":40}}}`, errField: "ext.icicle.rank_window_size"},
+		{name: "rank window out of range", body: `{"query":{"match":{"title":"q"}},"ext":{"icicle":{"rank_window_size":0}}}`, errField: "ext.icicle.rank_window_size"},
+		{name: "negative from passes through", body: `{"query":{"match":{"title":"q"}},"from":-1}`, reason: ReasonPaginated},
 		{name: "search_after", body: `{"query":{"match":{"title":"q"}},"search_after":[1]}`, reason: ReasonPaginated},
 		{name: "field sort", body: `{"query":{"match":{"title":"q"}},"sort":[{"ingested_at":"desc"}]}`, reason: ReasonSorted},
 		{name: "ascending score", body: `{"query":{"match":{"title":"q"}},"sort":{"_score":"asc"}}`, reason: ReasonSorted},
@@ -75,7 +87,7 @@ func TestPlanDropin(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			params, err := url.ParseQuery(tt.params)
 			require.NoError(t, err)
-			p, err := planDropin(params, []byte(tt.body), 100)
+			p, err := planDropin(params, []byte(tt.body), 100, 10)
 			if tt.errField != "" {
 				var in *InputError
 				require.ErrorAs(t, err, &in)
@@ -86,6 +98,17 @@ func TestPlanDropin(t *testing.T) {
 			require.Equal(t, tt.reason, p.reason)
 			require.Equal(t, tt.query, p.query)
 			require.Equal(t, tt.from, p.from)
+			if p.reason == "" {
+				want := cmp.Or(tt.page, [4]int{0, 10, 10, 10})
+				require.Equal(t, want, [4]int{p.pageFrom, p.pageSize, p.window, p.fetch}, "page and window")
+				require.False(t, p.params.Has("from") || p.params.Has("size"), "the window's from and size are in the body")
+				if tt.forwarded == "" {
+					var m map[string]any
+					require.NoError(t, json.Unmarshal([]byte(tt.body), &m))
+					m["from"], m["size"] = 0, p.fetch
+					tt.forwarded = string(mustJSON(m))
+				}
+			}
 			if tt.forwarded == "" {
 				require.Equal(t, tt.body, string(p.body), "forwarded byte for byte")
 			} else {
@@ -126,21 +149,25 @@ func TestDropinReranks(t *testing.T) {
 	code, out, hdr := do(t, s, "POST", "/my-alias/_search?typed_keys=true", body)
 	require.Equal(t, http.StatusOK, code, out)
 	require.Equal(t, []string{"my-alias", "typed_keys=true"}, sent[:2], "index and query string forwarded")
-	require.JSONEq(t, `{"query":{"match":{"title":"who sang"}},"_source":["docid","title","summary"]}`, sent[2], "ext.icicle stripped")
+	require.JSONEq(t, `{"query":{"match":{"title":"who sang"}},"_source":["docid","title","summary"],"from":0,"size":10}`, sent[2],
+		"ext.icicle stripped, the rank window asked for")
 	require.Equal(t, "Elasticsearch", hdr.Get("X-Elastic-Product"), "Elasticsearch clients check it")
 
-	require.EqualValues(t, 3, out["took"], "Elasticsearch's fields stay")
+	require.GreaterOrEqual(t, out["took"], 3.0, "took is the sidecar's whole request, never less than Elasticsearch's")
+	require.GreaterOrEqual(t, out["took"], math.Floor(out["icicle"].(map[string]any)["timings"].(map[string]any)["total_ms"].(float64)))
 	require.Contains(t, out, "_shards")
 	require.EqualValues(t, 3, out["hits"].(map[string]any)["total"].(map[string]any)["value"])
-	// Beta copied, Seen Doc from memory (inserted), then Elasticsearch's order fills the page of 3.
-	require.Equal(t, []string{"Beta/copy", "Seen Doc/parametric", "Alpha/bm25"}, hitOrder(t, out))
+	// Beta copied, Seen Doc from memory (inserted), then Elasticsearch's order fills the page of 10, of which
+	// Elasticsearch had only 3.
+	require.Equal(t, []string{"Beta/copy", "Seen Doc/parametric", "Alpha/bm25", "Gamma/bm25"}, hitOrder(t, out))
 	hits := out["hits"].(map[string]any)["hits"].([]any)
 	beta, seen, alpha := hits[0].(map[string]any), hits[1].(map[string]any), hits[2].(map[string]any)
 	require.Equal(t, "2", beta["_id"])
 	require.EqualValues(t, 2, beta["_score"], "Elasticsearch's score is kept")
 	require.EqualValues(t, 2, beta["_icicle"].(map[string]any)["bm25_rank"])
 	require.InDelta(t, -0.1, beta["_icicle"].(map[string]any)["score"], 1e-9)
-	require.Equal(t, "icicle-docs", seen["_index"])
+	require.Equal(t, "icicle-docs-v1", seen["_index"], "the recalled hit as Elasticsearch returned it")
+	require.NotContains(t, seen["_source"], "text", "the recalled hit obeys the request's _source filter")
 	require.Equal(t, "es-Seen Doc", seen["_id"])
 	require.Nil(t, seen["_score"])
 	require.Equal(t, "stored Seen Doc", seen["_source"].(map[string]any)["summary"])
@@ -157,6 +184,53 @@ func TestDropinReranks(t *testing.T) {
 	require.Contains(t, ic["timings"], "es_ms")
 }
 
+// TestDropinSourceFilter: with a _source filter the model still ranks the window's full docid, title and
+// summary (read by _mget), the hits keep the filter, and the recalled document obeys it too.
+func TestDropinSourceFilter(t *testing.T) {
+	const titleOnly = `{"took":3,"hits":{"total":{"value":3,"relation":"eq"},"max_score":3,"hits":[
+{"_index":"icicle-docs","_id":"1","_score":3,"_source":{"title":"Alpha"}},
+{"_index":"icicle-docs","_id":"2","_score":2,"_source":{"title":"Beta"}},
+{"_index":"icicle-docs","_id":"3","_score":1,"_source":{"title":"Gamma"}}]}}`
+	var cands []inference.Candidate
+	var mget []string
+	es := &fakeSearcher{
+		rawSearch: func(context.Context, string, url.Values, []byte) (int, http.Header, []byte, error) {
+			return 200, http.Header{"Content-Type": {"application/vnd.elasticsearch+json;compatible-with=8"}}, []byte(titleOnly), nil
+		},
+		raw: func(_ context.Context, req adapter.RawRequest) (adapter.RawResponse, error) {
+			mget = append(mget, strings.Join(req.Path, "/"))
+			return fakeRecall(req), nil
+		},
+	}
+	model := &fakeReranker{rank: func(ctx context.Context, q string, c []inference.Candidate) (inference.Result, error) {
+		cands = c
+		return copyBeta(ctx, q, c)
+	}}
+	s := newTestServer(t, es, model, nil)
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "POST", "/icicle-docs/_search",
+		strings.NewReader(`{"query":{"match":{"title":"q"}},"_source":["title"]}`)))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Equal(t, "application/vnd.elasticsearch+json;compatible-with=8", rec.Header().Get("Content-Type"), "Elasticsearch's media type")
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out))
+	require.Equal(t, []string{"_mget", "icicle-docs/_search"}, mget, "titles by _mget, then the recall")
+	require.Equal(t, []inference.Candidate{{Title: "Alpha", Summary: "a"}, {Title: "Beta", Summary: "b"}, {Title: "Gamma"}}, cands,
+		"the model reads the summaries the filter hid")
+	for i, h := range out["hits"].(map[string]any)["hits"].([]any) {
+		require.Equal(t, []any{"title"}, keys(h.(map[string]any)["_source"].(map[string]any)), "hit %d", i)
+	}
+	require.Equal(t, "Seen Doc", out["hits"].(map[string]any)["hits"].([]any)[1].(map[string]any)["_source"].(map[string]any)["title"])
+}
+
+func keys(m map[string]any) []any {
+	out := make([]any, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
 func TestDropinModes(t *testing.T) {
 	match := `{"query":{"match":{"title":"q"}}}`
 	failing := &fakeReranker{rank: func(context.Context, string, []inference.Candidate) (inference.Result, error) {
@@ -171,7 +245,7 @@ func TestDropinModes(t *testing.T) {
 		order            []string
 	}{
 		{name: "fused", body: match, model: &fakeReranker{rank: copyBeta}, opts: func(o *Options) { o.Policy = "fusion" },
-			mode: "fused", order: []string{"Beta/copy", "Alpha/bm25", "Seen Doc/parametric"}},
+			mode: "fused", order: []string{"Beta/copy", "Alpha/bm25", "Seen Doc/parametric", "Gamma/bm25"}},
 		{name: "bm25 policy", body: match, model: failing, opts: func(o *Options) { o.Policy = "bm25" },
 			mode: "bm25", order: []string{"Alpha/bm25", "Beta/bm25", "Gamma/bm25"}},
 		{name: "model error falls back", body: match, model: failing,
@@ -202,7 +276,11 @@ func TestDropinModes(t *testing.T) {
 			}
 			code, out, _ := do(t, s, method, path, tt.body)
 			require.Equal(t, http.StatusOK, code, out)
-			require.Equal(t, tt.body, sent[2], "forwarded unchanged")
+			if tt.mode == "passthrough" && tt.reason != ReasonHitsWithoutTitle {
+				require.Equal(t, tt.body, sent[2], "forwarded unchanged")
+			} else {
+				require.JSONEq(t, `{"query":{"match":{"title":"q"}},"from":0,"size":10}`, sent[2], "the rank window asked for")
+			}
 			ic := out["icicle"].(map[string]any)
 			require.Equal(t, tt.mode, ic["mode"])
 			reason, _ := ic["reason"].(string)
@@ -214,7 +292,12 @@ func TestDropinModes(t *testing.T) {
 				var want map[string]any
 				require.NoError(t, json.Unmarshal([]byte(cmp.Or(tt.esBody, esSearchBody)), &want))
 				delete(out, "icicle")
-				require.Equal(t, want, out, "Elasticsearch's answer unchanged")
+				if want["took"] != nil {
+					require.GreaterOrEqual(t, out["took"], want["took"], "took is the sidecar's whole request")
+					delete(out, "took")
+					delete(want, "took")
+				}
+				require.Equal(t, want, out, "Elasticsearch's answer unchanged, but took")
 			}
 		})
 	}
@@ -245,7 +328,7 @@ func TestDropinErrors(t *testing.T) {
 	}{
 		{name: "unreachable", es: unreachable(fmt.Errorf("raw search: %w: connection refused", adapter.ErrUnavailable)), code: 503, retryAfter: true},
 		{name: "timed out", es: unreachable(fmt.Errorf("raw search: %w: %w", adapter.ErrUnavailable, context.DeadlineExceeded)), code: 504},
-		{name: "not an index", es: unreachable(fmt.Errorf("raw search: %w", adapter.ErrInvalidArgument)), path: "/../_search", code: 400},
+		{name: "not an index", es: unreachable(fmt.Errorf("raw search: %w", adapter.ErrInvalidArgument)), path: "/../_search", code: 403},
 		{name: "bad ext.icicle", es: unreachable(errors.New("not called")), body: `{"ext":{"icicle":{"query":1}}}`, code: 400},
 		{name: "body too large", es: unreachable(errors.New("not called")), body: `{"query":{"match":{"title":"` + strings.Repeat("x", 2<<20) + `"}}}`, code: 413},
 	} {
@@ -273,13 +356,17 @@ func TestDropinRoutes(t *testing.T) {
 		{"GET", "/healthz", "", 200, false},
 		{"GET", "/openapi.yaml", "", 200, false},
 		{"GET", "/icicle-docs/_search", "", 200, true},
-		{"POST", "/logs-*,icicle-docs/_search", "", 200, true},
-		{"POST", "/v1/_search", "", 200, true}, // an index named v1, as in Elasticsearch
+		{"POST", "/my-alias,icicle-docs/_search", "", 200, true},
+		{"POST", "/logs-*,icicle-docs/_search", "", 403, false},
+		{"POST", "/v1/_search", "", 403, false}, // an index named v1, as in Elasticsearch: not allowed
 		{"GET", "/v1/rerank", "", 404, false},
-		{"POST", "/_search", "", 404, false},
-		{"POST", "/icicle-docs/_count", "", 404, false},
-		{"POST", "/icicle-docs/_doc/1/_search", "", 404, false},
-		{"DELETE", "/icicle-docs/_search", "", 404, false},
+		{"GET", "/v1/admin/model", "", 404, false},
+		{"POST", "/_search", "", 200, true},
+		{"POST", "/icicle-docs/_count", "", 200, false},
+		{"GET", "/", "", 200, false},
+		{"POST", "/icicle-docs/_doc/1/_search", "", 403, false},
+		{"DELETE", "/icicle-docs/_search", "", 403, false},
+		{"PUT", "/icicle-docs/_doc/1", `{"title":"x"}`, 403, false},
 	} {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
 			code, out, _ := do(t, s, tt.method, tt.path, tt.body)
@@ -290,7 +377,7 @@ func TestDropinRoutes(t *testing.T) {
 }
 
 // FuzzDropinBody feeds arbitrary search bodies to the drop-in (Elasticsearch answering esSearchBody): it
-// answers 200 or the sidecar's 400 for a malformed ext.icicle, never panics or 5xx.
+// answers 200, the sidecar's 400 for a malformed ext.icicle or its 403 for a script, never panics or 5xx.
 func FuzzDropinBody(f *testing.F) {
 	f.Add(`{"query":{"match":{"title":"q"}}}`)
 	f.Add(`{"query":{"bool":{"must":[{"multi_match":{"query":"q"}}],"filter":{}}},"sort":[{"_score":{"order":"desc"}}]}`)
@@ -302,10 +389,167 @@ func FuzzDropinBody(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body string) {
 		rec := httptest.NewRecorder()
 		s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/icicle-docs/_search", strings.NewReader(body)))
-		switch rec.Code {
-		case http.StatusOK, http.StatusBadRequest:
+		switch {
+		case rec.Code == http.StatusOK, rec.Code == http.StatusBadRequest:
+		case rec.Code == http.StatusForbidden && scriptKeyIn([]byte(body)) != "": // scripts are refused
 		default:
 			t.Fatalf("status %d for body %q: %s", rec.Code, body, rec.Body)
 		}
 	})
+}
+
+// TestDropinProxy: what the proxy forwards (path rewritten for index-less reads, query string, media-type
+// headers, body) and what it refuses, with Elasticsearch's error shape.
+func TestDropinProxy(t *testing.T) {
+	const vendor = "application/vnd.elasticsearch+json; compatible-with=8"
+	tests := []struct {
+		name, method, path, body string
+		wantPath                 string // forwarded path; empty: not forwarded
+		code                     int
+		errType                  string // the sidecar's own error type
+	}{
+		{name: "info", method: "GET", path: "/", wantPath: "/", code: 200},
+		{name: "ping", method: "HEAD", path: "/", wantPath: "/", code: 200},
+		{name: "count", method: "POST", path: "/icicle-docs/_count?q=x", body: `{"query":{"match_all":{}}}`, wantPath: "/icicle-docs/_count", code: 200},
+		{name: "count without index goes to the configured index", method: "GET", path: "/_count", wantPath: "/icicle-docs/_count", code: 200},
+		{name: "mapping of an alias", method: "GET", path: "/my-alias/_mapping", wantPath: "/my-alias/_mapping", code: 200},
+		{name: "mapping without index", method: "GET", path: "/_mapping", wantPath: "/icicle-docs/_mapping", code: 200},
+		{name: "get a document", method: "GET", path: "/icicle-docs/_doc/a%2Fb", wantPath: "/icicle-docs/_doc/a/b", code: 200},
+		{name: "index exists", method: "HEAD", path: "/icicle-docs", wantPath: "/icicle-docs", code: 200},
+		{name: "open a point in time", method: "POST", path: "/icicle-docs/_pit?keep_alive=1m", wantPath: "/icicle-docs/_pit", code: 200},
+		{name: "close a point in time", method: "DELETE", path: "/_pit", body: `{"id":"x"}`, wantPath: "/_pit", code: 200},
+		{name: "scroll", method: "POST", path: "/_search/scroll", body: `{"scroll":"1m","scroll_id":"x"}`, wantPath: "/_search/scroll", code: 200},
+		{name: "clear scroll", method: "DELETE", path: "/_search/scroll", body: `{"scroll_id":"x"}`, wantPath: "/_search/scroll", code: 200},
+		{name: "msearch", method: "POST", path: "/_msearch", body: "{}\n{\"query\":{\"match_all\":{}}}\n{\"index\":\"my-alias\"}\n{}\n",
+			wantPath: "/icicle-docs/_msearch", code: 200},
+		{name: "msearch header naming another index", method: "POST", path: "/icicle-docs/_msearch", body: "{\"index\":\"secrets\"}\n{}\n",
+			code: 403, errType: "security_exception"},
+		{name: "msearch header with a pattern list", method: "POST", path: "/icicle-docs/_msearch", body: "{\"index\":[\"icicle-docs\",\"s*\"]}\n{}\n",
+			code: 403, errType: "security_exception"},
+		{name: "msearch with a script", method: "POST", path: "/icicle-docs/_msearch", body: "{}\n{\"script_fields\":{\"x\":{\"script\":\"1\"}}}\n",
+			code: 403, errType: "security_exception"},
+		{name: "mget naming another index", method: "POST", path: "/_mget", body: `{"docs":[{"_index":"secrets","_id":"1"}]}`, code: 403, errType: "security_exception"},
+		{name: "another index", method: "GET", path: "/secrets/_count", code: 403, errType: "security_exception"},
+		{name: "a pattern", method: "GET", path: "/icicle-*/_mapping", code: 403, errType: "security_exception"},
+		{name: "_all", method: "GET", path: "/_all/_count", code: 403, errType: "security_exception"},
+		{name: "an exclusion", method: "GET", path: "/icicle-docs,-icicle-docs/_count", code: 403, errType: "security_exception"},
+		{name: "a remote cluster", method: "GET", path: "/other:icicle-docs/_count", code: 403, errType: "security_exception"},
+		{name: "runtime_mappings in a count", method: "POST", path: "/icicle-docs/_count", body: `{"runtime_mappings":{"x":{"type":"long","script":"emit(1)"}}}`,
+			code: 403, errType: "security_exception"},
+		{name: "a script query", method: "POST", path: "/icicle-docs/_search", body: `{"query":{"bool":{"filter":{"script":{"script":"true"}}}}}`,
+			code: 403, errType: "security_exception"},
+		{name: "a write", method: "PUT", path: "/icicle-docs/_doc/1", body: `{"title":"x"}`, code: 403, errType: "security_exception"},
+		{name: "a bulk", method: "POST", path: "/_bulk", body: "{}\n", code: 403, errType: "security_exception"},
+		{name: "delete the index", method: "DELETE", path: "/icicle-docs", code: 403, errType: "security_exception"},
+		{name: "cluster settings", method: "GET", path: "/_cluster/settings", code: 403, errType: "security_exception"},
+		{name: "cat indices", method: "GET", path: "/_cat/indices", code: 403, errType: "security_exception"},
+		{name: "the sidecar's own unknown path", method: "GET", path: "/v1/nothing", code: 404},
+		{name: "too large", method: "POST", path: "/icicle-docs/_count", body: `{"query":{"match":{"title":"` + strings.Repeat("x", 2<<20) + `"}}}`,
+			code: 413, errType: "content_too_long_exception"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []adapter.RawRequest
+			es := &fakeSearcher{raw: func(_ context.Context, req adapter.RawRequest) (adapter.RawResponse, error) {
+				got = append(got, req)
+				return adapter.RawResponse{Status: 200, Header: http.Header{"X-Elastic-Product": {"Elasticsearch"}, "Content-Type": {vendor},
+					"Content-Length": {"7"}}, Body: []byte(`{"a":1}`)}, nil
+			}}
+			s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, nil)
+			req := httptest.NewRequestWithContext(t.Context(), tt.method, tt.path, strings.NewReader(tt.body))
+			req.Header.Set("Content-Type", vendor)
+			req.Header.Set("Accept", vendor)
+			req.Header.Set("X-Opaque-Id", "op-1")
+			rec := httptest.NewRecorder()
+			s.Handler().ServeHTTP(rec, req)
+			require.Equal(t, tt.code, rec.Code, rec.Body.String())
+			if tt.wantPath == "" {
+				require.Empty(t, got, "nothing reaches Elasticsearch")
+				if tt.errType != "" {
+					var e ESErrorBody
+					require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &e), rec.Body.String())
+					require.Equal(t, tt.code, e.Status)
+					require.Equal(t, tt.errType, e.Error.Type)
+					require.Equal(t, tt.errType, e.Error.RootCause[0].Type)
+					require.NotEmpty(t, e.Error.Reason)
+					require.Equal(t, "Elasticsearch", rec.Header().Get("X-Elastic-Product"), "the clients read the error")
+				}
+				return
+			}
+			require.Len(t, got, 1)
+			require.Equal(t, tt.method, got[0].Method)
+			require.Equal(t, tt.wantPath, "/"+strings.Join(got[0].Path, "/"))
+			require.Equal(t, req.URL.Query(), got[0].Query, "query string unchanged")
+			require.Equal(t, tt.body, string(got[0].Body), "body unchanged")
+			require.Equal(t, vendor, got[0].Header.Get("Accept"))
+			require.Equal(t, "op-1", got[0].Header.Get("X-Opaque-Id"))
+			require.Equal(t, "Elasticsearch", rec.Header().Get("X-Elastic-Product"))
+			require.Equal(t, vendor, rec.Header().Get("Content-Type"), "Elasticsearch's media type")
+			if tt.method == "HEAD" {
+				require.Equal(t, "7", rec.Header().Get("Content-Length"))
+			} else {
+				require.JSONEq(t, `{"a":1}`, rec.Body.String())
+			}
+		})
+	}
+}
+
+func TestAllowList(t *testing.T) {
+	t.Run("resolved from the cluster, refreshed on readiness", func(t *testing.T) {
+		names := []string{"icicle-docs"}
+		es := &fakeSearcher{indexNames: func(context.Context) ([]string, error) { return names, nil }}
+		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, nil)
+		code, _, _ := do(t, s, "GET", "/docs-alias/_count", "")
+		require.Equal(t, 403, code)
+		names = []string{"icicle-docs", "docs-alias"}
+		code, _, _ = do(t, s, "GET", "/docs-alias/_count", "")
+		require.Equal(t, 403, code, "kept until the next readiness check")
+		code, _, _ = do(t, s, "GET", "/readyz", "")
+		require.Equal(t, 200, code)
+		code, _, _ = do(t, s, "GET", "/docs-alias/_count", "")
+		require.Equal(t, 200, code, "an alias added since the start")
+	})
+	t.Run("configured", func(t *testing.T) {
+		es := &fakeSearcher{indexNames: func(context.Context) ([]string, error) { return nil, errors.New("not asked") }}
+		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.AllowedIndices = []string{"a", "b"} })
+		for path, want := range map[string]int{"/a,b/_count": 200, "/a/_count": 200, "/icicle-docs/_count": 403, "/a,c/_count": 403} {
+			code, _, _ := do(t, s, "GET", path, "")
+			require.Equal(t, want, code, path)
+		}
+	})
+	t.Run("unresolvable: the configured index alone", func(t *testing.T) {
+		es := &fakeSearcher{indexNames: func(context.Context) ([]string, error) { return nil, errors.New("down") }}
+		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, nil)
+		code, _, _ := do(t, s, "GET", "/icicle-docs/_count", "")
+		require.Equal(t, 200, code)
+		code, _, _ = do(t, s, "GET", "/my-alias/_count", "")
+		require.Equal(t, 403, code)
+	})
+	t.Run("scripts allowed by option", func(t *testing.T) {
+		s := newTestServer(t, &fakeSearcher{}, &fakeReranker{rank: copyBeta}, func(o *Options) { o.AllowScripts = true })
+		code, _, _ := do(t, s, "POST", "/icicle-docs/_count", `{"runtime_mappings":{"x":{"type":"long","script":"emit(1)"}}}`)
+		require.Equal(t, 200, code)
+	})
+}
+
+// TestDropinPaging: consecutive pages are cut from one ranking of the window: page 1 + page 2 is the
+// first two pages' worth of the window, no hit twice, and Elasticsearch is asked for the window from 0.
+func TestDropinPaging(t *testing.T) {
+	var sent []string
+	es := recordingES(200, esSearchBody, &sent)
+	s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.RankWindowSize = 3 })
+	page := func(from, size int) []string {
+		code, out, _ := do(t, s, "POST", "/icicle-docs/_search", fmt.Sprintf(`{"query":{"match":{"title":"q"}},"from":%d,"size":%d}`, from, size))
+		require.Equal(t, http.StatusOK, code, out)
+		require.EqualValues(t, 3, out["icicle"].(map[string]any)["rank_window_size"])
+		return hitOrder(t, out)
+	}
+	window := page(0, 3)
+	require.Equal(t, []string{"Beta/copy", "Seen Doc/parametric", "Alpha/bm25"}, window)
+	require.JSONEq(t, `{"query":{"match":{"title":"q"}},"from":0,"size":3}`, sent[2])
+	p1, p2 := page(0, 2), page(2, 2)
+	require.JSONEq(t, `{"query":{"match":{"title":"q"}},"from":0,"size":4}`, sent[len(sent)-1], "from 2 size 2: the window widened to 4")
+	require.Equal(t, window[:2], p1)
+	require.Equal(t, []string{"Alpha/bm25", "Gamma/bm25"}, p2, "page 2 goes on where page 1 stopped; Gamma, pushed out of the window by the recalled document, follows")
+	require.Empty(t, page(4, 2), "past the end")
 }

@@ -76,3 +76,63 @@ func callerAuthed(c *gin.Context) bool {
 	_, ok := adapter.CallerAuth(c.Request.Context())
 	return ok
 }
+
+// Elasticsearch-shaped errors, for the drop-in routes only (dropin.go, dropin_proxy.go): an Elasticsearch
+// client reads {"error":{"root_cause":[...],"type":...,"reason":...},"status":N}, so the sidecar's own
+// errors there take that shape, with the same statuses as writeError plus 403 for a ForbiddenError.
+
+// ESErrorBody is Elasticsearch's error body.
+type ESErrorBody struct {
+	Error  ESErrorCause `json:"error"`
+	Status int          `json:"status"`
+}
+
+// ESErrorCause is one cause of an ESErrorBody.
+type ESErrorCause struct {
+	RootCause []ESErrorCause `json:"root_cause,omitempty"`
+	Type      string         `json:"type"`
+	Reason    string         `json:"reason"`
+}
+
+func esErrorBody(status int, typ, reason string) ESErrorBody {
+	return ESErrorBody{Status: status, Error: ESErrorCause{Type: typ, Reason: reason,
+		RootCause: []ESErrorCause{{Type: typ, Reason: reason}}}}
+}
+
+// writeESError is writeError in Elasticsearch's shape. Internal error text never reaches a 5xx body.
+func writeESError(c *gin.Context, log *slog.Logger, err error) {
+	rid := requestID(c)
+	var in *InputError
+	var tooBig *http.MaxBytesError
+	var forbidden *ForbiddenError
+	status, typ, reason := http.StatusInternalServerError, "exception", "internal error (request id "+rid+")"
+	switch {
+	case errors.As(err, &forbidden):
+		status, typ, reason = http.StatusForbidden, "security_exception", forbidden.Reason
+	case errors.As(err, &in):
+		status, typ, reason = http.StatusBadRequest, "illegal_argument_exception", fmt.Sprintf("[%s] %s", in.Field, in.Problem)
+		if in.Field == "body" {
+			typ = "parsing_exception"
+		}
+	case errors.As(err, &tooBig):
+		status, typ, reason = http.StatusRequestEntityTooLarge, "content_too_long_exception",
+			fmt.Sprintf("request body is larger than %d bytes (server.max_body_bytes of the icicle sidecar)", tooBig.Limit)
+	case errors.Is(err, context.Canceled):
+		log.Info("client canceled", "request_id", rid)
+		status, typ, reason = statusClientClosed, "task_cancelled_exception", "client closed request"
+	case errors.Is(err, ErrUpstream) && errors.Is(err, context.DeadlineExceeded):
+		log.Warn("elasticsearch timed out", "request_id", rid, "err", err)
+		status, typ, reason = http.StatusGatewayTimeout, "timeout_exception", "elasticsearch did not answer the icicle sidecar in time"
+	case errors.Is(err, ErrUpstream):
+		log.Warn("elasticsearch failed", "request_id", rid, "err", err)
+		c.Header("Retry-After", "1")
+		status, typ, reason = http.StatusServiceUnavailable, "unavailable_exception", "elasticsearch unavailable to the icicle sidecar"
+	case errors.Is(err, context.DeadlineExceeded):
+		log.Warn("request deadline exceeded", "request_id", rid, "err", err)
+		status, typ, reason = http.StatusGatewayTimeout, "timeout_exception", "request deadline exceeded in the icicle sidecar"
+	default:
+		log.Error("internal error", "request_id", rid, "err", err)
+	}
+	c.Header("X-Elastic-Product", "Elasticsearch") // the official clients refuse an answer without it
+	c.JSON(status, esErrorBody(status, typ, reason))
+}

@@ -10,7 +10,7 @@ import (
 	"iter"
 	"log/slog"
 	"net/http"
-	"net/url"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -39,10 +39,14 @@ type Searcher interface {
 	// counts of the docids missing on each side, with the first few of each. It reads every seen docid
 	// (seconds for 100K), so /readyz runs it in the background and shows the last result (seendiff.go).
 	SeenDiff(ctx context.Context, modelSeen []string) (adapter.SeenDiff, error)
-	// RawSearch forwards a search to /{index}/_search with the query string and body unchanged and returns
+	// Raw forwards a request (method, path, query string, media-type headers, body) unchanged and returns
 	// Elasticsearch's status, headers and body, error statuses included; err is set only when no answer
-	// came (wrapping adapter.ErrUnavailable, or the context's error). The drop-in /{index}/_search uses it.
-	RawSearch(ctx context.Context, index string, query url.Values, body []byte) (int, http.Header, []byte, error)
+	// came (wrapping adapter.ErrUnavailable, or the context's error). The drop-in uses it (dropin.go,
+	// dropin_proxy.go).
+	Raw(ctx context.Context, req adapter.RawRequest) (adapter.RawResponse, error)
+	// IndexNames lists the names that address the configured index only (it, the indices behind it, their
+	// aliases that point only at them): the drop-in's default allow-list.
+	IndexNames(ctx context.Context) ([]string, error)
 	// Index is the index Resolve reads: the _index of the parametric hits the drop-in inserts.
 	Index() string
 }
@@ -138,6 +142,18 @@ type Options struct {
 	Clicks *ClickLog
 
 	Logger *slog.Logger
+
+	// The Elasticsearch drop-in (dropin.go, dropin_proxy.go, docs/api.md).
+	// AllowedIndices are the index and alias names the drop-in and /v1/search may address (exact names, no
+	// patterns); empty: Searcher.IndexNames, resolved at New and on every /readyz.
+	AllowedIndices []string
+	// AllowScripts lets drop-in request bodies carry scripts (script, script_fields, runtime_mappings,
+	// script_score, scripted_metric, ...); off, they are a 403.
+	AllowScripts bool
+	// RankWindowSize is how many of Elasticsearch's top hits a reranked drop-in search ranks when the request
+	// sets no ext.icicle.rank_window_size (widened to the page size); 0 is DefaultRankWindowSize.
+	RankWindowSize int
+
 	// Registry receives the metrics; nil creates a private one.
 	Registry *prometheus.Registry
 	// MetricsPath is the URL path serving Registry in the Prometheus text format (default "/metrics");
@@ -159,6 +175,8 @@ type Server struct {
 	router  *gin.Engine
 	admin   *gin.Engine // the write and admin endpoints when Options.SeparateAdmin; else router
 	seen    seenDiffState
+	// allow is the drop-in's allow-list (dropin_proxy.go); nil until resolved: the configured index alone.
+	allow atomic.Pointer[allowList]
 }
 
 // New builds the server and its routes.
@@ -244,6 +262,12 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	// /v1/... and the other routes keep their handlers; only <one segment>/_search reaches the drop-in.
 	r.GET("/:index/_search", s.callerAuth, s.dropin)
 	r.POST("/:index/_search", s.callerAuth, s.dropin)
+	// Everything else of Elasticsearch's read API is proxied, behind the allow-list (dropin_proxy.go), with
+	// the caller's credentials (auth.go).
+	r.NoRoute(s.callerAuth, s.proxy)
+	if len(opts.AllowedIndices) > 0 {
+		s.allow.Store(newAllowList(opts.AllowedIndices))
+	}
 	s.router = r
 	s.refreshSeenDiff() // in the background, so the first readiness probes usually have it
 	return s
@@ -268,6 +292,7 @@ func (s *Server) ready(c *gin.Context) {
 		c.JSON(http.StatusServiceUnavailable, gin.H{"ready": false, "elasticsearch": "unreachable or index unusable"})
 		return
 	}
+	s.refreshAllowList()   // an alias added since the start is allowed from now on
 	model := s.modelInfo() // the current one: a hot swap changes the seen corpus
 	body := gin.H{"ready": true, "model": model.Name, "breaker": s.breaker.State().String()}
 	diffBody, diff := s.seenDiffBody(model)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,8 +27,12 @@ type fakeSearcher struct {
 	seenDiff  func(ctx context.Context, modelSeen []string) (adapter.SeenDiff, error)
 	// rawSearch answers the drop-in's forwarded search; nil: 200 with esSearchBody.
 	rawSearch func(ctx context.Context, index string, query url.Values, body []byte) (int, http.Header, []byte, error)
-	checkErr  error
-	seen      int
+	// raw answers every other forwarded request (dropin_proxy.go); nil: 200 {}.
+	raw func(ctx context.Context, req adapter.RawRequest) (adapter.RawResponse, error)
+	// indexNames is the default allow-list; nil: icicle-docs and the alias my-alias.
+	indexNames func(ctx context.Context) ([]string, error)
+	checkErr   error
+	seen       int
 }
 
 func (f *fakeSearcher) SearchNew(ctx context.Context, q string, k int) ([]adapter.Hit, error) {
@@ -65,11 +70,95 @@ func (f *fakeSearcher) SeenDiff(ctx context.Context, modelSeen []string) (adapte
 	return f.seenDiff(ctx, modelSeen)
 }
 
-func (f *fakeSearcher) RawSearch(ctx context.Context, index string, query url.Values, body []byte) (int, http.Header, []byte, error) {
-	if f.rawSearch == nil {
-		return http.StatusOK, http.Header{"X-Elastic-Product": {"Elasticsearch"}}, []byte(esSearchBody), nil
+// Raw answers a search of the window (POST /{index}/_search, not a recall by ids) with rawSearch, anything
+// else with raw.
+func (f *fakeSearcher) Raw(ctx context.Context, req adapter.RawRequest) (adapter.RawResponse, error) {
+	if n := len(req.Path); n >= 1 && req.Path[n-1] == "_search" && !strings.Contains(string(req.Body), `"ids"`) {
+		index := strings.Join(req.Path[:n-1], "/")
+		if f.rawSearch == nil {
+			return adapter.RawResponse{Status: http.StatusOK, Header: http.Header{"X-Elastic-Product": {"Elasticsearch"}}, Body: []byte(esSearchBody)}, nil
+		}
+		status, h, b, err := f.rawSearch(ctx, index, req.Query, req.Body)
+		return adapter.RawResponse{Status: status, Header: h, Body: b}, err
 	}
-	return f.rawSearch(ctx, index, query, body)
+	if f.raw == nil {
+		return fakeRecall(req), nil
+	}
+	return f.raw(ctx, req)
+}
+
+// fakeRecall answers a search by ids (the drop-in's recall of parametric documents, whose _ids the fake
+// Resolve makes "es-<docid>") with one hit per id, filtered by the body's _source list if any; anything
+// else is 200 {}.
+func fakeRecall(req adapter.RawRequest) adapter.RawResponse {
+	h := http.Header{"X-Elastic-Product": {"Elasticsearch"}, "Content-Type": {"application/json"}}
+	var q struct {
+		Query struct {
+			IDs struct {
+				Values []string `json:"values"`
+			} `json:"ids"`
+		} `json:"query"`
+		Source []string `json:"_source"`
+	}
+	if len(req.Path) > 0 && req.Path[len(req.Path)-1] == "_mget" {
+		return fakeMget(req, h)
+	}
+	if json.Unmarshal(req.Body, &q) != nil || len(q.Query.IDs.Values) == 0 {
+		return adapter.RawResponse{Status: http.StatusOK, Header: h, Body: []byte(`{}`)}
+	}
+	hits := make([]map[string]any, 0, len(q.Query.IDs.Values))
+	for _, id := range q.Query.IDs.Values {
+		d := strings.TrimPrefix(id, "es-")
+		src := map[string]any{"docid": d, "title": d, "summary": "stored " + d, "text": "body of " + d}
+		if q.Source != nil {
+			for k := range src {
+				if !slices.Contains(q.Source, k) {
+					delete(src, k)
+				}
+			}
+		}
+		hits = append(hits, map[string]any{"_index": "icicle-docs-v1", "_id": id, "_score": 1, "_source": src})
+	}
+	b, _ := json.Marshal(map[string]any{"took": 1, "hits": map[string]any{"hits": hits}})
+	return adapter.RawResponse{Status: http.StatusOK, Header: h, Body: b}
+}
+
+// fakeMget answers an _mget by _id from the hits of esSearchBody (the window's full documents).
+func fakeMget(req adapter.RawRequest, h http.Header) adapter.RawResponse {
+	var all struct {
+		Hits struct {
+			Hits []struct {
+				ID     string          `json:"_id"`
+				Source json.RawMessage `json:"_source"`
+			} `json:"hits"`
+		} `json:"hits"`
+	}
+	_ = json.Unmarshal([]byte(esSearchBody), &all)
+	var q struct {
+		Docs []struct {
+			ID string `json:"_id"`
+		} `json:"docs"`
+	}
+	_ = json.Unmarshal(req.Body, &q)
+	docs := make([]map[string]any, 0, len(q.Docs))
+	for _, d := range q.Docs {
+		doc := map[string]any{"_id": d.ID, "found": false}
+		for _, hit := range all.Hits.Hits {
+			if hit.ID == d.ID {
+				doc["found"], doc["_source"] = true, hit.Source
+			}
+		}
+		docs = append(docs, doc)
+	}
+	b, _ := json.Marshal(map[string]any{"docs": docs})
+	return adapter.RawResponse{Status: http.StatusOK, Header: h, Body: b}
+}
+
+func (f *fakeSearcher) IndexNames(ctx context.Context) ([]string, error) {
+	if f.indexNames == nil {
+		return []string{"icicle-docs", "my-alias"}, nil
+	}
+	return f.indexNames(ctx)
 }
 
 func (f *fakeSearcher) Index() string { return "icicle-docs" }

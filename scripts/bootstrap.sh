@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the project needs on a fresh machine, from the package registries only, into
 # ${ICICLE_CACHE:-$HOME/.cache/icicle}. Idempotent: a second run takes seconds.
-#   scripts/bootstrap.sh            native libraries, Elasticsearch, Python venv
+#   scripts/bootstrap.sh            native libraries, Elasticsearch, the official ES clients, Python venv
 #   scripts/bootstrap.sh --no-python    skip the Python venv (the demo does not need it)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -10,6 +10,7 @@ step "ONNX Runtime (npm onnxruntime-node)";     "$here/ort.sh" >/dev/null
 step "libtokenizers (cargo, daulet/tokenizers)"; "$here/tokenizers.sh" >/dev/null
 step "Elasticsearch node (Maven Central jars)";  "$here/es.sh" install >/dev/null
 step "nginx, the tests' authenticating proxy (Debian)"; "$here/authproxy.sh" install >/dev/null
+step "Official Elasticsearch clients for the integration tests (PyPI, npm)"; "$here/clients.sh" >/dev/null
 if [[ "${1:-}" != "--no-python" ]]; then
   step "Python venv for training/ (PyPI)";        "$here/pyenv.sh" >/dev/null
 fi

@@ -5,7 +5,8 @@
 #   3. Go native: ONNX Runtime + HF tokenizer against the committed models/tiny fixture (golden vectors)
 #   4. Python: training/ stages, export parity, reference decoder (pytest)
 #   5. Integration: a real Elasticsearch node on loopback + the real model, end to end; nginx in front of
-#      it as a secured cluster (scripts/authproxy.sh) for the security tests
+#      it as a secured cluster (scripts/authproxy.sh) for the security tests; the official Python and
+#      JavaScript Elasticsearch clients against the drop-in (scripts/clients.sh)
 # Set ICICLE_TEST_SKIP_PYTHON=1 to skip step 4 on a machine without the venv.
 # Real parts are required here: ICICLE_REQUIRE_REAL=1 makes every test that needs Elasticsearch, ONNX
 # Runtime or a model fixture FAIL when it is missing instead of skipping (internal/testenv), and each
@@ -75,6 +76,7 @@ trap 'scripts/es.sh stop >/dev/null 2>&1 || true' EXIT
 export ICICLE_AUTHPROXY_PORT=${ICICLE_TEST_AUTHPROXY_PORT:-9280}
 eval "$(scripts/authproxy.sh start)"
 trap 'scripts/authproxy.sh stop >/dev/null 2>&1 || true; scripts/es.sh stop >/dev/null 2>&1 || true' EXIT
+eval "$(scripts/clients.sh)" # the official Python and JavaScript clients that integration/clients_test.go drives
 export ICICLE_ES_URL=$(scripts/es.sh url)
 run_real "Elasticsearch adapter (adapter, real node)" -count=1 -tags "integration ort tokenizers" ./adapter/...
 run_real "end to end (integration, real node + model)" -count=1 -tags "integration ort tokenizers" ./integration/...

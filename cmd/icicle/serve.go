@@ -135,7 +135,9 @@ func serve(ctx context.Context, args []string) error {
 			Experiment: cfg.AB.Experiment},
 		Impressions: impressions, AdminToken: cfg.Server.AdminToken,
 		Clicks: clicks, CallerCredentials: cfg.Elasticsearch.CallerCredentials, WriteToken: cfg.Server.WriteToken,
-		SeparateAdmin: cfg.Server.AdminAddr != "",
+		SeparateAdmin:  cfg.Server.AdminAddr != "",
+		AllowedIndices: cfg.Elasticsearch.AllowedIndices, AllowScripts: cfg.Dropin.AllowScripts,
+		RankWindowSize: cfg.Dropin.RankWindowSize,
 	})
 	servers := []*http.Server{newHTTPServer(cfg.Server, cfg.Server.Addr, srv.Handler())}
 	if cfg.Server.AdminAddr != "" {
