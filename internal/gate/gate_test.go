@@ -181,7 +181,7 @@ func TestSaveLoad(t *testing.T) {
 	}
 	bad := map[string]string{
 		`{"version": 2}`: "version",
-		`{"version": 1, "features": ["p_copy"], "threshold": 0.5}`:                         "features",
+		`{"version": 1, "features": ["p_copy"], "threshold": 0.5}`:                           "features",
 		`{"version": 1, "features": ` + featuresJSON() + `, "weights": [1], "threshold": 2}`: "threshold",
 		`{"version": 1`: "unexpected end",
 	}
