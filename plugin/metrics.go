@@ -13,6 +13,9 @@ type metrics struct {
 	abArms       *prometheus.CounterVec
 	interleaved  *prometheus.CounterVec
 	swaps        *prometheus.CounterVec
+
+	// Issue 14 (gate).
+	gateDecisions *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -40,6 +43,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.requests, m.duration, m.stage, m.routes, m.fallbacks, m.inContext, m.breakerState,
 		m.abArms, m.interleaved, m.swaps)
+	// Issue 14 (gate): decisions of policy gate, each label registered at zero.
+	m.gateDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_gate_decisions_total",
+		Help: "Gate decisions (policy gate): promote_model (the model's top moved to rank 1) or keep_bm25."}, []string{"decision"})
+	for _, d := range []string{GatePromote, GateKeep} {
+		m.gateDecisions.WithLabelValues(d)
+	}
+	reg.MustRegister(m.gateDecisions)
 	return m
 }
 
