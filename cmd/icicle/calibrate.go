@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,6 +24,7 @@ type calibrateFlags struct {
 	n, folds, concurrency                                              int
 	timeout                                                            time.Duration
 	dryRun                                                             bool
+	samplesOut, samplesIn                                              string
 }
 
 // calibrate is `icicle calibrate`: labelled queries (BEIR queries + qrels, as `icicle eval` reads them)
@@ -46,6 +48,8 @@ func calibrate(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&f.concurrency, "concurrency", 2, "requests in flight at once; within the sidecar's concurrency.max_inflight + queue_size")
 	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "timeout of one request to the sidecar")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "fit and print, but write nothing")
+	fs.StringVar(&f.samplesOut, "samples-out", "", "also write every labelled query's features and labels to this JSONL file")
+	fs.StringVar(&f.samplesIn, "samples", "", "fit on a -samples-out file instead of asking the sidecar (refit without re-running the model)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -62,6 +66,25 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 	}
 	dir := cmp.Or(f.modelDir, cfg.Model.Dir)
 	outDir := cmp.Or(f.outDir, dir)
+	if f.samplesIn != "" {
+		rows, err := readSamples(f.samplesIn)
+		if err != nil {
+			return err
+		}
+		var ss []gate.Sample
+		perSubset := map[string]int{}
+		model := ""
+		for _, r := range rows {
+			ss = append(ss, r.Sample())
+			perSubset[r.Subset]++
+			model = r.Model
+		}
+		data := fmt.Sprintf("%s (new %d, seen %d)", f.samplesIn, perSubset[eval.SubsetNew], perSubset[eval.SubsetSeen])
+		if len(rows) > 0 {
+			data = rows[0].Data + "; refitted from " + f.samplesIn
+		}
+		return fitAndWrite(ss, data, model, f, outDir, out)
+	}
 	seen, err := readSeen(dir)
 	if err != nil {
 		return err
@@ -138,6 +161,7 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 		return err
 	}
 	var ss []gate.Sample
+	var rows []sampleRow
 	fallbacks := map[string]int{}
 	perSubset := map[string]int{}
 	for i, s := range samples {
@@ -149,17 +173,32 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 			continue
 		}
 		ss = append(ss, *s)
+		rows = append(rows, sampleRow{QueryID: qs[i].ID, Subset: qs[i].Subset, Model: model.Name, Features: s.Features,
+			ModelRight: s.ModelRight, BM25Right: s.BM25Right})
 		perSubset[qs[i].Subset]++
 	}
 	data := fmt.Sprintf("%s + %s, split %q, subsets %s (new %d, seen %d; first %d each), index %s via %s",
 		f.queries, f.qrels, f.split, f.subsets, perSubset[eval.SubsetNew], perSubset[eval.SubsetSeen], f.n, cfg.Elasticsearch.Index, f.sidecar)
-	g, err := gate.Fit(ss, gate.FitOptions{Folds: f.folds, Info: gate.FitInfo{Data: data, Model: model.Name}})
+	fmt.Fprintf(out, "calibrate: %d queries answered by the model in %.0f s (fallbacks skipped: %v)\n", len(ss), time.Since(start).Seconds(), fallbacks)
+	if f.samplesOut != "" {
+		for i := range rows {
+			rows[i].Data = data
+		}
+		if err := writeSamples(f.samplesOut, rows); err != nil {
+			return err
+		}
+	}
+	return fitAndWrite(ss, data, model.Name, f, outDir, out)
+}
+
+// fitAndWrite fits the gate, prints what it found and writes gate.json into outDir.
+func fitAndWrite(ss []gate.Sample, data, model string, f calibrateFlags, outDir string, out io.Writer) error {
+	g, err := gate.Fit(ss, gate.FitOptions{Folds: f.folds, Info: gate.FitInfo{Data: data, Model: model}})
 	if err != nil {
 		return fmt.Errorf("fit the gate: %w", err)
 	}
 	fi := g.Fit
-	fmt.Fprintf(out, "calibrate: %d queries answered by the model in %.0f s (fallbacks skipped: %v)\n", len(ss), time.Since(start).Seconds(), fallbacks)
-	fmt.Fprintf(out, "  model top != BM25 top on %d; promoting would be right on %d, wrong on %d\n", fi.Changes, fi.Positives, fi.Negatives)
+	fmt.Fprintf(out, "  model top != BM25 top on %d of %d; promoting would be right on %d, wrong on %d\n", fi.Changes, fi.N, fi.Positives, fi.Negatives)
 	if g.Never {
 		fmt.Fprintf(out, "  gate: NEVER fires: %s. The model is not trusted over BM25 on this data.\n", fi.Note)
 	} else {
@@ -169,10 +208,60 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 	if f.dryRun {
 		return nil
 	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return fmt.Errorf("write gate: %w", err)
+	}
 	path, err := g.Save(outDir)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "calibrate: wrote %s (reload the model: SIGHUP or POST /v1/admin/model)\n", path)
 	return nil
+}
+
+// sampleRow is one line of a -samples-out file.
+type sampleRow struct {
+	QueryID    string        `json:"qid"`
+	Subset     string        `json:"subset"`
+	Model      string        `json:"model"`
+	Data       string        `json:"data"`
+	Features   gate.Features `json:"features"`
+	ModelRight bool          `json:"model_right"`
+	BM25Right  bool          `json:"bm25_right"`
+}
+
+func (r sampleRow) Sample() gate.Sample {
+	return gate.Sample{Features: r.Features, ModelRight: r.ModelRight, BM25Right: r.BM25Right}
+}
+
+func writeSamples(path string, rows []sampleRow) error {
+	var b strings.Builder
+	for _, r := range rows {
+		line, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("write samples: %w", err)
+	}
+	return nil
+}
+
+func readSamples(path string) ([]sampleRow, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read samples: %w", err)
+	}
+	var rows []sampleRow
+	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var r sampleRow
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			return nil, fmt.Errorf("read samples: %s:%d: %w", path, i+1, err)
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
 }
