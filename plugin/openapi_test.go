@@ -357,6 +357,7 @@ func contractCases() []contractCase {
 		{name: "dropin reranked", method: "POST", path: "/icicle-docs/_search", body: match, status: 200, mode: "reranked"},
 		{name: "dropin ext query", method: "POST", path: "/icicle-docs/_search", body: `{"query":{"match_all":{}},"ext":{"icicle":{"query":"who sang"}}}`, status: 200, mode: "reranked"},
 		{name: "dropin fused", method: "POST", path: "/icicle-docs/_search", body: match, server: std(func(o *Options) { o.Policy = "fusion" }), status: 200, mode: "fused"},
+		{name: "dropin gated", method: "POST", path: "/icicle-docs/_search", body: match, server: std(func(o *Options) { o.Policy, o.Gate = "gate", fixedGate(3, 0.5) }), status: 200, mode: "gated"},
 		{name: "dropin bm25 policy", method: "POST", path: "/icicle-docs/_search", body: match, server: std(func(o *Options) { o.Policy = "bm25" }), status: 200, mode: "bm25"},
 		{name: "dropin model error", method: "POST", path: "/icicle-docs/_search", body: match, server: withModel(modelErr(errors.New("onnx")), nil), status: 200, mode: "bm25_fallback", reason: "model_error"},
 		{name: "dropin unresolved parametric", method: "POST", path: "/icicle-docs/_search", body: match, status: 200, mode: "reranked",
