@@ -112,6 +112,9 @@ func (r Report) WriteMarkdown(w io.Writer) {
 		}
 		fmt.Fprintf(w, "\n### %s\n\n", g.title)
 		WriteTable(w, arms)
+		if a, b := r.ByProtocol(ProtocolBM25All), r.ByProtocol(ProtocolSearch); g.protocol == "" && len(a) == 1 && len(b) == 1 {
+			writeChanges(w, a[0], b[0])
+		}
 	}
 	if paper := r.ByProtocol(ProtocolPaper); len(paper) > 0 {
 		fmt.Fprintf(w, "\n### Beside the paper (NQ320K; this corpus is nq_qed, %d documents, so only the shape compares)\n\n", m.SeenDocIDs+m.NewDocIDs)
