@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/internal/eval"
 	"github.com/icicle-search/sidecar/internal/gate"
 	"github.com/icicle-search/sidecar/plugin"
@@ -25,6 +26,7 @@ type calibrateFlags struct {
 	timeout                                                            time.Duration
 	dryRun                                                             bool
 	samplesOut, samplesIn                                              string
+	docids                                                             string
 }
 
 // calibrate is `icicle calibrate`: labelled queries (BEIR queries + qrels, as `icicle eval` reads them)
@@ -48,6 +50,7 @@ func calibrate(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&f.concurrency, "concurrency", 2, "requests in flight at once; within the sidecar's concurrency.max_inflight + queue_size")
 	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "timeout of one request to the sidecar")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "fit and print, but write nothing")
+	fs.StringVar(&f.docids, "docids", "", "only queries with a relevant document in this file (one docid a line): e.g. the documents the model never trained on")
 	fs.StringVar(&f.samplesOut, "samples-out", "", "also write every labelled query's features and labels to this JSONL file")
 	fs.StringVar(&f.samplesIn, "samples", "", "fit on a -samples-out file instead of asking the sidecar (refit without re-running the model)")
 	if err := fs.Parse(args); err != nil {
@@ -107,9 +110,27 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 			return fmt.Errorf("-subsets: %q: want new, seen", s)
 		}
 	}
+	var only map[string]bool
+	if f.docids != "" {
+		ids, err := inference.ReadDocIDs(f.docids)
+		if err != nil {
+			return fmt.Errorf("-docids: %w", err)
+		}
+		only = make(map[string]bool, len(ids))
+		for _, d := range ids {
+			only[d] = true
+		}
+	}
 	var qs []labelled
 	for _, q := range all {
-		if want[q.Subset] {
+		if !want[q.Subset] {
+			continue
+		}
+		keep := only == nil
+		for d := range q.Relevant {
+			keep = keep || only[d]
+		}
+		if keep {
 			qs = append(qs, q)
 		}
 	}
@@ -179,6 +200,9 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 	}
 	data := fmt.Sprintf("%s + %s, split %q, subsets %s (new %d, seen %d; first %d each), index %s via %s",
 		f.queries, f.qrels, f.split, f.subsets, perSubset[eval.SubsetNew], perSubset[eval.SubsetSeen], f.n, cfg.Elasticsearch.Index, f.sidecar)
+	if f.docids != "" {
+		data += ", relevant document in " + f.docids
+	}
 	fmt.Fprintf(out, "calibrate: %d queries answered by the model in %.0f s (fallbacks skipped: %v)\n", len(ss), time.Since(start).Seconds(), fallbacks)
 	if f.samplesOut != "" {
 		for i := range rows {

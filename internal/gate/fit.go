@@ -46,8 +46,10 @@ type FitOptions struct {
 // decisions; on them a logistic model predicts "promoting is right" (model right, BM25 wrong). Every
 // query gets an out-of-fold probability from a model fitted on the other folds (sample i is in fold
 // i mod k); the threshold is the one whose held-out promotions gain most (right minus wrong), among those
-// that gain in total and lose in no fold; ties go to the higher threshold. Without such a threshold the
-// gate is Never: the model is not trusted. The weights served are refitted on all decisions.
+// that gain in total and lose in no fold; ties go to the higher threshold. That choice is then checked by
+// nested cross-validation (the whole procedure on k-1 folds, applied to the held-out one): unless it gains
+// in total and loses in no fold there too, the gate is Never: the model is not trusted. The weights served
+// are refitted on all decisions.
 func Fit(samples []Sample, o FitOptions) (*Gate, error) {
 	k := cmp.Or(o.Folds, 5)
 	if k < 2 {
@@ -92,30 +94,39 @@ func Fit(samples []Sample, o FitOptions) (*Gate, error) {
 		g.Fit = &info
 		return g, nil
 	}
-	// Out-of-fold probabilities.
-	oof := make([]float64, len(dec))
+	// The threshold served: chosen on out-of-fold probabilities of all decisions.
+	all := make([]int, len(dec))
+	for i := range all {
+		all[i] = i
+	}
+	best, ok := chooseThreshold(dec, fold, all, k, l2)
+	if !ok {
+		info.Note = "no threshold gained on held-out folds without losing in one: the gate never fires"
+		g.Fit = &info
+		return g, nil
+	}
+	// Nested cross-validation: the whole procedure (weights and the threshold choice above) run on k-1
+	// folds and applied to the held-out one. Picking the best of many thresholds on the same out-of-fold
+	// probabilities overstates the gain; this is the honest estimate, and the gate fires only if it gains
+	// in total and loses in no fold.
+	nested := make([]int, k)
+	right, wrong := 0, 0
 	for f := range k {
-		train := func(i int) bool { return fold[i] != f }
-		m := &Gate{}
-		m.Mean, m.Scale, m.Weights, m.Bias = fitLogistic(dec, train, l2)
-		for i, s := range dec {
-			if fold[i] == f {
-				oof[i] = sigmoid(m.score(s.Features.Vector()))
+		var train []int
+		for i := range dec {
+			if fold[i] != f {
+				train = append(train, i)
 			}
 		}
-	}
-	cands := slices.Clone(oof)
-	slices.Sort(cands)
-	cands = slices.Compact(cands)
-	best, bestT := 0, math.NaN()
-	var bestFolds []int
-	var bestRight, bestWrong int
-	for _, t := range cands {
-		folds := make([]int, k)
-		right, wrong := 0, 0
+		inner, ok := chooseThreshold(dec, innerFolds(fold, f), train, k, l2)
+		if !ok {
+			continue // this fold's procedure would never fire: no promotion on the held-out fold
+		}
+		m := &Gate{}
+		m.Mean, m.Scale, m.Weights, m.Bias = fitLogistic(dec, func(i int) bool { return fold[i] != f }, l2)
 		for i, s := range dec {
-			if oof[i] >= t {
-				folds[fold[i]] += s.gain()
+			if fold[i] == f && sigmoid(m.score(s.Features.Vector())) >= inner.t {
+				nested[f] += s.gain()
 				switch s.gain() {
 				case 1:
 					right++
@@ -124,22 +135,88 @@ func Fit(samples []Sample, o FitOptions) (*Gate, error) {
 				}
 			}
 		}
-		if slices.Min(folds) < 0 {
-			continue
-		}
-		if gain := right - wrong; gain > best || gain == best && gain > 0 && t > bestT {
-			best, bestT, bestFolds, bestRight, bestWrong = gain, t, folds, right, wrong
-		}
 	}
-	if best <= 0 {
-		info.Note = "no threshold gained on held-out folds without losing in one: the gate never fires"
+	info.CVRight, info.CVWrong, info.CVGain, info.FoldGains = right, wrong, right-wrong, nested
+	if right-wrong <= 0 || slices.Min(nested) < 0 {
+		info.Note = fmt.Sprintf("nested cross-validation: the fitted threshold's held-out promotions were %d right, %d wrong (per fold %v): "+
+			"no reliable gain, so the gate never fires (the out-of-fold best, threshold %.4f, looked like %d right, %d wrong)",
+			right, wrong, nested, best.t, best.right, best.wrong)
 		g.Fit = &info
 		return g, nil
 	}
-	g.Never, g.Threshold = false, bestT
-	info.CVRight, info.CVWrong, info.CVGain, info.FoldGains = bestRight, bestWrong, best, bestFolds
+	g.Never, g.Threshold = false, best.t
 	g.Fit = &info
 	return g, nil
+}
+
+// innerFolds renumbers the folds other than held so that the k-1 of them are the inner folds (held keeps
+// its number and is never used).
+func innerFolds(fold []int, held int) []int {
+	out := make([]int, len(fold))
+	for i, f := range fold {
+		out[i] = f
+		if f > held {
+			out[i] = f - 1
+		}
+	}
+	return out
+}
+
+// threshold is a chosen threshold with its out-of-fold promotions.
+type threshold struct {
+	t            float64
+	right, wrong int
+}
+
+// chooseThreshold fits the logistic model on each fold of the samples in use (indices into dec) without
+// it, scores that fold, and returns the threshold whose out-of-fold promotions gain most, among those that
+// gain in total and lose in no fold (ties: the higher threshold); ok is false when none does.
+func chooseThreshold(dec []Sample, fold, use []int, k int, l2 float64) (threshold, bool) {
+	inUse := make(map[int]bool, len(use))
+	folds := map[int]bool{}
+	for _, i := range use {
+		inUse[i] = true
+		folds[fold[i]] = true
+	}
+	oof := make(map[int]float64, len(use))
+	for f := range folds {
+		m := &Gate{}
+		m.Mean, m.Scale, m.Weights, m.Bias = fitLogistic(dec, func(i int) bool { return inUse[i] && fold[i] != f }, l2)
+		for _, i := range use {
+			if fold[i] == f {
+				oof[i] = sigmoid(m.score(dec[i].Features.Vector()))
+			}
+		}
+	}
+	var cands []float64
+	for _, p := range oof {
+		cands = append(cands, p)
+	}
+	slices.Sort(cands)
+	cands = slices.Compact(cands)
+	best, found := threshold{t: math.NaN()}, false
+	for _, t := range cands {
+		perFold := make([]int, k)
+		right, wrong := 0, 0
+		for _, i := range use {
+			if oof[i] >= t {
+				perFold[fold[i]] += dec[i].gain()
+				switch dec[i].gain() {
+				case 1:
+					right++
+				case -1:
+					wrong++
+				}
+			}
+		}
+		if slices.Min(perFold) < 0 || right-wrong <= 0 {
+			continue
+		}
+		if gain := right - wrong; !found || gain > best.right-best.wrong || gain == best.right-best.wrong && t > best.t {
+			best, found = threshold{t: t, right: right, wrong: wrong}, true
+		}
+	}
+	return best, found
 }
 
 // fitLogistic fits a ridge-penalised logistic regression of "gain is +1" on the standardised features of

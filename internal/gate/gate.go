@@ -134,8 +134,9 @@ type FitInfo struct {
 	// (BM25 right, model wrong).
 	Positives int `json:"positives"`
 	Negatives int `json:"negatives"`
-	// CVRight and CVWrong count the held-out promotions at Threshold that were right and wrong; CVGain is
-	// CVRight - CVWrong, and FoldGains its value per fold.
+	// CVRight and CVWrong count the held-out promotions of the nested cross-validation (the fit and the
+	// threshold choice on k-1 folds, applied to the held-out one) that were right and wrong; CVGain is
+	// CVRight - CVWrong, and FoldGains its value per held-out fold.
 	CVRight   int   `json:"cv_right"`
 	CVWrong   int   `json:"cv_wrong"`
 	CVGain    int   `json:"cv_gain"`
