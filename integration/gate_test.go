@@ -157,7 +157,9 @@ func serveDefault(t *testing.T, bin, esURL, index, modelDir, lib string) string 
 	require.NoError(t, l.Close())
 	cmd := exec.Command(bin, "serve")
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "ICICLE_POLICY_") })
-	cmd.Env = append(env, "ICICLE_ELASTICSEARCH_ADDRESSES="+esURL, "ICICLE_ELASTICSEARCH_INDEX="+index,
+	// The policy is the configured default; only the connection is set, and the request timeout raised so
+	// that a loaded CI machine does not turn the model's answer into a model_timeout fallback.
+	cmd.Env = append(env, "ICICLE_SERVER_REQUEST_TIMEOUT=20s", "ICICLE_SERVER_WRITE_TIMEOUT=60s", "ICICLE_ELASTICSEARCH_ADDRESSES="+esURL, "ICICLE_ELASTICSEARCH_INDEX="+index,
 		"ICICLE_MODEL_DIR="+modelDir, "ICICLE_SERVER_ADDR="+addr, "ICICLE_ORT_LIB="+lib)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
