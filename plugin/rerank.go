@@ -55,7 +55,8 @@ func (s *Server) rerank(c *gin.Context) {
 	s.respond(c, "rerank", start, resp)
 }
 
-// search serves POST /v1/search: BM25 over new documents by the sidecar, then the same as rerank; or,
+// search serves POST /v1/search: BM25 over the whole index (the baseline) and over new documents (the
+// model's context) by the sidecar, then ranked as rerank is; or,
 // with the A/B experiment on, the request's arm (ab.go).
 func (s *Server) search(c *gin.Context) {
 	start := time.Now()

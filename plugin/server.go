@@ -112,8 +112,9 @@ type Options struct {
 	OpenTimeout          time.Duration
 	HalfOpenMaxRequests  int
 	BreakerCountInterval time.Duration
-	// Policy is "model" (default: the model's ranking), "fusion" (reciprocal rank fusion of the model's
-	// ranking and BM25, constant FusionK), "gate" (BM25's order unless the model's gate promotes the
+	// Policy is "model" (the model's ranking; the plugin's default when empty, while cmd/icicle passes
+	// config's policy.mode, default "gate"), "fusion" (reciprocal rank fusion of the model's ranking and
+	// BM25, constant FusionK), "gate" (BM25's order unless the model's gate promotes the
 	// model's top; mode "gated") or "bm25" (never call the model; mode "bm25"). BM25 is always over the
 	// whole index on /v1/search, the caller's hits on /v1/rerank.
 	Policy  string

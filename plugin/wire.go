@@ -62,7 +62,8 @@ type HitSource struct {
 type RerankRequest struct {
 	// Query is the user's query text.
 	Query string `json:"query"`
-	// Hits are the caller's BM25 hits over new documents, best first, as Elasticsearch returned them.
+	// Hits are the caller's BM25 hits, best first, as Elasticsearch returned them: the model's context and
+	// the baseline of policy gate, bm25 and every fallback.
 	Hits []ESHit `json:"hits"`
 	// Size is how many results to return (default: the beam width).
 	Size int `json:"size"`

@@ -12,7 +12,8 @@ import (
 const (
 	// ProtocolBM25All is arm A: Elasticsearch BM25 over every document, seen and new.
 	ProtocolBM25All = "bm25_all"
-	// ProtocolSearch is arm B: the sidecar's /v1/search (BM25 top candidates over new documents, reranked).
+	// ProtocolSearch is arm B: the sidecar's /v1/search (under its policy.mode; the model reads BM25 top
+	// candidates over new documents).
 	ProtocolSearch = "search"
 	// ProtocolTopN is the N-shot sweep: the BM25 top N new documents posted to /v1/rerank.
 	ProtocolTopN = "bm25_top_n"
