@@ -65,7 +65,8 @@ COPY --from=builder /src/config/example.yaml /etc/icicle/config.yaml
 # Every ICICLE_* variable here must be one config.Load reads (integration/compose_test.go checks).
 ENV ICICLE_ORT_LIB=/usr/local/lib/onnxruntime/libonnxruntime.so \
     ICICLE_MODEL_DIR=/models/small \
-    ICICLE_SERVER_ADDR=:8080
+    ICICLE_SERVER_ADDR=:8080 \
+    ICICLE_POLICY_MODE=gate
 USER icicle
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=5 \

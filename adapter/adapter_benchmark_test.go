@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -196,6 +197,25 @@ func BenchmarkSearch(b *testing.B) {
 		}},
 		{"SearchAll", func(a *adapter.Adapter) func(string) ([]adapter.Hit, error) {
 			return func(q string) ([]adapter.Hit, error) { return a.SearchAll(ctx, q, 100) }
+		}},
+		// Issue 14: /v1/search needs both (the baseline and the model's context); plugin runs them at once.
+		{"SearchAll+SearchNew_sequential", func(a *adapter.Adapter) func(string) ([]adapter.Hit, error) {
+			return func(q string) ([]adapter.Hit, error) {
+				if _, err := a.SearchNew(ctx, q, 100); err != nil {
+					return nil, err
+				}
+				return a.SearchAll(ctx, q, 100)
+			}
+		}},
+		{"SearchAll+SearchNew_concurrent", func(a *adapter.Adapter) func(string) ([]adapter.Hit, error) {
+			return func(q string) ([]adapter.Hit, error) {
+				var newErr error
+				done := make(chan struct{})
+				go func() { defer close(done); _, newErr = a.SearchNew(ctx, q, 100) }()
+				hits, err := a.SearchAll(ctx, q, 100)
+				<-done
+				return hits, errors.Join(err, newErr)
+			}
 		}},
 	} {
 		b.Run(bm.name+"/k=100", func(b *testing.B) {

@@ -196,14 +196,18 @@ const (
 	PolicyFusion = "fusion"
 	// PolicyBM25 never calls the model: the response is the BM25 order.
 	PolicyBM25 = "bm25"
+	// PolicyGate keeps BM25's order unless the model's gate (gate.json in model.dir, fitted by
+	// `icicle calibrate`) promotes the model's top to rank 1. The default (issue 14).
+	PolicyGate = "gate"
 )
 
 // Policy decides how a model answer is used. On doubt (a threshold below is not met) the response falls
 // back to BM25, with the fallback stated in the body.
 type Policy struct {
-	// Mode is "model", "fusion" or "bm25" (the Policy* constants). Default "fusion", chosen by measurement
-	// (docs/evaluation.md, "Choosing the policy"): with the shipped model it beats "model" on Hits@1 and MRR@10
-	// at the same Hits@10 and latency. Re-measure with `icicle eval` when you deploy another model.
+	// Mode is "gate", "model", "fusion" or "bm25" (the Policy* constants). Default "gate": BM25 over the
+	// whole index, with the model's top promoted only where the model's calibrated gate says so (a model
+	// directory without gate.json never overrides BM25); docs/evaluation.md, "Choosing the policy".
+	// Re-measure with `icicle eval`, and refit with `icicle calibrate`, when you deploy another model.
 	Mode string `yaml:"mode"`
 	// MinCopyProb is the least router probability p([COPY]), 0..1, for a model answer to be used.
 	// Default 0 (always used).
@@ -400,7 +404,7 @@ func Default() Config {
 			HalfOpenMaxRequests: 1,
 		},
 		Policy: Policy{
-			Mode:        PolicyFusion,
+			Mode:        PolicyGate,
 			MinTopScore: math.Inf(-1),
 			FusionK:     60,
 		},

@@ -113,7 +113,7 @@ func (c Config) Validate() error {
 	v.atLeast("breaker.half_open_max_requests", int64(b.HalfOpenMaxRequests), 1)
 
 	p := c.Policy
-	v.oneOf("policy.mode", p.Mode, PolicyModel, PolicyFusion, PolicyBM25)
+	v.oneOf("policy.mode", p.Mode, PolicyGate, PolicyModel, PolicyFusion, PolicyBM25)
 	if !(p.MinCopyProb >= 0 && p.MinCopyProb <= 1) {
 		v.add("policy.min_copy_prob", "must be between 0 and 1, got %v", p.MinCopyProb)
 	}

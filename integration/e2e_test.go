@@ -152,8 +152,19 @@ func (s *stack) post(t *testing.T, path string, body any) (int, plugin.Response)
 	return res.StatusCode, out
 }
 
-// checkReranked asserts what every reranked response must satisfy, whatever the model's quality.
+// checkReranked asserts what every reranked response must satisfy, whatever the model's quality. hits are
+// the model's context and the BM25 baseline (/v1/rerank); checkRerankedWith takes the baseline apart
+// (/v1/search: BM25 over the whole index).
 func checkReranked(t *testing.T, s *stack, resp plugin.Response, hits []adapter.Hit) {
+	t.Helper()
+	checkRerankedWith(t, s, resp, hits, nil)
+}
+
+func checkRerankedWith(t *testing.T, s *stack, resp plugin.Response, hits, baseline []adapter.Hit) {
+	contextIsBaseline := baseline == nil
+	if contextIsBaseline {
+		baseline = hits
+	}
 	t.Helper()
 	require.Equal(t, plugin.ModeReranked, resp.Mode, resp.FallbackReason)
 	require.NotEmpty(t, resp.Results)
@@ -169,10 +180,15 @@ func checkReranked(t *testing.T, s *stack, resp plugin.Response, hits []adapter.
 		require.LessOrEqual(t, r.Score, 0.0, "scores are log-probabilities")
 		require.True(t, r.Resolved, "result %d %q resolved to a stored document", i, r.DocID)
 		require.Equal(t, adapter.DocumentID(r.DocID), r.ID)
+		if r.BM25Rank != nil {
+			require.Equal(t, baseline[*r.BM25Rank-1].DocID, r.DocID, "bm25_rank is the rank in the BM25 baseline")
+		}
 		switch r.Provenance {
 		case plugin.FromCopy:
 			require.Contains(t, hitIDs, r.DocID, "a copied docid is one of the context hits")
-			require.NotNil(t, r.BM25Rank)
+			if contextIsBaseline {
+				require.NotNil(t, r.BM25Rank, "the context is the baseline")
+			}
 		case plugin.FromParametric:
 			require.Contains(t, s.seen, r.DocID, "a parametric docid belongs to the seen corpus")
 		default:
@@ -191,9 +207,11 @@ func TestEndToEnd(t *testing.T) {
 		for _, h := range hits {
 			require.NotContains(t, s.seen, h.DocID, "BM25 over new documents only")
 		}
+		all, err := s.es.SearchAll(t.Context(), query, 100)
+		require.NoError(t, err)
 		code, resp := s.post(t, "/v1/search", plugin.SearchRequest{Query: query, Size: 10})
 		require.Equal(t, http.StatusOK, code)
-		checkReranked(t, s, resp, hits)
+		checkRerankedWith(t, s, resp, hits, all)
 		require.Equal(t, len(hits), resp.HitsReceived)
 	})
 
@@ -251,9 +269,11 @@ func TestEndToEnd(t *testing.T) {
 		hits, err := s.es.SearchNew(t.Context(), "Zorblatt Quasar Observatory Quillon", 100)
 		require.NoError(t, err)
 		require.Equal(t, doc.DocID, hits[0].DocID, "BM25 finds it first among new documents, no retraining")
+		all, err := s.es.SearchAll(t.Context(), "Zorblatt Quasar Observatory Quillon", 100)
+		require.NoError(t, err)
 		code, resp := s.post(t, "/v1/search", plugin.SearchRequest{Query: "Zorblatt Quasar Observatory Quillon"})
 		require.Equal(t, http.StatusOK, code)
-		checkReranked(t, s, resp, hits)
+		checkRerankedWith(t, s, resp, hits, all)
 		require.Positive(t, resp.CandidatesInContext, "the new document is in the model's context (first hit)")
 		t.Logf("fictional document: rank 1 %q via %s (p_copy %.3f)", resp.Results[0].DocID, resp.Results[0].Provenance, *resp.RouterProb)
 		i := slices.IndexFunc(resp.Results, func(r plugin.Result) bool { return r.DocID == doc.DocID })

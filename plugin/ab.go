@@ -23,7 +23,8 @@ type Arm string
 const (
 	// ArmA is Elasticsearch BM25 over all documents: the baseline.
 	ArmA Arm = "A"
-	// ArmB is the ICICLE answer: BM25 over new documents, reranked by the model.
+	// ArmB is the ICICLE answer: /v1/search under policy.mode (default gate: BM25 over all documents,
+	// the model's top promoted where its gate says so).
 	ArmB Arm = "B"
 	// ArmInterleaved is a team-draft interleaving of A and B, each result saying its team.
 	ArmInterleaved Arm = "interleaved"

@@ -159,7 +159,7 @@ func TestSearchSplit(t *testing.T) {
 		require.Equal(t, "B", body["ab"].(map[string]any)["arm"])
 		require.Equal(t, "reranked", body["mode"])
 		require.Equal(t, "copy", results(body)[0]["provenance"])
-		require.Zero(t, allCalls.Load())
+		require.EqualValues(t, 1, allCalls.Load(), "arm B's baseline is BM25 over all documents")
 	})
 	t.Run("the same key gets the same arm, whatever the request id", func(t *testing.T) {
 		s := split(0.5)

@@ -28,9 +28,10 @@ const (
 )
 
 // fallbackReasons lists every reason a response may fall back to BM25 with, so /metrics shows each
-// icicle_fallbacks_total series at zero from the start. low_confidence is rank()'s own.
+// icicle_fallbacks_total series at zero from the start. low_confidence is rank()'s own, context_unavailable
+// searchModel's (the new-document search failed while the baseline answered).
 var fallbackReasons = []string{ReasonOverloaded, ReasonBreakerOpen, ReasonModelTimeout, ReasonModelError,
-	ReasonContextFull, "low_confidence"}
+	ReasonContextFull, "low_confidence", "context_unavailable"}
 
 // admission is the bounded FIFO queue in front of the model sessions. run holds one token per request
 // running the model (capacity Options.MaxInflight, the engine's session count); tickets holds one per

@@ -24,6 +24,8 @@ type metrics struct {
 	running            prometheus.Gauge
 	queueWait          prometheus.Histogram
 	breakerTransitions *prometheus.CounterVec
+	// Issue 14 (gate).
+	gateDecisions *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -59,6 +61,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help: "Model circuit breaker state changes by the state entered (closed, half-open, open)."}, []string{"to"})
 	reg.MustRegister(m.requests, m.duration, m.stage, m.routes, m.fallbacks, m.inContext, m.breakerState,
 		m.abArms, m.interleaved, m.swaps, m.queued, m.running, m.queueWait, m.breakerTransitions)
+	// Issue 14 (gate): decisions of policy gate, each label registered at zero.
+	m.gateDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_gate_decisions_total",
+		Help: "Gate decisions (policy gate): promote_model (the model's top moved to rank 1) or keep_bm25."}, []string{"decision"})
+	for _, d := range []string{GatePromote, GateKeep} {
+		m.gateDecisions.WithLabelValues(d)
+	}
+	reg.MustRegister(m.gateDecisions)
 	m.zero()
 	return m
 }
@@ -67,7 +76,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 // from the first scrape rather than from its first increment.
 func (m *metrics) zero() {
 	for _, endpoint := range []string{"rerank", "search", "dropin"} {
-		for _, mode := range []Mode{ModeReranked, ModeFused, ModeBM25Fallback, ModeBM25} {
+		for _, mode := range []Mode{ModeGated, ModeReranked, ModeFused, ModeBM25Fallback, ModeBM25} {
 			m.requests.WithLabelValues(endpoint, "200", string(mode))
 		}
 		m.duration.WithLabelValues(endpoint)

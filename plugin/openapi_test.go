@@ -27,6 +27,7 @@ import (
 
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/internal/gate"
 )
 
 func init() {
@@ -306,6 +307,14 @@ func contractCases() []contractCase {
 		// POST /v1/search
 		{name: "search reranked", method: "POST", path: "/v1/search", body: `{"query":"q","size":5}`, status: 200, mode: "reranked"},
 		{name: "search model error", method: "POST", path: "/v1/search", body: `{"query":"q"}`, server: withModel(modelErr(errors.New("onnx")), nil), status: 200, mode: "bm25_fallback", reason: "model_error"},
+		{name: "search gated keep", method: "POST", path: "/v1/search", body: `{"query":"q"}`, server: std(func(o *Options) { o.Policy = "gate" }),
+			status: 200, mode: "gated", has: []string{"gate.decision", "gate.features.p_copy", "gate.bm25_top"}},
+		{name: "search gated promote", method: "POST", path: "/v1/search", body: `{"query":"q"}`,
+			server: std(func(o *Options) { o.Policy, o.Gate = "gate", fixedGate(3, 0.5) }), status: 200, mode: "gated", has: []string{"gate.decision"}},
+		{name: "rerank gated", method: "POST", path: "/v1/rerank", body: hits, server: std(func(o *Options) { o.Policy = "gate" }), status: 200, mode: "gated", has: []string{"gate.model_top"}},
+		{name: "search context unavailable", method: "POST", path: "/v1/search", body: `{"query":"q"}`, status: 200, mode: "bm25_fallback", reason: "context_unavailable",
+			server: withES(&fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return nil, errors.New("shard down") },
+				searchAll: func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }}, &fakeReranker{rank: copyBeta}, nil)},
 		{name: "search missing query", method: "POST", path: "/v1/search", body: `{"size":1}`, status: 400, reqInvalid: true},
 		{name: "search too large", method: "POST", path: "/v1/search", body: `{"query":"` + big + `"}`, status: 413},
 		{name: "search client gone", method: "POST", path: "/v1/search", body: `{"query":"q"}`, status: 499,
@@ -409,6 +418,10 @@ func contractCases() []contractCase {
 
 		// GET endpoints
 		{name: "model", method: "GET", path: "/v1/model", status: 200},
+		{name: "model with its gate", method: "GET", path: "/v1/model", status: 200, has: []string{"gate.source", "gate.fit.n"},
+			server: std(func(o *Options) {
+				o.Model.Gate = NewGateInfo(&gate.Gate{Source: "m/gate.json", Threshold: 0.7, Fit: &gate.FitInfo{N: 10}})
+			})},
 		{name: "healthz", method: "GET", path: "/healthz", status: 200},
 		{name: "readyz", method: "GET", path: "/readyz", status: 200},
 		{name: "readyz with a seen diff", method: "GET", path: "/readyz", status: 200, server: withSeenDiff,
@@ -421,6 +434,7 @@ func contractCases() []contractCase {
 		{name: "dropin reranked", method: "POST", path: "/icicle-docs/_search", body: match, status: 200, mode: "reranked"},
 		{name: "dropin ext query", method: "POST", path: "/icicle-docs/_search", body: `{"query":{"match_all":{}},"ext":{"icicle":{"query":"who sang"}}}`, status: 200, mode: "reranked"},
 		{name: "dropin fused", method: "POST", path: "/icicle-docs/_search", body: match, server: std(func(o *Options) { o.Policy = "fusion" }), status: 200, mode: "fused"},
+		{name: "dropin gated", method: "POST", path: "/icicle-docs/_search", body: match, server: std(func(o *Options) { o.Policy, o.Gate = "gate", fixedGate(3, 0.5) }), status: 200, mode: "gated"},
 		{name: "dropin bm25 policy", method: "POST", path: "/icicle-docs/_search", body: match, server: std(func(o *Options) { o.Policy = "bm25" }), status: 200, mode: "bm25"},
 		{name: "dropin model error", method: "POST", path: "/icicle-docs/_search", body: match, server: withModel(modelErr(errors.New("onnx")), nil), status: 200, mode: "bm25_fallback", reason: "model_error"},
 		{name: "dropin unresolved parametric", method: "POST", path: "/icicle-docs/_search", body: match, status: 200, mode: "reranked",

@@ -20,6 +20,7 @@ import (
 
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/internal/gate"
 )
 
 // rerank serves POST /v1/rerank: the caller's BM25 hits, reranked.
@@ -53,7 +54,8 @@ func (s *Server) rerank(c *gin.Context) {
 	s.respond(c, "rerank", start, resp)
 }
 
-// search serves POST /v1/search: BM25 over new documents by the sidecar, then the same as rerank; or,
+// search serves POST /v1/search: BM25 over the whole index (the baseline) and over new documents (the
+// model's context) by the sidecar, then ranked as rerank is; or,
 // with the A/B experiment on, the request's arm (ab.go).
 func (s *Server) search(c *gin.Context) {
 	start := time.Now()
@@ -76,19 +78,50 @@ func (s *Server) search(c *gin.Context) {
 	s.respond(c, "search", start, resp)
 }
 
-// searchModel is the ICICLE answer (arm B): BM25 over new documents within Elasticsearch's share of the
-// budget, then rank.
+// searchModel is the ICICLE answer (arm B): within Elasticsearch's share of the budget, BM25 over the
+// whole index (the baseline: what policy bm25 and every fallback answer) and, at the same time, BM25 over
+// new documents (the model's copy context); then rank.
 func (s *Server) searchModel(ctx context.Context, query string, size int) (Response, error) {
 	esCtx, esCancel := context.WithTimeout(ctx, time.Duration(float64(s.opts.RequestTimeout)*s.opts.ESBudgetFraction))
+	defer esCancel()
 	esStart := time.Now()
-	hits, err := s.es.SearchNew(esCtx, query, s.opts.MaxCandidates)
-	esCancel()
+	var (
+		cands    []adapter.Hit
+		ctxErr   error
+		panicked any
+		done     = make(chan struct{})
+	)
+	if s.opts.Policy != "bm25" {
+		go func() {
+			defer close(done)
+			defer func() { panicked = recover() }() // re-raised on the handler's goroutine, for recoverer
+			cands, ctxErr = s.es.SearchNew(esCtx, query, s.opts.MaxCandidates)
+		}()
+	} else {
+		close(done)
+	}
+	base, err := s.es.SearchAll(esCtx, query, s.opts.MaxCandidates)
+	<-done
+	if panicked != nil {
+		panic(panicked)
+	}
 	esDur := time.Since(esStart)
 	s.metrics.stage.WithLabelValues("es").Observe(esDur.Seconds())
 	if err != nil {
-		return Response{}, upstreamError(ctx, "search new documents", err)
+		return Response{}, upstreamError(ctx, "search all documents", err)
 	}
-	return s.rank(ctx, query, hits, size, esDur)
+	if ctxErr != nil {
+		// A refusal (401/403) is about the credentials, not the index: the caller's answer (or, with the
+		// sidecar's own credentials, its dependency failing), never a fallback that hides it.
+		var refused *adapter.ResponseError
+		if ctx.Err() != nil || errors.As(ctxErr, &refused) && (refused.Status == http.StatusUnauthorized || refused.Status == http.StatusForbidden) {
+			return Response{}, upstreamError(ctx, "search new documents", ctxErr)
+		}
+		s.log.Warn("search new documents (the model's context)", "err", ctxErr)
+		resp := Response{HitsReceived: len(base), Model: s.modelInfo().Name, Timings: Timings{ES: ms(esDur)}}
+		return s.fallback(resp, base, min(cmp.Or(size, s.opts.Decode.BeamWidth), 100), "context_unavailable"), nil
+	}
+	return s.rankWith(ctx, query, base, cands, size, esDur)
 }
 
 // readBody reads the request body within Options.MaxBodyBytes. Too large stays an *http.MaxBytesError
@@ -170,12 +203,25 @@ func hitsFromES(in []ESHit) ([]adapter.Hit, error) {
 	return hits, nil
 }
 
-// rank runs the model over hits and builds the response, falling back to the BM25 order when the model
-// fails, is slow, is shed or is doubted. Only a client cancellation is returned as an error.
+// rank runs the model over hits and builds the response: hits are both the BM25 baseline and the
+// model's context (/v1/rerank: the caller's hits; the drop-in).
 func (s *Server) rank(ctx context.Context, query string, hits []adapter.Hit, size int, esDur time.Duration) (Response, error) {
+	return s.rankWith(ctx, query, hits, hits, size, esDur)
+}
+
+// rankWith runs the model over the context hits and builds the response against base, the BM25 baseline
+// (on /v1/search BM25 over the whole index): policy bm25 and every fallback answer base's order, policy gate
+// keeps it unless the model's gate promotes the model's top. Only a client cancellation is returned as an
+// error.
+func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapter.Hit, size int, esDur time.Duration) (Response, error) {
 	size = min(cmp.Or(size, s.opts.Decode.BeamWidth), 100)
 	resp := Response{RequestID: "", HitsReceived: len(hits), Model: s.modelInfo().Name}
 	resp.Timings.ES = ms(esDur)
+	if s.opts.Policy == "bm25" {
+		resp.HitsReceived = len(base)
+		resp.Mode, resp.Results = ModeBM25, bm25Results(base, size)
+		return resp, nil
+	}
 	cands := hits[:min(len(hits), s.opts.MaxCandidates)]
 	resp.CandidatesTruncated = len(hits) > len(cands)
 	in := make([]inference.Candidate, len(cands))
@@ -185,16 +231,8 @@ func (s *Server) rank(ctx context.Context, query string, hits []adapter.Hit, siz
 			resp.TitleOnlyCandidates++
 		}
 	}
-	fallback := func(reason string) (Response, error) {
-		s.metrics.fallbacks.WithLabelValues(reason).Inc()
-		resp.Mode, resp.FallbackReason = ModeBM25Fallback, reason
-		resp.Results = bm25Results(hits, size)
-		return resp, nil
-	}
-	if s.opts.Policy == "bm25" {
-		resp.Mode, resp.Results = ModeBM25, bm25Results(hits, size)
-		return resp, nil
-	}
+	fallback := func(reason string) (Response, error) { return s.fallback(resp, base, size, reason), nil }
+	// Model admission (admission.go): a session within the deadline, or a BM25 answer with the reason.
 	modelStart := time.Now()
 	res, reason, err := s.runModel(ctx, query, in)
 	resp.Timings.Model = ms(time.Since(modelStart))
@@ -211,14 +249,85 @@ func (s *Server) rank(ctx context.Context, query string, hits []adapter.Hit, siz
 		return fallback("low_confidence")
 	}
 	s.metrics.routes.WithLabelValues(string(res.Beams[0].Route)).Inc()
-	if s.opts.Policy == "fusion" {
+	switch s.opts.Policy {
+	case "gate":
+		resp.Mode = ModeGated
+		resp.Gate, resp.Results = s.gated(ctx, res, cands, base, size)
+		s.metrics.gateDecisions.WithLabelValues(resp.Gate.Decision).Inc()
+	case "fusion":
 		resp.Mode = ModeFused
-		resp.Results = fuse(s.modelResults(ctx, res.Beams, cands, hits), bm25Results(hits, len(hits)), s.opts.FusionK, size)
-		return resp, nil
+		model := rebase(s.modelResults(ctx, res.Beams, cands, cands), base)
+		resp.Results = fuse(model, bm25Results(base, len(base)), s.opts.FusionK, size)
+	default:
+		resp.Mode = ModeReranked
+		resp.Results = rebase(s.modelResults(ctx, res.Beams[:min(size, len(res.Beams))], cands, cands), base)
 	}
-	resp.Mode = ModeReranked
-	resp.Results = s.modelResults(ctx, res.Beams[:min(size, len(res.Beams))], cands, hits)
 	return resp, nil
+}
+
+// fallback answers base's BM25 order, saying why.
+func (s *Server) fallback(resp Response, base []adapter.Hit, size int, reason string) Response {
+	s.metrics.fallbacks.WithLabelValues(reason).Inc()
+	resp.Mode, resp.FallbackReason = ModeBM25Fallback, reason
+	resp.Results = bm25Results(base, size)
+	return resp
+}
+
+// gated applies the model's gate: base's BM25 order, with the model's top moved to rank 1 (the rest in
+// BM25 order without it) when the gate promotes it.
+func (s *Server) gated(ctx context.Context, res inference.Result, cands, base []adapter.Hit, size int) (*GateReport, []Result) {
+	g := s.gate()
+	beams := make([]gate.Beam, len(res.Beams))
+	for i, b := range res.Beams {
+		beams[i] = gate.Beam{DocID: b.DocID, Copy: b.Route == inference.RouteCopy, Score: b.Score}
+	}
+	ids, scores := make([]string, len(base)), make([]float64, len(base))
+	for i, h := range base {
+		ids[i], scores[i] = h.DocID, h.Score
+	}
+	f := gate.Compute(res.PCopy, beams, ids, scores)
+	d := g.Decide(f)
+	rep := &GateReport{Decision: GateKeep, Reason: d.Reason, P: d.P, Threshold: g.Threshold, Never: g.Never,
+		ModelTop: res.Beams[0].DocID, Features: f}
+	if len(base) > 0 {
+		rep.BM25Top = base[0].DocID
+	}
+	bm25 := bm25Results(base, len(base))
+	if !d.Promote {
+		return rep, bm25[:min(size, len(bm25))]
+	}
+	rep.Decision = GatePromote
+	top := rebase(s.modelResults(ctx, res.Beams[:1], cands, cands), base)[0]
+	out := append(make([]Result, 0, size), top)
+	for _, r := range bm25 {
+		if len(out) == size {
+			break
+		}
+		if r.DocID != top.DocID {
+			out = append(out, r)
+		}
+	}
+	for i := range out {
+		out[i].Rank = i + 1
+	}
+	return rep, out
+}
+
+// rebase sets each result's BM25Rank to its rank in base (absent when base does not hold it).
+func rebase(rs []Result, base []adapter.Hit) []Result {
+	rank := make(map[string]int, len(base))
+	for i, h := range base {
+		if _, ok := rank[h.DocID]; !ok {
+			rank[h.DocID] = i + 1
+		}
+	}
+	for i := range rs {
+		rs[i].BM25Rank = nil
+		if r, ok := rank[rs[i].DocID]; ok {
+			rs[i].BM25Rank = ptr(r)
+		}
+	}
+	return rs
 }
 
 // fuse merges the model's and BM25's rankings by reciprocal rank fusion: score(d) = sum over the lists

@@ -21,6 +21,7 @@ import (
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/internal/compress"
+	"github.com/icicle-search/sidecar/internal/gate"
 )
 
 // Searcher is what the handlers need from Elasticsearch.
@@ -74,6 +75,28 @@ type ModelInfo struct {
 	DataVersion  string `json:"data_version"`
 	SeenDocIDs   int    `json:"seen_docids"`
 	Dir          string `json:"dir"`
+	// Gate describes the model's gate (policy gate); absent when the caller did not say.
+	Gate *GateInfo `json:"gate,omitempty"`
+}
+
+// GateInfo describes a model's gate for /v1/model.
+type GateInfo struct {
+	// Source is the gate.json read, or says that the directory had none (the safe default).
+	Source string `json:"source"`
+	// Never is true when the gate never overrides BM25 (no gate.json, or the fit found no gain).
+	Never bool `json:"never"`
+	// Threshold is the least gate probability that promotes the model's top.
+	Threshold float64 `json:"threshold"`
+	// Fit is the calibration record of gate.json.
+	Fit *gate.FitInfo `json:"fit,omitempty"`
+}
+
+// NewGateInfo describes g (nil: the default gate).
+func NewGateInfo(g *gate.Gate) *GateInfo {
+	if g == nil {
+		g = gate.Default()
+	}
+	return &GateInfo{Source: g.Source, Never: g.Never, Threshold: g.Threshold, Fit: g.Fit}
 }
 
 // Options configure the server; cmd/icicle fills them from config.
@@ -98,10 +121,16 @@ type Options struct {
 	OpenTimeout          time.Duration
 	HalfOpenMaxRequests  int
 	BreakerCountInterval time.Duration
-	// Policy is "model" (default: the model's ranking), "fusion" (reciprocal rank fusion of the model's
-	// ranking and BM25, constant FusionK) or "bm25" (never call the model; mode "bm25").
+	// Policy is "model" (the model's ranking; the plugin's default when empty, while cmd/icicle passes
+	// config's policy.mode, default "gate"), "fusion" (reciprocal rank fusion of the model's ranking and
+	// BM25, constant FusionK), "gate" (BM25's order unless the model's gate promotes the
+	// model's top; mode "gated") or "bm25" (never call the model; mode "bm25"). BM25 is always over the
+	// whole index on /v1/search, the caller's hits on /v1/rerank.
 	Policy  string
 	FusionK int
+	// Gate is the gate of a model that is not a *Swapper (a Swapper carries its model's); nil never
+	// overrides BM25.
+	Gate *gate.Gate
 	// MinCopyProb and MinTopScore make the response fall back to BM25 on doubt.
 	MinCopyProb float64
 	MinTopScore float64

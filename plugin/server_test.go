@@ -22,7 +22,7 @@ import (
 // fakeSearcher is an Elasticsearch stand-in for handler tests; each method is a function field.
 type fakeSearcher struct {
 	searchNew func(ctx context.Context, q string, k int) ([]adapter.Hit, error)
-	searchAll func(ctx context.Context, q string, k int) ([]adapter.Hit, error) // nil: an error
+	searchAll func(ctx context.Context, q string, k int) ([]adapter.Hit, error) // nil: searchNew's answer
 	resolve   func(ctx context.Context, ids []string) (map[string]adapter.Hit, error)
 	seenDiff  func(ctx context.Context, modelSeen []string) (adapter.SeenDiff, error)
 	// rawSearch answers the drop-in's forwarded search; nil: 200 with esSearchBody.
@@ -41,7 +41,7 @@ func (f *fakeSearcher) SearchNew(ctx context.Context, q string, k int) ([]adapte
 
 func (f *fakeSearcher) SearchAll(ctx context.Context, q string, k int) ([]adapter.Hit, error) {
 	if f.searchAll == nil {
-		return nil, errors.New("fakeSearcher: SearchAll not scripted")
+		return f.searchNew(ctx, q, k)
 	}
 	return f.searchAll(ctx, q, k)
 }

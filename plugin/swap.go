@@ -15,6 +15,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/internal/gate"
 )
 
 // LoadedModel is an open model as a ModelLoader returns it.
@@ -27,6 +28,9 @@ type LoadedModel struct {
 	Seen []string
 	// Close releases it; called once, after its last request. Nil for nothing to release.
 	Close func() error
+	// Gate is its gate (gate.json beside the manifest): it travels with the model on a swap. Nil is the
+	// safe default, which never overrides BM25.
+	Gate *gate.Gate
 }
 
 // ModelLoader opens a model directory (cmd/icicle: inference/loader.Open). Its error says what is wrong
@@ -103,6 +107,9 @@ func (s *Swapper) Rank(ctx context.Context, query string, cands []inference.Cand
 
 // Info describes the current model.
 func (s *Swapper) Info() ModelInfo { return s.cur.Load().Info }
+
+// Gate is the current model's gate (nil: none).
+func (s *Swapper) Gate() *gate.Gate { return s.cur.Load().Gate }
 
 // SeenCorpus is the current model's seen corpus (LoadedModel.Seen), for /readyz's seen-corpus diff.
 func (s *Swapper) SeenCorpus() []string { return s.cur.Load().Seen }
@@ -235,6 +242,21 @@ func (s *Server) modelInfo() ModelInfo {
 		return sw.Info()
 	}
 	return s.opts.Model
+}
+
+// gate is the gate of the model serving now (the Swapper's current one, else Options.Gate); never nil:
+// a model without a gate gets gate.Default, which keeps BM25's order.
+func (s *Server) gate() *gate.Gate {
+	var g *gate.Gate
+	if sw, ok := s.model.(*Swapper); ok {
+		g = sw.Gate()
+	} else {
+		g = s.opts.Gate
+	}
+	if g == nil {
+		return gate.Default()
+	}
+	return g
 }
 
 // ErrNotSwappable is the answer of SwapModel for a server whose model is not a *Swapper.

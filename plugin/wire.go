@@ -1,6 +1,10 @@
 package plugin
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/icicle-search/sidecar/internal/gate"
+)
 
 // Mode says how a response was ranked.
 type Mode string
@@ -14,6 +18,17 @@ const (
 	ModeBM25Fallback Mode = "bm25_fallback"
 	// ModeBM25 is the BM25 order because the policy or the A/B arm asked for it.
 	ModeBM25 Mode = "bm25"
+	// ModeGated is BM25's order, with the model's top moved to rank 1 when the gate promoted it
+	// (policy gate; Response.Gate says what it decided and why).
+	ModeGated Mode = "gated"
+)
+
+// Gate decisions (GateReport.Decision).
+const (
+	// GatePromote: the model's top was moved to rank 1, the rest in BM25 order.
+	GatePromote = "promote_model"
+	// GateKeep: BM25's order was kept.
+	GateKeep = "keep_bm25"
 )
 
 // Provenance says where one result came from.
@@ -47,7 +62,8 @@ type HitSource struct {
 type RerankRequest struct {
 	// Query is the user's query text.
 	Query string `json:"query"`
-	// Hits are the caller's BM25 hits over new documents, best first, as Elasticsearch returned them.
+	// Hits are the caller's BM25 hits, best first, as Elasticsearch returned them: the model's context and
+	// the baseline of policy gate, bm25 and every fallback.
 	Hits []ESHit `json:"hits"`
 	// Size is how many results to return (default: the beam width).
 	Size int `json:"size"`
@@ -112,6 +128,26 @@ type Response struct {
 	// ImpressionID is this answer's own random id in the impression log (/v1/search with ab.impression_log
 	// set; also the X-ICICLE-Impression-ID header): what POST /v1/click names. Absent otherwise. Issue 14b.
 	ImpressionID string `json:"impression_id,omitempty"`
+	// Gate says what the gate decided and why (mode gated).
+	Gate *GateReport `json:"gate,omitempty"`
+}
+
+// GateReport is the gate section of a response: what the gate decided on this query and from what.
+type GateReport struct {
+	// Decision is GatePromote or GateKeep.
+	Decision string `json:"decision"`
+	// Reason says why, in a few words.
+	Reason string `json:"reason"`
+	// P is the gate's probability that promoting the model's top is right; Threshold the least P that
+	// promotes; Never is true when the model's gate never promotes (no gate.json, or no gain found).
+	P         float64 `json:"p"`
+	Threshold float64 `json:"threshold"`
+	Never     bool    `json:"never,omitempty"`
+	// ModelTop and BM25Top are the model's and BM25's first docids (what icicle calibrate labels).
+	ModelTop string `json:"model_top"`
+	BM25Top  string `json:"bm25_top,omitempty"`
+	// Features are the gate's inputs.
+	Features gate.Features `json:"features"`
 }
 
 // ABInfo is the A/B section of a /v1/search response (docs/ab.md).

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -121,17 +120,22 @@ func fakeHits(ids []string, k int) []adapter.Hit {
 	return out
 }
 
-// fakeReranker always fails, so arm B is the BM25 fallback over new documents.
+// fakeReranker copies the new-document candidates in their order, so arm B (policy model) is a ranking of
+// new documents alone, which never holds the relevant document.
 type fakeReranker struct{}
 
-func (fakeReranker) Rank(context.Context, string, []inference.Candidate, inference.Options) (inference.Result, error) {
-	return inference.Result{}, errors.New("fake model down")
+func (fakeReranker) Rank(_ context.Context, _ string, cands []inference.Candidate, _ inference.Options) (inference.Result, error) {
+	res := inference.Result{PCopy: 1, InContext: len(cands)}
+	for i, c := range cands {
+		res.Beams = append(res.Beams, inference.Beam{DocID: c.Title, Route: inference.RouteCopy, Score: -float64(i + 1)})
+	}
+	return res, nil
 }
 
 // TestABLoopThroughTheSidecar runs the loop through the real handlers and logs (fakes stand in for
 // Elasticsearch and the model): ab-simulate sends labelled queries (request ids q<i>#1, q<i>#2), and
 // posts clicks drawn from the qrels to /v1/click; ab-report on the sidecar's own logs names arm A, which the
-// fakes make the only arm that ever shows a relevant document.
+// fakes make the only arm that ever shows a relevant document (arm B ranks new documents only).
 func TestABLoopThroughTheSidecar(t *testing.T) {
 	dir := t.TempDir()
 	var queries, qrels bytes.Buffer
@@ -156,7 +160,7 @@ func TestABLoopThroughTheSidecar(t *testing.T) {
 	const token = "loop-write-token-0123456789"
 	srv := plugin.New(fakeSearcher{}, fakeReranker{}, plugin.Options{MaxBodyBytes: 1 << 20, RequestTimeout: 5 * time.Second,
 		ESBudgetFraction: 0.3, MaxQueryChars: 100, MaxHits: 100, MaxCandidates: 100, Decode: inference.Options{BeamWidth: 4},
-		MaxInflight: 2, MinTopScore: -1e9, AB: plugin.ABOptions{Enabled: true, Mode: plugin.ABInterleave},
+		MaxInflight: 2, MinTopScore: -1e9, Policy: "model", AB: plugin.ABOptions{Enabled: true, Mode: plugin.ABInterleave},
 		Impressions: imps, Clicks: clicks, WriteToken: token})
 	hs := httptest.NewServer(srv.Handler())
 	defer hs.Close()

@@ -29,6 +29,7 @@ commands:
   ingest    bulk-index a BEIR corpus (JSONL, optionally .gz) into Elasticsearch
   seen      compare the index's seen documents with the model's seen_docids.txt (-list: print them)
   eval      BM25 vs the sidecar on labelled queries, N-shot sweep, paper protocol (alias: compare)
+  calibrate fit the model's gate (gate.json) on labelled queries through a running sidecar (policy gate)
   load      concurrent clients against a running sidecar: throughput, latency, errors, fallbacks, RSS
   ab-report join the impression and click logs: who won the A/B experiment (sign test; CTR, MRR with CIs)
   ab-simulate  send labelled queries to a running sidecar and post clicks drawn from the qrels to /v1/click
@@ -54,6 +55,8 @@ func main() {
 		err = seen(ctx, args, os.Stdout)
 	case "eval", "compare":
 		err = evaluate(ctx, args, os.Stdout)
+	case "calibrate":
+		err = calibrate(ctx, args, os.Stdout)
 	case "load":
 		err = runLoad(ctx, args, os.Stdout)
 	case "ab-report": // issue 14b

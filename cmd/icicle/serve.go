@@ -21,6 +21,7 @@ import (
 	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/inference/loader"
 	"github.com/icicle-search/sidecar/inference/ort"
+	"github.com/icicle-search/sidecar/internal/gate"
 	"github.com/icicle-search/sidecar/plugin"
 )
 
@@ -155,7 +156,7 @@ func serve(ctx context.Context, args []string) error {
 		}()
 	}
 	log.Info("serving", "addr", cfg.Server.Addr, "admin_addr", cfg.Server.AdminAddr, "tls", cfg.Server.TLSCertFile != "",
-		"caller_credentials", cfg.Elasticsearch.CallerCredentials, "model", info.Name, "seen_docids", info.SeenDocIDs,
+		"policy", cfg.Policy.Mode, "caller_credentials", cfg.Elasticsearch.CallerCredentials, "model", info.Name, "seen_docids", info.SeenDocIDs,
 		"compressor", comp.ID(), "ab", cfg.AB.Enabled, "ab_mode", cfg.AB.Mode, "impression_log", cfg.AB.ImpressionLog, "click_log", cfg.AB.ClickLog,
 		"admin", cfg.Server.AdminToken != "", "writes", cfg.Server.WriteToken != "")
 	for done := false; !done; {
@@ -208,9 +209,20 @@ func openModel(dir string, c config.Model, sessions int, log *slog.Logger) (plug
 		return plugin.LoadedModel{}, err
 	}
 	man := m.Manifest
+	// The gate travels with the model (gate.json beside the manifest); none is the safe default.
+	g, err := gate.Load(dir)
+	if err != nil {
+		_ = m.Close()
+		return plugin.LoadedModel{}, err
+	}
 	info := plugin.ModelInfo{Name: man.Name, Config: man.Config, Backbone: man.Backbone, ModelVersion: man.ModelVersion,
-		DataVersion: man.DataVersion, SeenDocIDs: len(m.Seen), Dir: dir}
+		DataVersion: man.DataVersion, SeenDocIDs: len(m.Seen), Dir: dir, Gate: plugin.NewGateInfo(g)}
+	if g.Never {
+		log.Warn("model gate never overrides BM25 (policy gate answers BM25's order)", "gate", g.Source)
+	} else {
+		log.Info("model gate loaded", "gate", g.Source, "threshold", g.Threshold)
+	}
 	log.Info("model loaded", "name", man.Name, "dir", dir, "file", m.File, "onnx_runtime", ort.Version(), "sessions", max(sessions, 1),
 		"seen_docids", len(m.Seen), "trie_nodes", m.Engine.GlobalTrie().Len())
-	return plugin.LoadedModel{Reranker: m.Engine, Info: info, Seen: m.Seen, Close: m.Close}, nil
+	return plugin.LoadedModel{Reranker: m.Engine, Info: info, Seen: m.Seen, Close: m.Close, Gate: g}, nil
 }

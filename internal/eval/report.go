@@ -12,7 +12,8 @@ import (
 const (
 	// ProtocolBM25All is arm A: Elasticsearch BM25 over every document, seen and new.
 	ProtocolBM25All = "bm25_all"
-	// ProtocolSearch is arm B: the sidecar's /v1/search (BM25 top candidates over new documents, reranked).
+	// ProtocolSearch is arm B: the sidecar's /v1/search (under its policy.mode; the model reads BM25 top
+	// candidates over new documents).
 	ProtocolSearch = "search"
 	// ProtocolTopN is the N-shot sweep: the BM25 top N new documents posted to /v1/rerank.
 	ProtocolTopN = "bm25_top_n"
@@ -112,6 +113,9 @@ func (r Report) WriteMarkdown(w io.Writer) {
 		}
 		fmt.Fprintf(w, "\n### %s\n\n", g.title)
 		WriteTable(w, arms)
+		if a, b := r.ByProtocol(ProtocolBM25All), r.ByProtocol(ProtocolSearch); g.protocol == "" && len(a) == 1 && len(b) == 1 {
+			writeChanges(w, a[0], b[0])
+		}
 	}
 	if paper := r.ByProtocol(ProtocolPaper); len(paper) > 0 {
 		fmt.Fprintf(w, "\n### Beside the paper (NQ320K; this corpus is nq_qed, %d documents, so only the shape compares)\n\n", m.SeenDocIDs+m.NewDocIDs)

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/icicle-search/sidecar/internal/gate"
+	"github.com/icicle-search/sidecar/plugin"
+)
+
+// fakeGateSidecar stands in for a sidecar with policy gate: on "good N" queries the model's top is the
+// relevant document with strong evidence, on "bad N" queries BM25's top is and the model's evidence is weak.
+func fakeGateSidecar(t *testing.T, withGate bool, asked *sync.Map) *httptest.Server {
+	strong := gate.Compute(0.95, []gate.Beam{{DocID: "x", Copy: true, Score: -0.05}, {DocID: "y", Copy: true, Score: -4}}, []string{"b", "c", "x"}, []float64{10, 9.9, 9})
+	weak := gate.Compute(0.4, []gate.Beam{{DocID: "x", Copy: true, Score: -2.5}, {DocID: "y", Copy: true, Score: -2.6}}, []string{"b", "c"}, []float64{10, 3})
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/model" {
+			_ = json.NewEncoder(w).Encode(plugin.ModelInfo{Name: "fake-model"})
+			return
+		}
+		var req plugin.SearchRequest
+		b, _ := io.ReadAll(r.Body)
+		require.NoError(t, json.Unmarshal(b, &req))
+		asked.Store(req.Query, true)
+		resp := plugin.Response{Mode: plugin.ModeGated}
+		var n int
+		good := strings.HasPrefix(req.Query, "good")
+		_, _ = fmt.Sscanf(req.Query[strings.LastIndex(req.Query, " ")+1:], "%d", &n)
+		rel := fmt.Sprintf("D%d", n)
+		if withGate {
+			resp.Gate = &plugin.GateReport{Decision: plugin.GateKeep, ModelTop: "other", BM25Top: rel, Features: weak}
+			if good {
+				resp.Gate.ModelTop, resp.Gate.BM25Top, resp.Gate.Features = rel, "other", strong
+			}
+		} else {
+			resp.Mode = plugin.ModeFused
+		}
+		_ = json.NewEncoder(w).Encode(resp)
+	}))
+	t.Cleanup(hs.Close)
+	return hs
+}
+
+func TestCalibrate(t *testing.T) {
+	dir := t.TempDir()
+	var queries, qrels strings.Builder
+	qrels.WriteString("qid\tdocid\trelevance\n")
+	for i := range 40 {
+		kind := map[bool]string{true: "good", false: "bad"}[i%2 == 0]
+		fmt.Fprintf(&queries, `{"qid": "t%d", "query": "%s train %d", "split": "train"}`+"\n", i, kind, i)
+		fmt.Fprintf(&queries, `{"qid": "d%d", "query": "%s dev %d", "split": "dev"}`+"\n", i, kind, i)
+		fmt.Fprintf(&qrels, "t%d\tD%d\t1\nd%d\tD%d\t1\n", i, i, i, i)
+	}
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
+		return p
+	}
+	f := calibrateFlags{queries: write("queries.jsonl", queries.String()), qrels: write("qrels.tsv", qrels.String()),
+		modelDir: dir, split: "train", subsets: "new,seen", n: 100, folds: 5, concurrency: 2, timeout: 5e9}
+	write("seen_docids.txt", "S1\n")
+
+	t.Run("fits and writes gate.json from the sidecar's gate reports", func(t *testing.T) {
+		var asked sync.Map
+		f := f
+		f.sidecar = fakeGateSidecar(t, true, &asked).URL
+		f.outDir, f.samplesOut = filepath.Join(dir, "out"), filepath.Join(dir, "samples.jsonl")
+		var out strings.Builder
+		require.NoError(t, runCalibrate(context.Background(), f, &out, io.Discard))
+		g, err := gate.Load(f.outDir)
+		require.NoError(t, err, out.String())
+		require.False(t, g.Never, out.String())
+		require.Equal(t, 40, g.Fit.N)
+		require.Equal(t, 20, g.Fit.Positives)
+		require.Equal(t, "fake-model", g.Fit.Model)
+		require.Contains(t, g.Fit.Data, `split "train"`)
+		require.Greater(t, g.Fit.CVGain, 0)
+		asked.Range(func(q, _ any) bool {
+			require.NotContains(t, q, "dev", "a query of another split was sent")
+			return true
+		})
+
+		// Refit from the samples, without the sidecar: the same gate.
+		f.sidecar, f.samplesIn, f.outDir = "http://127.0.0.1:1", f.samplesOut, filepath.Join(dir, "refit")
+		require.NoError(t, runCalibrate(context.Background(), f, io.Discard, io.Discard))
+		again, err := gate.Load(f.outDir)
+		require.NoError(t, err)
+		require.Equal(t, g.Threshold, again.Threshold)
+		require.Equal(t, g.Weights, again.Weights)
+	})
+	t.Run("a sidecar not in policy gate is an error naming the policy", func(t *testing.T) {
+		var asked sync.Map
+		f := f
+		f.sidecar, f.outDir = fakeGateSidecar(t, false, &asked).URL, filepath.Join(dir, "none")
+		err := runCalibrate(context.Background(), f, io.Discard, io.Discard)
+		require.ErrorContains(t, err, "policy.mode gate")
+		_, statErr := os.Stat(filepath.Join(f.outDir, gate.FileName))
+		require.True(t, os.IsNotExist(statErr), "nothing written")
+	})
+	t.Run("too few queries for the folds", func(t *testing.T) {
+		f := f
+		f.split = "none"
+		require.ErrorContains(t, runCalibrate(context.Background(), f, io.Discard, io.Discard), "-folds")
+	})
+}
