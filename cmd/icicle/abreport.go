@@ -156,13 +156,9 @@ func writeJSONL[T any](path string, rows []T) error {
 // logs are what `icicle ab-report` reads. It prints what it sent and which arm the labels favour.
 func abSimulate(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("ab-simulate", flag.ContinueOnError)
-	sidecar := fs.String("sidecar", "http://127.0.0.1:8080", "base URL of the running sidecar (ab.enabled, ab.impression_log and ab.click_log set)")
-	queries := fs.String("queries", "data/nq_qed/queries.jsonl.gz", "queries JSONL (optionally .gz): qid or _id, query or text, split")
-	qrelsPath := fs.String("qrels", "data/nq_qed/qrels.tsv", "qrels TSV: qid, docid, relevance")
-	split := fs.String("split", "dev", "only queries of this split (\"\" for all)")
-	n := fs.Int("n", 100, "queries per subset (seen-document and new-document, by -model-dir's seen_docids.txt)")
-	modelDir := fs.String("model-dir", "", "model directory whose seen_docids.txt splits the queries (default: model.dir from config)")
-	cfgPath := fs.String("config", "", "YAML config file (for model.dir and server.write_token)")
+	var l labelledFlags
+	l.register(fs, "dev", 100, "model.dir, server.write_token", "ab.enabled, ab.impression_log and ab.click_log set")
+	sidecar, queries, qrelsPath, split, n, modelDir, cfgPath := &l.sidecar, &l.queries, &l.qrels, &l.split, &l.n, &l.modelDir, &l.cfgPath
 	repeat := fs.Int("repeat", 1, "send each query this many times (request ids qid#1, qid#2, ...), as returning users do")
 	size := fs.Int("size", 10, "results per answer")
 	token := fs.String("write-token", "", "bearer token of /v1/click (default: server.write_token from config, e.g. ICICLE_SERVER_WRITE_TOKEN)")

@@ -21,12 +21,13 @@ import (
 
 // calibrateFlags are the flags of `icicle calibrate`.
 type calibrateFlags struct {
-	cfgPath, sidecar, queries, qrels, split, subsets, modelDir, outDir string
-	n, folds, concurrency                                              int
-	timeout                                                            time.Duration
-	dryRun                                                             bool
-	samplesOut, samplesIn                                              string
-	docids                                                             string
+	labelledFlags
+	subsets, outDir       string
+	folds, concurrency    int
+	timeout               time.Duration
+	dryRun                bool
+	samplesOut, samplesIn string
+	docids                string
 }
 
 // calibrate is `icicle calibrate`: labelled queries (BEIR queries + qrels, as `icicle eval` reads them)
@@ -37,14 +38,9 @@ type calibrateFlags struct {
 func calibrate(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
 	var f calibrateFlags
-	fs.StringVar(&f.cfgPath, "config", "", "YAML config file (model.dir)")
-	fs.StringVar(&f.sidecar, "sidecar", "http://127.0.0.1:8080", "base URL of the running sidecar (policy.mode gate, serving the model to calibrate)")
-	fs.StringVar(&f.queries, "queries", "data/nq_qed/queries.jsonl.gz", "BEIR queries JSONL (.gz allowed): qid (or _id), query (or text), optional split")
-	fs.StringVar(&f.qrels, "qrels", "data/nq_qed/qrels.tsv", "qrels TSV: qid, docid, relevance (header line allowed)")
-	fs.StringVar(&f.split, "split", "train", "only queries with this split value (empty: all); never the queries `icicle eval` reports")
+	// The split defaults to train: never the queries `icicle eval` reports.
+	f.register(fs, "train", 300, "model.dir", "policy.mode gate, serving the model to calibrate")
 	fs.StringVar(&f.subsets, "subsets", "new,seen", "comma-separated subsets to fit on: new (relevant document not in seen_docids.txt), seen")
-	fs.IntVar(&f.n, "n", 300, "queries per subset: the first n of the split, in file order")
-	fs.StringVar(&f.modelDir, "model-dir", "", "model directory whose seen_docids.txt splits queries into seen/new (default: model.dir)")
 	fs.StringVar(&f.outDir, "out", "", "directory to write gate.json into (default: -model-dir)")
 	fs.IntVar(&f.folds, "folds", 5, "k of the k-fold cross-validation that picks the threshold")
 	fs.IntVar(&f.concurrency, "concurrency", 2, "requests in flight at once; within the sidecar's concurrency.max_inflight + queue_size")

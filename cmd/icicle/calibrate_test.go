@@ -67,8 +67,9 @@ func TestCalibrate(t *testing.T) {
 		require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
 		return p
 	}
-	f := calibrateFlags{queries: write("queries.jsonl", queries.String()), qrels: write("qrels.tsv", qrels.String()),
-		modelDir: dir, split: "train", subsets: "new,seen", n: 100, folds: 5, concurrency: 2, timeout: 5e9}
+	f := calibrateFlags{labelledFlags: labelledFlags{queries: write("queries.jsonl", queries.String()),
+		qrels: write("qrels.tsv", qrels.String()), modelDir: dir, split: "train", n: 100},
+		subsets: "new,seen", folds: 5, concurrency: 2, timeout: 5e9}
 	write("seen_docids.txt", "S1\n")
 
 	t.Run("fits and writes gate.json from the sidecar's gate reports", func(t *testing.T) {

@@ -27,11 +27,12 @@ import (
 
 // evalFlags are the flags of `icicle eval`.
 type evalFlags struct {
-	cfgPath, sidecar, queries, qrels, split, modelDir, corpus, out string
-	n, concurrency, size, bins, warmup                             int
-	sweep, paperShots                                              []int
-	seed                                                           uint64
-	timeout                                                        time.Duration
+	labelledFlags
+	corpus, out                     string
+	concurrency, size, bins, warmup int
+	sweep, paperShots               []int
+	seed                            uint64
+	timeout                         time.Duration
 }
 
 // evaluate is `icicle eval` (alias `compare`): labelled queries through arm A (Elasticsearch BM25 over all
@@ -42,13 +43,7 @@ type evalFlags struct {
 func evaluate(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	var f evalFlags
-	fs.StringVar(&f.cfgPath, "config", "", "YAML config file (Elasticsearch connection, model.dir)")
-	fs.StringVar(&f.sidecar, "sidecar", "http://127.0.0.1:8080", "base URL of the running sidecar")
-	fs.StringVar(&f.queries, "queries", "data/nq_qed/queries.jsonl.gz", "BEIR queries JSONL (.gz allowed): qid (or _id), query (or text), optional split")
-	fs.StringVar(&f.qrels, "qrels", "data/nq_qed/qrels.tsv", "qrels TSV: qid, docid, relevance (header line allowed)")
-	fs.StringVar(&f.split, "split", "dev", "only queries with this split value (empty: all)")
-	fs.IntVar(&f.n, "n", 100, "queries per subset: the first n seen-document and the first n new-document queries of the split, in file order")
-	fs.StringVar(&f.modelDir, "model-dir", "", "model directory whose seen_docids.txt splits queries into seen/new (default: model.dir)")
+	f.register(fs, "dev", 100, "Elasticsearch connection, model.dir", "")
 	fs.StringVar(&f.corpus, "corpus", "data/nq_qed/corpus.jsonl.gz", "corpus JSONL whose documents not in seen_docids.txt are the paper protocol's random pool (D_new)")
 	fs.IntVar(&f.concurrency, "concurrency", 4, "requests in flight at once; keep within the sidecar's concurrency.max_inflight + queue_size or answers fall back as overloaded")
 	fs.IntVar(&f.size, "size", 10, "results asked of every arm (Hits@10 and MRR@10 need 10)")
@@ -73,6 +68,29 @@ func evaluate(ctx context.Context, args []string, out io.Writer) error {
 		return errors.New("-n, -concurrency and -bins must be positive, -warmup not negative, -size within 1..100")
 	}
 	return runEval(ctx, f, out, os.Stderr)
+}
+
+// labelledFlags are the flags of the commands that send labelled queries (BEIR queries + qrels) to a
+// running sidecar: eval, calibrate and ab-simulate.
+type labelledFlags struct {
+	cfgPath, sidecar, queries, qrels, split, modelDir string
+	n                                                 int
+}
+
+// register defines the flags on fs with the command's default split and n; configFor says what the command
+// reads from the config file, sidecarNeeds what the running sidecar must have set ("" for nothing).
+func (l *labelledFlags) register(fs *flag.FlagSet, split string, n int, configFor, sidecarNeeds string) {
+	sidecarHelp := "base URL of the running sidecar"
+	if sidecarNeeds != "" {
+		sidecarHelp += " (" + sidecarNeeds + ")"
+	}
+	fs.StringVar(&l.cfgPath, "config", "", "YAML config file ("+configFor+")")
+	fs.StringVar(&l.sidecar, "sidecar", "http://127.0.0.1:8080", sidecarHelp)
+	fs.StringVar(&l.queries, "queries", "data/nq_qed/queries.jsonl.gz", "BEIR queries JSONL (.gz allowed): qid (or _id), query (or text), optional split")
+	fs.StringVar(&l.qrels, "qrels", "data/nq_qed/qrels.tsv", "qrels TSV: qid, docid, relevance (header line allowed)")
+	fs.StringVar(&l.split, "split", split, "only queries with this split value (empty: all)")
+	fs.IntVar(&l.n, "n", n, "queries per subset: the first n seen-document and the first n new-document queries of the split, in file order")
+	fs.StringVar(&l.modelDir, "model-dir", "", "model directory whose seen_docids.txt splits queries into seen/new (default: model.dir)")
 }
 
 // parseInts reads a comma-separated list of integers within lo..hi, sorted and deduplicated.

@@ -281,24 +281,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 			}
 		})
 	}
-	if opts.SampleEvery >= 0 {
-		every := opts.SampleEvery
-		if every == 0 {
-			every = time.Second
-		}
-		wg.Go(func() {
-			t := time.NewTicker(every)
-			defer t.Stop()
-			for {
-				select {
-				case <-runCtx.Done():
-					return
-				case <-t.C:
-					sample(runCtx)
-				}
-			}
-		})
-	}
+	sampleEvery(runCtx, &wg, opts.SampleEvery, sample)
 	wg.Wait()
 	res.Elapsed = time.Since(start)
 	sample(ctx)
@@ -396,3 +379,26 @@ func counts(m map[string]int) string {
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// sampleEvery calls sample every period (0: every second) until ctx ends, in a goroutine of wg; a negative
+// period samples nothing. Both the closed- and the open-loop runs read the sidecar's RSS this way.
+func sampleEvery(ctx context.Context, wg *sync.WaitGroup, period time.Duration, sample func(context.Context)) {
+	if period < 0 {
+		return
+	}
+	if period == 0 {
+		period = time.Second
+	}
+	wg.Go(func() {
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				sample(ctx)
+			}
+		}
+	})
+}

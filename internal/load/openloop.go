@@ -136,24 +136,7 @@ func RunOpen(ctx context.Context, opts OpenOptions) (OpenResult, error) {
 	runCtx, cancel := context.WithTimeout(ctx, opts.Duration)
 	defer cancel()
 	var wg sync.WaitGroup
-	if opts.SampleEvery >= 0 {
-		every := opts.SampleEvery
-		if every == 0 {
-			every = time.Second
-		}
-		wg.Go(func() {
-			t := time.NewTicker(every)
-			defer t.Stop()
-			for {
-				select {
-				case <-runCtx.Done():
-					return
-				case <-t.C:
-					sample(runCtx)
-				}
-			}
-		})
-	}
+	sampleEvery(runCtx, &wg, opts.SampleEvery, sample)
 	outstanding := make(chan struct{}, maxOut)
 	start := time.Now()
 	next := start
