@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -37,13 +38,30 @@ func TestCallerAuthPutsTheCallersHeaderInTheContext(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			// Both searches of /v1/search (the baseline and the model's context, run concurrently) must carry
+			// the same credentials.
+			var mu sync.Mutex
 			var got string
 			var set, called bool
-			es := &fakeSearcher{searchNew: func(ctx context.Context, _ string, _ int) ([]adapter.Hit, error) {
-				got, set = adapter.CallerAuth(ctx)
-				called = true
-				return threeHits(), nil
-			}}
+			record := func(ctx context.Context) {
+				mu.Lock()
+				defer mu.Unlock()
+				g, ok := adapter.CallerAuth(ctx)
+				if called && (g != got || ok != set) {
+					t.Errorf("the two searches carried different credentials: %q/%v and %q/%v", got, set, g, ok)
+				}
+				got, set, called = g, ok, true
+			}
+			es := &fakeSearcher{
+				searchNew: func(ctx context.Context, _ string, _ int) ([]adapter.Hit, error) {
+					record(ctx)
+					return threeHits(), nil
+				},
+				searchAll: func(ctx context.Context, _ string, _ int) ([]adapter.Hit, error) {
+					record(ctx)
+					return threeHits(), nil
+				},
+			}
 			s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.CallerCredentials = tt.mode })
 			req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/search", strings.NewReader(`{"query":"q"}`))
 			if tt.header != "" {
