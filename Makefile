@@ -8,7 +8,7 @@ SHELL := /bin/bash
 export ICICLE_CACHE ?= $(HOME)/.cache/icicle
 TAGS := ort tokenizers
 
-.PHONY: demo test bootstrap build serve stop es-start es-stop test-go test-native test-python test-integration model-tiny model-small eval-model clean
+.PHONY: demo test bootstrap build serve stop es-start es-stop test-go test-native test-python test-integration model-tiny model-small calibrate eval-model clean
 
 demo: ## bootstrap, start ES, ingest the demo corpus, start the sidecar, compare with BM25
 	scripts/demo.sh
@@ -34,8 +34,12 @@ es-stop:
 model-tiny: ## retrain the committed tiny fixture model (CPU, minutes)
 	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.pipeline --config tiny --out ../models/tiny
 
-model-small: ## train the default model into models/small (2 cores: about an hour; training/results/README.md)
+model-small: ## train the default model into models/small, then fit its gate (2 cores: about an hour; training/results/README.md)
 	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.pipeline --config small --out ../models/small
+	scripts/calibrate.sh models/small
+
+calibrate: ## fit MODEL's gate (gate.json) through the sidecar on held-out nq_qed queries (MODEL=models/small)
+	scripts/calibrate.sh $${MODEL:-models/small}
 
 eval-model: ## the paper's evaluation of a model directory in Python (MODEL=models/small), with a bm25s row
 	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.evaluate --model-dir ../$${MODEL:-models/small} --out ../$${MODEL:-models/small}/eval
