@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field, replace
 
 from .model import ModelConfig
+from .prompt import PROMPT_FORMAT
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,9 @@ class TrainConfig:
     backbone_keep: tuple[int, ...] = ()
     ship_fp32: bool = True  # False: the model directory keeps only model.int8.onnx (fp32 stays in the work dir)
     bf16: bool = False  # CPU autocast to bfloat16 for training matmuls (2.1x faster on AVX512-BF16, measured)
+    # The prompt format (prompt.py, MODEL_FORMAT.md) trained and written to the manifest: 2 = the title as its
+    # own segment (in-prompt title ids == docid ids); 1 = the template of the models trained before 2026-11-24.
+    prompt_format: int = PROMPT_FORMAT
 
 
 def get_config(name: str) -> TrainConfig:

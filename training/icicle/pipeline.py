@@ -27,7 +27,7 @@ from .decode import Trie
 from .export import check_parity, export_onnx, ort_session, quantize_int8, write_manifest, write_seen_docids
 from .golden import write_golden
 from .model import Decoder
-from .prompt import TEMPLATE
+from .prompt import TEMPLATES
 from .align import mine_pairs, run_stage2, run_stage3, title_only_report
 from .train import (context_sampler, docid_vocab, eval_parametric, eval_serve, icl_report, new_model, new_tok,
                     run_stage0, run_stage1, select_corpus)
@@ -192,10 +192,10 @@ def _export(a, model, tok, split, corpus, cfg, report, times, t_all, log):
     write_manifest(a.out, name=f"icicle-{cfg.name}", config=cfg.name, backbone=cfg.backbone,
                    model_version=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d") + ".1",
                    data_version=split.data_version, model=model, copy_token_id=tok.copy_id,
-                   end_token_id=tok.end_id, template=TEMPLATE, int8_only=not cfg.ship_fp32,
-                   max_summary_tokens=cfg.max_summary_tokens)
+                   end_token_id=tok.end_id, template=TEMPLATES[cfg.prompt_format], int8_only=not cfg.ship_fp32,
+                   max_summary_tokens=cfg.max_summary_tokens, prompt_format=cfg.prompt_format)
     report["golden"] = write_golden(a.out, tok, split, corpus.seen, ort_session(onnx_path), model,
-                                    cfg.max_summary_tokens)
+                                    cfg.max_summary_tokens, cfg.prompt_format)
     if not cfg.ship_fp32:  # keep the fp32 file out of the model directory (too big to commit)
         os.replace(onnx_path, os.path.join(work_dir(a, cfg), "model.fp32.onnx"))
     times["export_golden_s"] = time.time() - t

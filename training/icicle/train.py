@@ -92,7 +92,7 @@ def index_instances(tok: Tok, corpus: Corpus, cfg: TrainConfig) -> list[Instance
         pre, _, post = INDEX_TEMPLATE.partition("{text}")
         out.append(Instance(tok.encode(pre) + text_ids + tok.encode(post), tok.docid(d)))
     for q in corpus.train_queries:
-        p = build_prompt(tok.encode, q.query, [], cfg.max_prompt_tokens)
+        p = build_prompt(tok.encode, q.query, [], cfg.max_prompt_tokens, prompt_format=cfg.prompt_format)
         out.append(Instance(p.ids, tok.docid(q.docid)))
     return out
 
@@ -102,7 +102,7 @@ def candidate_prompt(tok: Tok, cfg: TrainConfig, query: str, titles: list[str], 
     """The prompt for query over the candidates titles (in that order) under the config's budget and cap."""
     cands = [Candidate(docs[t].title, summary_of(tok, docs[t])) for t in titles]
     return build_prompt(tok.encode, query, cands, cfg.max_prompt_tokens, max_summary_tokens=cfg.max_summary_tokens,
-                        title_only=title_only)
+                        title_only=title_only, prompt_format=cfg.prompt_format)
 
 
 def icl_instance(tok: Tok, cfg: TrainConfig, q: Query, docs: dict[str, Doc], negs: NegativeSampler,
