@@ -63,6 +63,9 @@ class TrainConfig:
     # The prompt format (prompt.py, MODEL_FORMAT.md) trained and written to the manifest: 2 = the title as its
     # own segment (in-prompt title ids == docid ids); 1 = the template of the models trained before 2026-11-24.
     prompt_format: int = PROMPT_FORMAT
+    # Micro-batch size for gradient accumulation in SFT (0 = the whole batch at once): a GPU run with long
+    # prompts sets it so a batch fits in memory; the gradient is the same (train.accumulate_loss).
+    micro_batch: int = 0
 
 
 def get_config(name: str) -> TrainConfig:
