@@ -122,6 +122,10 @@ type Model struct {
 	// KVCacheTokens is the capacity of the KV cache, in tokens (prompt plus every branch decoded); it must
 	// exceed Decode.MaxPromptTokens when both are set. Default 0: the manifest's max_context_tokens + 512.
 	KVCacheTokens int `yaml:"kv_cache_tokens"`
+
+	// (issue 16) DeviceID is the GPU ordinal the CUDA execution provider runs on (provider "cuda"); when
+	// the provider cannot load there, start-up fails naming the device. Default 0.
+	DeviceID int `yaml:"device_id"`
 }
 
 // Decode configures prompt building and the routed beam search.

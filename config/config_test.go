@@ -508,6 +508,9 @@ func TestValidate(t *testing.T) {
 		{"queue timeout beyond the request", func(c *Config) { c.Concurrency.QueueTimeout = 2 * time.Second }, []string{"concurrency.queue_timeout"}},
 		{"kv cache equal to the prompt", func(c *Config) { c.Model.KVCacheTokens, c.Decode.MaxPromptTokens = 1024, 1024 }, []string{"model.kv_cache_tokens"}},
 		{"kv cache larger than the prompt", func(c *Config) { c.Model.KVCacheTokens, c.Decode.MaxPromptTokens = 1536, 1024 }, nil},
+		// issue 16: the CUDA device ordinal
+		{"negative device id", func(c *Config) { c.Model.DeviceID = -1 }, []string{"model.device_id"}},
+		{"second GPU", func(c *Config) { c.Model.DeviceID = 1 }, nil},
 		{"NaN thresholds", func(c *Config) { c.Policy.MinTopScore, c.Policy.MinCopyProb = math.NaN(), math.NaN() },
 			[]string{"policy.min_copy_prob", "policy.min_top_score"}},
 		{"negative durations", func(c *Config) { c.Server.ReadTimeout, c.Breaker.Interval = -time.Second, -time.Second },

@@ -151,7 +151,7 @@ func serve(ctx context.Context, args []string) error {
 // initialised once, before.
 func openModel(dir string, c config.Model, sessions int, log *slog.Logger) (plugin.LoadedModel, error) {
 	m, err := loader.Open(dir, loader.Options{Sessions: sessions, Quantized: c.Quantized, Logger: log,
-		Runtime: ort.Options{Threads: c.IntraOpThreads, InterOpThreads: c.InterOpThreads, Provider: c.Provider}})
+		Runtime: ort.Options{Threads: c.IntraOpThreads, InterOpThreads: c.InterOpThreads, Provider: c.Provider, CUDADevice: c.DeviceID}})
 	if err != nil {
 		return plugin.LoadedModel{}, err
 	}

@@ -277,18 +277,34 @@ func TestLoadChecksContract(t *testing.T) {
 	require.ErrorContains(t, err, "threads = -1")
 }
 
-// TestCUDAFallback asks for CUDA: with the CPU build of ONNX Runtime (or no GPU) Load must fall back to
-// the CPU with a warning and still compute.
+// TestCUDAUnavailable asks for CUDA on a device that cannot exist (ordinal 1000): Load must fail with
+// ErrCUDAUnavailable naming the device, never hand back a CPU session silently; with the CPU build of
+// ONNX Runtime (no CUDA provider at all) device 0 fails the same way.
+func TestCUDAUnavailable(t *testing.T) {
+	f := loadFixture(t)
+	_, err := Load(f.onnx, f.spec, Options{Provider: ProviderCUDA, CUDADevice: 1000, Threads: 1}, nil)
+	require.ErrorIs(t, err, ErrCUDAUnavailable)
+	require.ErrorContains(t, err, "on device 1000")
+	if m, err := Load(f.onnx, f.spec, Options{Provider: ProviderCUDA, Threads: 1}, nil); err == nil {
+		t.Logf("the CUDA provider loaded on device 0 (%s)", m.Provider())
+		require.Equal(t, ProviderCUDA, m.Provider())
+		require.NoError(t, m.Close())
+	} else {
+		require.ErrorIs(t, err, ErrCUDAUnavailable)
+	}
+}
+
+// TestCUDAFallback asks for CUDA on an impossible device with CUDAFallbackCPU: Load falls back to the
+// CPU with a warning naming the cause and still computes.
 func TestCUDAFallback(t *testing.T) {
 	f := loadFixture(t)
 	var logs bytes.Buffer
-	m, err := Load(f.onnx, f.spec, Options{Provider: ProviderCUDA, Threads: 1, NoSpin: true}, slog.New(slog.NewTextHandler(&logs, nil)))
+	m, err := Load(f.onnx, f.spec, Options{Provider: ProviderCUDA, CUDADevice: 1000, CUDAFallbackCPU: true, Threads: 1, NoSpin: true}, slog.New(slog.NewTextHandler(&logs, nil)))
 	require.NoError(t, err)
 	defer m.Close()
 	t.Logf("provider %s; log: %s", m.Provider(), logs.String())
-	if m.Provider() == ProviderCPU {
-		require.Contains(t, logs.String(), "falling back to cpu")
-	}
+	require.Equal(t, ProviderCPU, m.Provider())
+	require.Contains(t, logs.String(), "falling back to cpu")
 	_, err = m.Forward(t.Context(), causalStep([]int64{1, 2, 3}, 0), inference.NewKVCache(f.spec, 3))
 	require.NoError(t, err)
 }
