@@ -68,6 +68,7 @@ class Exp:
     seed: int = 0
     eval_n: int = 68
     threads: int = 2
+    zero_shot: bool = False  # no training: the whole SmolLM2-135M-Instruct ([COPY] at the mean embedding)
 
 
 def make_builder(tok, e: Exp):
@@ -124,11 +125,12 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
                 if r["docid"] not in docs and not r.get("in_nq_qed"):
                     docs[r["docid"]] = Doc(r["docid"], r["title"], r["text"])
                     pool.append(r["docid"])
-    ctx_train = BM25Contexts(pool, docs)
     queries = list(split.train)
-    ctx_train.prefetch([q.query for q in queries])
+    if not e.zero_shot:
+        ctx_train = BM25Contexts(pool, docs)
+        ctx_train.prefetch([q.query for q in queries])
     synth: list[tuple[str, str]] = []
-    if e.synthetic > 0:
+    if e.synthetic > 0 and not e.zero_shot:
         srng = random.Random(e.seed + 99)
         for d in srng.sample(pool, min(len(pool), 6000)):
             s = synthetic_query(docs[d].text, srng)
@@ -144,7 +146,14 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
         ctx_train.prefetch([s for s, _ in synth])
     out_vocab = docid_vocab(tok, pool)
     build = make_builder(tok, e)
-    model = Decoder(MODELS[e.model])
+    if e.zero_shot:
+        from .backbone import SMOLLM2, load_backbone
+        from .configs import get_config
+
+        cfg30 = get_config("smollm30")
+        model = load_backbone(cfg30.model, SMOLLM2, list(cfg30.backbone_keep), tok.copy_id)
+    else:
+        model = Decoder(MODELS[e.model])
     opt = torch.optim.AdamW(model.parameters(), lr=e.lr, betas=(0.9, 0.95))
     warm = 50
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
@@ -172,7 +181,7 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
     t0 = time.time()
     losses: list[float] = []
     model.train()
-    while time.time() - t0 < e.minutes * 60:
+    while not e.zero_shot and time.time() - t0 < e.minutes * 60:
         frac = (time.time() - t0) / (e.minutes * 60)
         bt = [instance(frac) for _ in range(e.batch)]
         loss = loss_on(model, bt, out_vocab)
@@ -225,11 +234,13 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--eval-n", type=int, default=68)
+    ap.add_argument("--zero-shot", action="store_true",
+                    help="no training: evaluate the untouched full-depth SmolLM2-135M-Instruct in this prompt format")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "results", "exp16"))
     a = ap.parse_args(argv)
     e = Exp(a.name, a.prompt_format, a.query_first, a.model, a.minutes, tuple(a.context_n), lr=a.lr,
             synthetic=a.synthetic, wiki=a.wiki, curriculum=a.curriculum, seed=a.seed, eval_n=a.eval_n,
-            threads=a.threads)
+            threads=a.threads, zero_shot=a.zero_shot)
     run(e, a.out)
 
 
