@@ -69,6 +69,7 @@ class Exp:
     eval_n: int = 68
     threads: int = 2
     zero_shot: bool = False  # no training: the whole SmolLM2-135M-Instruct ([COPY] at the mean embedding)
+    train_style: bool = True  # also evaluate on train-style instances (dev queries of D_train documents)
 
 
 def make_builder(tok, e: Exp):
@@ -203,6 +204,8 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
            "loss_last50": sum(losses[-50:]) / max(1, len(losses[-50:]))}
     res["serve"] = serve_table(step, empty, tok.encode, tok.end_id, tok.copy_id, gtrie, split, build, e.eval_n, (10,))
     # train-style: dev-half queries of D_train documents (never trained), BM25 over D_train
+    if not e.train_style:
+        return _save(res, out_dir, e, log)
     new = set(split.d_new)
     dev_train = [q for q in split.dev if q.docid not in new][: e.eval_n]
     ctx_dt = BM25Contexts(split.d_train, split.docs)
@@ -210,11 +213,15 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
     fake.docs, fake.dev, fake.d_new = split.docs, dev_train, [q.docid for q in dev_train]
     res["train_style"] = serve_table(step, empty, tok.encode, tok.end_id, tok.copy_id, gtrie, fake, build,
                                      e.eval_n, (10,), contexts=ctx_dt)
+    return _save(res, out_dir, e, log)
+
+
+def _save(res: dict, out_dir: str, e: Exp, log) -> dict:
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, f"{e.name}.json"), "w") as f:
         json.dump(res, f, indent=1)
-    log(json.dumps({k: res[k] for k in ("steps", "loss_first50", "loss_last50")}) + " serve " +
-        json.dumps(res["serve"]["n10"]) + " train_style " + json.dumps(res["train_style"]["n10"]))
+    log(json.dumps({k: res[k] for k in ("steps", "loss_first50", "loss_last50", "train_s")}) + " serve " +
+        json.dumps(res["serve"]["n10"]) + " train_style " + json.dumps(res.get("train_style", {}).get("n10")))
     return res
 
 
@@ -234,13 +241,14 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--eval-n", type=int, default=68)
+    ap.add_argument("--no-train-style", action="store_true", help="evaluate on serve-style instances only")
     ap.add_argument("--zero-shot", action="store_true",
                     help="no training: evaluate the untouched full-depth SmolLM2-135M-Instruct in this prompt format")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "results", "exp16"))
     a = ap.parse_args(argv)
     e = Exp(a.name, a.prompt_format, a.query_first, a.model, a.minutes, tuple(a.context_n), lr=a.lr,
             synthetic=a.synthetic, wiki=a.wiki, curriculum=a.curriculum, seed=a.seed, eval_n=a.eval_n,
-            threads=a.threads, zero_shot=a.zero_shot)
+            threads=a.threads, zero_shot=a.zero_shot, train_style=not a.no_train_style)
     run(e, a.out)
 
 
