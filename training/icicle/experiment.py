@@ -70,6 +70,7 @@ class Exp:
     threads: int = 2
     zero_shot: bool = False  # no training: the whole SmolLM2-135M-Instruct ([COPY] at the mean embedding)
     train_style: bool = True  # also evaluate on train-style instances (dev queries of D_train documents)
+    steps: int = 0  # > 0: train exactly this many steps (a controlled comparison); else the --minutes time box
 
 
 def make_builder(tok, e: Exp):
@@ -182,8 +183,13 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
     t0 = time.time()
     losses: list[float] = []
     model.train()
-    while not e.zero_shot and time.time() - t0 < e.minutes * 60:
-        frac = (time.time() - t0) / (e.minutes * 60)
+    def more() -> bool:
+        if e.zero_shot:
+            return False
+        return len(losses) < e.steps if e.steps > 0 else time.time() - t0 < e.minutes * 60
+
+    while more():
+        frac = len(losses) / e.steps if e.steps > 0 else (time.time() - t0) / (e.minutes * 60)
         bt = [instance(frac) for _ in range(e.batch)]
         loss = loss_on(model, bt, out_vocab)
         opt.zero_grad(set_to_none=True)
@@ -242,13 +248,14 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--eval-n", type=int, default=68)
     ap.add_argument("--no-train-style", action="store_true", help="evaluate on serve-style instances only")
+    ap.add_argument("--steps", type=int, default=0, help="train exactly this many steps instead of --minutes")
     ap.add_argument("--zero-shot", action="store_true",
                     help="no training: evaluate the untouched full-depth SmolLM2-135M-Instruct in this prompt format")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "results", "exp16"))
     a = ap.parse_args(argv)
     e = Exp(a.name, a.prompt_format, a.query_first, a.model, a.minutes, tuple(a.context_n), lr=a.lr,
             synthetic=a.synthetic, wiki=a.wiki, curriculum=a.curriculum, seed=a.seed, eval_n=a.eval_n,
-            threads=a.threads, zero_shot=a.zero_shot, train_style=not a.no_train_style)
+            threads=a.threads, zero_shot=a.zero_shot, train_style=not a.no_train_style, steps=a.steps)
     run(e, a.out)
 
 
