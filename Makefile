@@ -8,7 +8,7 @@ SHELL := /bin/bash
 export ICICLE_CACHE ?= $(HOME)/.cache/icicle
 TAGS := ort tokenizers
 
-.PHONY: demo test bootstrap build serve stop es-start es-stop test-go test-native test-python test-integration model-tiny model-small calibrate eval-model clean
+.PHONY: demo test bootstrap build serve stop es-start es-stop test-go test-native test-python test-integration model-tiny model-small calibrate model-gpu eval-model clean
 
 demo: ## bootstrap, start ES, ingest the demo corpus, start the sidecar, compare with BM25
 	scripts/demo.sh
@@ -40,6 +40,9 @@ model-small: ## train the default model into models/small, then fit its gate (2 
 
 calibrate: ## fit MODEL's gate (gate.json) through the sidecar on held-out nq_qed queries (MODEL=models/small)
 	scripts/calibrate.sh $${MODEL:-models/small}
+
+model-gpu: ## train CONFIG (default smollm30) on a CUDA GPU into models/$CONFIG (--device cuda; untested on a GPU so far)
+	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.pipeline --config $${CONFIG:-smollm30} --device cuda --out ../models/$${CONFIG:-smollm30}
 
 eval-model: ## the paper's evaluation of a model directory in Python (MODEL=models/small), with a bm25s row
 	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.evaluate --model-dir ../$${MODEL:-models/small} --out ../$${MODEL:-models/small}/eval

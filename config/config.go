@@ -154,6 +154,10 @@ type Model struct {
 	// (model.kv_cache_tokens was removed: each session's KV cache is sized per request from the prompt
 	// and the decode tree (inference.Engine), so a fixed capacity had nothing to set. Load names the key
 	// with that reason when an old file still has it.)
+
+	// (issue 16) DeviceID is the GPU ordinal the CUDA execution provider runs on (provider "cuda"); when
+	// the provider cannot load there, start-up fails naming the device. Default 0.
+	DeviceID int `yaml:"device_id"`
 }
 
 // Decode configures prompt building and the routed beam search.

@@ -518,6 +518,9 @@ func TestValidate(t *testing.T) {
 		{"metrics on an API path", func(c *Config) { c.Metrics.Path = "/v1/search" }, []string{"metrics.path"}},
 		{"metrics on a drop-in path", func(c *Config) { c.Metrics.Path = "/docs/_search" }, []string{"metrics.path"}},
 		{"metrics moved", func(c *Config) { c.Metrics.Path = "/internal/metrics" }, nil},
+		// issue 16: the CUDA device ordinal
+		{"negative device id", func(c *Config) { c.Model.DeviceID = -1 }, []string{"model.device_id"}},
+		{"second GPU", func(c *Config) { c.Model.DeviceID = 1 }, nil},
 		{"NaN thresholds", func(c *Config) { c.Policy.MinTopScore, c.Policy.MinCopyProb = math.NaN(), math.NaN() },
 			[]string{"policy.min_copy_prob", "policy.min_top_score"}},
 		{"negative durations", func(c *Config) { c.Server.ReadTimeout, c.Breaker.Interval = -time.Second, -time.Second },

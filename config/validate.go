@@ -97,6 +97,7 @@ func (c Config) Validate() error {
 	v.oneOf("model.provider", m.Provider, "cpu", "cuda")
 	v.atLeast("model.intra_op_threads", int64(m.IntraOpThreads), 0)
 	v.atLeast("model.inter_op_threads", int64(m.InterOpThreads), 0)
+	v.atLeast("model.device_id", int64(m.DeviceID), 0) // issue 16
 
 	d := c.Decode
 	v.between("decode.beam_width", d.BeamWidth, 1, 100)

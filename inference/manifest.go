@@ -14,6 +14,17 @@ import (
 // FormatVersion is the model directory format this package reads (MODEL_FORMAT.md).
 const FormatVersion = 1
 
+// Prompt formats (MODEL_FORMAT.md "Tokenisation rules"): how a candidate block is cut into separately
+// encoded segments.
+const (
+	// PromptFormatV1 encodes the text after {summary}, title included, as one segment (the models trained
+	// before prompt_format existed; a manifest without the field means this format).
+	PromptFormatV1 = 1
+	// PromptFormatV2 encodes the title as a segment of its own, so its ids inside the prompt are exactly
+	// its docid's ids (literal copying).
+	PromptFormatV2 = 2
+)
+
 // Template holds the prompt pieces of the paper's Appendix A.1 template. {i}, {summary}, {title} and
 // {query} are substituted verbatim.
 type Template struct {
@@ -21,6 +32,9 @@ type Template struct {
 	Candidate          string `json:"candidate"`
 	CandidateTitleOnly string `json:"candidate_title_only"`
 	Query              string `json:"query"`
+	// Format is the manifest's prompt_format (LoadManifest copies it here so that a PromptBuilder made
+	// from the template builds that format); 0 means PromptFormatV1. Not part of the template object.
+	Format int `json:"-"`
 }
 
 // Manifest describes a model directory; see MODEL_FORMAT.md for each field's meaning.
@@ -43,10 +57,13 @@ type Manifest struct {
 	MaxContextTokens int    `json:"max_context_tokens"`
 	// MaxSummaryTokens is the longest candidate summary the model was trained with, in tokens; the engine
 	// never puts longer summaries into a prompt. Optional: 0 (absent) states no limit.
-	MaxSummaryTokens int      `json:"max_summary_tokens,omitempty"`
-	CopyTokenID      int64    `json:"copy_token_id"`
-	EndTokenID       int64    `json:"end_token_id"`
-	Template         Template `json:"template"`
+	MaxSummaryTokens int `json:"max_summary_tokens,omitempty"`
+	// PromptFormat is the prompt format the model was trained with (PromptFormatV1 or PromptFormatV2).
+	// Optional: 0 (absent) means PromptFormatV1.
+	PromptFormat int      `json:"prompt_format,omitempty"`
+	CopyTokenID  int64    `json:"copy_token_id"`
+	EndTokenID   int64    `json:"end_token_id"`
+	Template     Template `json:"template"`
 
 	// Dir is the directory the manifest was read from (not part of the file).
 	Dir string `json:"-"`
@@ -79,6 +96,7 @@ func LoadManifest(dir string) (*Manifest, error) {
 	if err := m.validate(); err != nil {
 		return nil, fmt.Errorf("load model: %s: %w: %w", path, ErrBadModelDir, err)
 	}
+	m.Template.Format = m.promptFormat()
 	return m, nil
 }
 
@@ -149,7 +167,39 @@ func (m *Manifest) validate() error {
 	if !strings.Contains(m.Template.Query, "{query}") {
 		bad("template.query", "must contain {query}")
 	}
+	switch m.PromptFormat {
+	case 0, PromptFormatV1:
+	case PromptFormatV2:
+		if err := checkTemplateV2(m.Template); err != nil {
+			bad(err.field, "%s", err.msg)
+		}
+	default:
+		bad("prompt_format", "is %d, this build reads %d or %d (absent = %d)", m.PromptFormat, PromptFormatV1, PromptFormatV2, PromptFormatV1)
+	}
 	return errors.Join(errs...)
+}
+
+// promptFormat returns the manifest's prompt format, PromptFormatV1 when absent.
+func (m *Manifest) promptFormat() int {
+	if m.PromptFormat == 0 {
+		return PromptFormatV1
+	}
+	return m.PromptFormat
+}
+
+type templateError struct{ field, msg string }
+
+// checkTemplateV2 reports the first template field that PromptFormatV2 cannot cut into segments: the
+// candidate needs {summary} then {title}, once each; the title-only block {title} once.
+func checkTemplateV2(t Template) *templateError {
+	c := t.Candidate
+	if strings.Count(c, "{summary}") != 1 || strings.Count(c, "{title}") != 1 || strings.Index(c, "{summary}") > strings.Index(c, "{title}") {
+		return &templateError{"template.candidate", "prompt_format 2 needs {summary} then {title}, once each"}
+	}
+	if strings.Count(t.CandidateTitleOnly, "{title}") != 1 {
+		return &templateError{"template.candidate_title_only", "prompt_format 2 needs {title} once"}
+	}
+	return nil
 }
 
 // ReadDocIDs reads a seen-corpus file: one docid per line, UTF-8, no empty lines, no duplicates.

@@ -35,6 +35,10 @@ func TestLoadManifest(t *testing.T) {
 	m, err := LoadManifest(writeModelDir(t, nil))
 	require.NoError(t, err)
 	require.Equal(t, Spec{VocabSize: 10, NumLayers: 1, NumKVHeads: 1, HeadDim: 4}, m.Spec())
+	require.Equal(t, PromptFormatV1, m.Template.Format, "no prompt_format: format 1, as every older model")
+	m, err = LoadManifest(writeModelDir(t, func(m map[string]any) { m["prompt_format"] = 2 }))
+	require.NoError(t, err)
+	require.Equal(t, PromptFormatV2, m.Template.Format, "prompt_format reaches the template the engine builds with")
 
 	tests := []struct {
 		name   string
@@ -53,6 +57,15 @@ func TestLoadManifest(t *testing.T) {
 		{"unknown field", func(m map[string]any) { m["vocab"] = 3 }, []string{`unknown field "vocab"`}},
 		{"negative summary cap", func(m map[string]any) { m["max_summary_tokens"] = -1 }, []string{`"max_summary_tokens": must be positive or absent`}},
 		{"same copy and end token", func(m map[string]any) { m["end_token_id"] = 9 }, []string{`"end_token_id": equals copy_token_id`}},
+		{"unknown prompt format", func(m map[string]any) { m["prompt_format"] = 3 }, []string{`"prompt_format": is 3, this build reads 1 or 2`}},
+		{"format 2 title before summary", func(m map[string]any) {
+			m["prompt_format"] = 2
+			m["template"] = map[string]any{"header": "H", "candidate": "{title} {summary}", "candidate_title_only": "{title}", "query": "{query}"}
+		}, []string{`"template.candidate": prompt_format 2 needs {summary} then {title}`}},
+		{"format 2 title twice", func(m map[string]any) {
+			m["prompt_format"] = 2
+			m["template"] = map[string]any{"header": "H", "candidate": "{summary} {title}", "candidate_title_only": "{title}{title}", "query": "{query}"}
+		}, []string{`"template.candidate_title_only": prompt_format 2 needs {title} once`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -36,15 +36,22 @@ type Prompt struct {
 
 // PromptBuilder tokenises prompts with the manifest's template, following MODEL_FORMAT.md's
 // tokenisation rules exactly (segments encoded separately), so the ids match what training produced.
+// It builds the template's Format: PromptFormatV1 (0 too) or PromptFormatV2, where every title is a
+// segment of its own.
 type PromptBuilder struct {
 	tok      Tokenizer
 	tmpl     Template
+	v2       bool
 	header   []int64
 	sumLeft  string // candidate template before {summary}, with {i} still in
-	sumRight string // candidate template after {summary}, with {title} still in
+	sumRight string // candidate template after {summary}, with {title} still in (format 1)
+	// format 2: the candidate template around {title} after {summary}, and the title-only template
+	// around {title}; {i} still in.
+	titleLeft, titleRight string
+	onlyLeft, onlyRight   string
 }
 
-// NewPromptBuilder prepares a builder; it encodes the fixed header once.
+// NewPromptBuilder prepares a builder for tmpl.Format; it encodes the fixed header once.
 func NewPromptBuilder(tok Tokenizer, tmpl Template) (*PromptBuilder, error) {
 	header, err := tok.Encode(tmpl.Header)
 	if err != nil {
@@ -54,7 +61,44 @@ func NewPromptBuilder(tok Tokenizer, tmpl Template) (*PromptBuilder, error) {
 	if !ok {
 		return nil, fmt.Errorf("prompt template: candidate has no {summary}")
 	}
-	return &PromptBuilder{tok: tok, tmpl: tmpl, header: header, sumLeft: left, sumRight: right}, nil
+	b := &PromptBuilder{tok: tok, tmpl: tmpl, header: header, sumLeft: left, sumRight: right}
+	switch tmpl.Format {
+	case 0, PromptFormatV1:
+	case PromptFormatV2:
+		if e := checkTemplateV2(tmpl); e != nil {
+			return nil, fmt.Errorf("prompt template: %s: %s", e.field, e.msg)
+		}
+		b.v2 = true
+		b.titleLeft, b.titleRight, _ = strings.Cut(right, "{title}")
+		b.onlyLeft, b.onlyRight, _ = strings.Cut(tmpl.CandidateTitleOnly, "{title}")
+	default:
+		return nil, fmt.Errorf("prompt template: format %d unknown (want %d or %d)", tmpl.Format, PromptFormatV1, PromptFormatV2)
+	}
+	return b, nil
+}
+
+// titleBlock encodes left + title + right for format 2, each a segment of its own ({i} = num in the
+// template pieces, never in the title); empty pieces add nothing. The result is never nil.
+func (b *PromptBuilder) titleBlock(left, title, right, num string) ([]int64, error) {
+	out := make([]int64, 0, 16)
+	for _, piece := range []struct {
+		text string
+		fill bool
+	}{{left, true}, {title, false}, {right, true}} {
+		if piece.text == "" {
+			continue
+		}
+		text := piece.text
+		if piece.fill {
+			text = strings.ReplaceAll(text, "{i}", num)
+		}
+		ids, err := b.tok.Encode(text)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ids...)
+	}
+	return out, nil
 }
 
 // candidateIDs holds a candidate's encoded pieces: the block around the summary, and the summary.
@@ -86,19 +130,31 @@ func (b *PromptBuilder) Build(query string, cands []Candidate, opts PromptOption
 	for i, c := range cands {
 		var ce candidateIDs
 		num := strconv.Itoa(i + 1)
-		if opts.TitleOnly || c.Summary == "" {
+		switch {
+		case (opts.TitleOnly || c.Summary == "") && b.v2:
+			if ce.titleOnly, err = b.titleBlock(b.onlyLeft, c.Title, b.onlyRight, num); err != nil {
+				return Prompt{}, fmt.Errorf("encode candidate %d: %w", i, err)
+			}
+		case opts.TitleOnly || c.Summary == "":
 			s := strings.NewReplacer("{i}", num, "{title}", c.Title).Replace(b.tmpl.CandidateTitleOnly)
 			if ce.titleOnly, err = b.tok.Encode(s); err != nil {
 				return Prompt{}, fmt.Errorf("encode candidate %d: %w", i, err)
 			}
-		} else {
-			if ce.left, err = b.tok.Encode(strings.ReplaceAll(b.sumLeft, "{i}", num)); err != nil {
+		default:
+			if b.v2 && b.sumLeft == "" {
+				ce.left = []int64{}
+			} else if ce.left, err = b.tok.Encode(strings.ReplaceAll(b.sumLeft, "{i}", num)); err != nil {
 				return Prompt{}, fmt.Errorf("encode candidate %d: %w", i, err)
 			}
 			if ce.summary, err = b.tok.Encode(c.Summary); err != nil {
 				return Prompt{}, fmt.Errorf("encode candidate %d summary: %w", i, err)
 			}
-			if ce.right, err = b.tok.Encode(strings.ReplaceAll(b.sumRight, "{title}", c.Title)); err != nil {
+			if b.v2 {
+				ce.right, err = b.titleBlock(b.titleLeft, c.Title, b.titleRight, num)
+			} else {
+				ce.right, err = b.tok.Encode(strings.ReplaceAll(b.sumRight, "{title}", c.Title))
+			}
+			if err != nil {
 				return Prompt{}, fmt.Errorf("encode candidate %d: %w", i, err)
 			}
 		}

@@ -72,3 +72,55 @@ func TestPromptBuild(t *testing.T) {
 		require.ErrorIs(t, err, ErrContextFull)
 	})
 }
+
+// TestPromptBuildFormat2 holds the format-2 builder to MODEL_FORMAT.md on the one-token-per-byte fake:
+// every title is a segment of its own (so its ids are exactly its docid's), the budget counts the
+// title's pieces, and the pieces are the template around {summary} and {title}.
+func TestPromptBuildFormat2(t *testing.T) {
+	tmpl := Template{Header: "H:\n", Candidate: "[{i}] {summary}\nT:\n{title}\n", CandidateTitleOnly: "[{i}] T:\n{title}\n", Query: "Q: {query}\nA:\n", Format: PromptFormatV2}
+	rec := &recordingTokenizer{}
+	b, err := NewPromptBuilder(rec, tmpl)
+	require.NoError(t, err)
+	enc := func(s string) []int64 { ids, _ := fakeTokenizer{}.Encode(s); return ids }
+	cands := []Candidate{{Title: "Alpha {i}", Summary: strings.Repeat("a", 40)}, {Title: "Beta"}}
+	fixed := len(enc("H:\n")) + len(enc("Q: q\nA:\n"))
+	over := len(enc("[1] \nT:\nAlpha {i}\n")) + len(enc("[2] T:\nBeta\n"))
+
+	rec.calls = nil
+	p, err := b.Build("q", cands, PromptOptions{MaxTokens: 1000, MaxSummaryTokens: 256})
+	require.NoError(t, err)
+	require.Equal(t, enc("H:\n[1] "+cands[0].Summary+"\nT:\nAlpha {i}\n[2] T:\nBeta\nQ: q\nA:\n"), p.IDs)
+	require.Equal(t, []string{"Q: q\nA:\n", "[1] ", cands[0].Summary, "\nT:\n", "Alpha {i}", "\n", "[2] T:\n", "Beta", "\n"}, rec.calls,
+		"each title is encoded alone, braces in it verbatim")
+
+	p, err = b.Build("q", cands, PromptOptions{MaxTokens: fixed + over + 7, MaxSummaryTokens: 256})
+	require.NoError(t, err)
+	require.Equal(t, 2, p.InContext)
+	require.Equal(t, []int{7, 0}, p.SummaryTokens)
+	p, err = b.Build("q", cands, PromptOptions{MaxTokens: fixed + over - 1, MaxSummaryTokens: 256})
+	require.NoError(t, err)
+	require.Equal(t, 1, p.InContext, "the title's own tokens count in the block's overhead")
+
+	p, err = b.Build("q", cands[:1], PromptOptions{MaxTokens: 1000, TitleOnly: true})
+	require.NoError(t, err)
+	require.Equal(t, enc("H:\n[1] T:\nAlpha {i}\nQ: q\nA:\n"), p.IDs)
+
+	bad := tmpl
+	bad.Candidate = "{title} {summary}"
+	_, err = NewPromptBuilder(fakeTokenizer{}, bad)
+	require.ErrorContains(t, err, "template.candidate")
+	bad = tmpl
+	bad.Format = 7
+	_, err = NewPromptBuilder(fakeTokenizer{}, bad)
+	require.ErrorContains(t, err, "format 7 unknown")
+}
+
+// recordingTokenizer is a fake tokenizer (one token per byte) that records every text it encodes.
+type recordingTokenizer struct{ calls []string }
+
+func (r *recordingTokenizer) Encode(s string) ([]int64, error) {
+	r.calls = append(r.calls, s)
+	return fakeTokenizer{}.Encode(s)
+}
+
+func (r *recordingTokenizer) Close() error { return nil }

@@ -204,7 +204,7 @@ func serveOn(ln net.Listener, hs *http.Server, c config.Server) error {
 // initialised once, before.
 func openModel(dir string, c config.Model, sessions int, log *slog.Logger) (plugin.LoadedModel, error) {
 	m, err := loader.Open(dir, loader.Options{Sessions: sessions, Quantized: c.Quantized, Logger: log,
-		Runtime: ort.Options{Threads: c.IntraOpThreads, InterOpThreads: c.InterOpThreads, Provider: c.Provider}})
+		Runtime: ort.Options{Threads: c.IntraOpThreads, InterOpThreads: c.InterOpThreads, Provider: c.Provider, CUDADevice: c.DeviceID}})
 	if err != nil {
 		return plugin.LoadedModel{}, err
 	}

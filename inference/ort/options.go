@@ -6,7 +6,8 @@ const (
 	ProviderCPU = "cpu"
 	// ProviderCUDA runs the model on an NVIDIA GPU. It needs the CUDA build of ONNX Runtime
 	// (scripts/ort.sh --gpu) and CUDA 12 with cuDNN 9 on the loader path; when the provider cannot be
-	// set up, Load falls back to the CPU and logs a warning.
+	// set up on Options.CUDADevice, Load fails with ErrCUDAUnavailable naming the device and the cause
+	// (never a silent CPU session), unless Options.CUDAFallbackCPU asks for the CPU instead.
 	ProviderCUDA = "cuda"
 )
 
@@ -23,6 +24,9 @@ type Options struct {
 	Provider string
 	// CUDADevice is the GPU ordinal used with ProviderCUDA. Default 0.
 	CUDADevice int
+	// CUDAFallbackCPU makes Load fall back to a CPU session, with a warning, when ProviderCUDA cannot be
+	// set up. Default false: Load fails with ErrCUDAUnavailable.
+	CUDAFallbackCPU bool
 	// NoSpin stops intra-op threads from spinning while they wait for work. Spinning lowers latency
 	// between decode steps but keeps cores busy while idle; set NoSpin when the sidecar shares cores with
 	// Elasticsearch. Default false (ONNX Runtime spins).

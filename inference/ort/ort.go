@@ -107,10 +107,15 @@ func outputNames(layers int) []string {
 	return names
 }
 
+// ErrCUDAUnavailable means the CUDA execution provider could not be set up on the requested device
+// (the CPU build of ONNX Runtime, no GPU, a device id out of range, missing CUDA or cuDNN libraries).
+var ErrCUDAUnavailable = errors.New("cuda execution provider unavailable")
+
 // Load opens the ONNX decoder at modelPath, checks its inputs and outputs against MODEL_FORMAT.md and
 // spec, and creates a session. Init must have been called. A nil logger discards logs. With
-// opts.Provider == ProviderCUDA it falls back to the CPU, logging a warning, when the CUDA provider
-// cannot be set up; Provider reports which one is in use.
+// opts.Provider == ProviderCUDA it returns ErrCUDAUnavailable, naming the device and ONNX Runtime's
+// reason, when the CUDA provider cannot be set up on opts.CUDADevice; only with opts.CUDAFallbackCPU
+// does it fall back to the CPU, logging a warning. Provider reports which one is in use.
 func Load(modelPath string, spec inference.Spec, opts Options, logger *slog.Logger) (*Model, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -134,9 +139,13 @@ func Load(modelPath string, spec inference.Spec, opts Options, logger *slog.Logg
 	var session *onnx.DynamicAdvancedSession
 	if opts.Provider == ProviderCUDA {
 		s, err := newSession(modelPath, ins, outs, opts, true)
-		if err != nil {
+		switch {
+		case err != nil && !opts.CUDAFallbackCPU:
+			return nil, fmt.Errorf("load model %s: %w on device %d (the CPU build of ONNX Runtime, no such GPU, or CUDA 12/cuDNN 9 not on the loader path; scripts/env.sh --gpu fetches the CUDA build): %w",
+				modelPath, ErrCUDAUnavailable, opts.CUDADevice, err)
+		case err != nil:
 			logger.Warn("cuda execution provider unavailable, falling back to cpu", "model", modelPath, "cuda_device", opts.CUDADevice, "err", err)
-		} else {
+		default:
 			session, provider = s, ProviderCUDA
 		}
 	}

@@ -278,8 +278,6 @@ func TestLoadChecksContract(t *testing.T) {
 	require.ErrorContains(t, err, "threads = -1")
 }
 
-// TestCUDAFallback asks for CUDA: with the CPU build of ONNX Runtime (or no GPU) Load must fall back to
-// the CPU with a warning and still compute.
 // cudaExpected says whether the CUDA provider can work here: ONNX Runtime's CUDA provider library
 // beside the runtime library and an NVIDIA device node. ICICLE_EXPECT_CUDA=1 or 0 overrides the guess.
 func cudaExpected() (bool, string) {
@@ -299,24 +297,37 @@ func cudaExpected() (bool, string) {
 	return true, lib + " and /dev/nvidiactl present"
 }
 
-// TestCUDAFallback asks for the CUDA provider and asserts what happened: where CUDA cannot work (the
-// CPU-only runtime scripts/ort.sh installs, or no GPU) the model reports the CPU provider and logs the
-// fallback; where it can, it reports CUDA. Either way one step runs.
+// TestCUDAUnavailable asks for CUDA and asserts what happened: on a device that cannot exist (ordinal 1000)
+// Load fails with ErrCUDAUnavailable naming the device, never a silent CPU session; on device 0 it gives the
+// CUDA provider where cudaExpected says CUDA can work here, and ErrCUDAUnavailable where it cannot (the
+// CPU-only runtime scripts/ort.sh installs, or no GPU).
+func TestCUDAUnavailable(t *testing.T) {
+	f := loadFixture(t)
+	_, err := Load(f.onnx, f.spec, Options{Provider: ProviderCUDA, CUDADevice: 1000, Threads: 1}, nil)
+	require.ErrorIs(t, err, ErrCUDAUnavailable)
+	require.ErrorContains(t, err, "on device 1000")
+	wantCUDA, why := cudaExpected()
+	m, err := Load(f.onnx, f.spec, Options{Provider: ProviderCUDA, Threads: 1}, nil)
+	if wantCUDA {
+		require.NoError(t, err, "CUDA should work here: %s", why)
+		defer m.Close()
+		require.Equal(t, ProviderCUDA, m.Provider())
+		return
+	}
+	require.ErrorIs(t, err, ErrCUDAUnavailable, "CUDA cannot work here (%s), so Load must say so", why)
+}
+
+// TestCUDAFallback asks for CUDA on an impossible device with CUDAFallbackCPU (the opt-in): Load falls back
+// to the CPU with a warning naming the cause, reports the CPU provider, and still computes.
 func TestCUDAFallback(t *testing.T) {
 	f := loadFixture(t)
-	wantCUDA, why := cudaExpected()
 	var logs bytes.Buffer
-	m, err := Load(f.onnx, f.spec, Options{Provider: ProviderCUDA, Threads: 1, NoSpin: true}, slog.New(slog.NewTextHandler(&logs, nil)))
+	m, err := Load(f.onnx, f.spec, Options{Provider: ProviderCUDA, CUDADevice: 1000, CUDAFallbackCPU: true, Threads: 1, NoSpin: true}, slog.New(slog.NewTextHandler(&logs, nil)))
 	require.NoError(t, err)
 	defer m.Close()
-	t.Logf("provider %s (CUDA expected: %v, %s); log: %s", m.Provider(), wantCUDA, why, logs.String())
-	if wantCUDA {
-		require.Equal(t, ProviderCUDA, m.Provider(), "CUDA should work here: %s", why)
-		require.NotContains(t, logs.String(), "falling back to cpu")
-	} else {
-		require.Equal(t, ProviderCPU, m.Provider(), "CUDA cannot work here (%s), so the CPU must be reported", why)
-		require.Contains(t, logs.String(), "cuda execution provider unavailable, falling back to cpu")
-	}
+	t.Logf("provider %s; log: %s", m.Provider(), logs.String())
+	require.Equal(t, ProviderCPU, m.Provider())
+	require.Contains(t, logs.String(), "falling back to cpu")
 	_, err = m.Forward(t.Context(), causalStep([]int64{1, 2, 3}, 0), inference.NewKVCache(f.spec, 3))
 	require.NoError(t, err)
 }

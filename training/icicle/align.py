@@ -34,6 +34,7 @@ from torch import nn
 
 from .configs import TrainConfig
 from .decode import CachedPromptScorer, Trie, decode, torch_step
+from .device import autocast, model_device
 from .model import Decoder
 from .negatives import NegativeSampler
 from .tokenizer import Tok
@@ -59,7 +60,7 @@ def mine_pairs(model: Decoder, tok: Tok, cfg: TrainConfig, corpus: Corpus, negs:
                global_trie: Trie, rng: random.Random, beam: int, max_pairs: int) -> tuple[list[Pair], dict]:
     """Mines DPO pairs from the training queries (seen corpus and the copy pool); returns them and counts."""
     step = torch_step(model)
-    empty = [p.numpy() for p in model.empty_past()]
+    empty = [p.cpu().numpy() for p in model.empty_past()]
     queries = list(corpus.train_queries) + list(corpus.copy_queries)
     rng.shuffle(queries)
     seen = set(corpus.seen)
@@ -96,10 +97,12 @@ def mine_pairs(model: Decoder, tok: Tok, cfg: TrainConfig, corpus: Corpus, negs:
 
 def seq_logps(model: Decoder, insts: list[Instance], out_vocab: torch.Tensor) -> torch.Tensor:
     """Sum of answer-token log-probs per instance under the restricted output softmax; [len(insts)]."""
-    ids, pad, gb, gt, tgt = _batch(insts)
+    dev = model_device(model)
+    ids, pad, gb, gt, tgt = (x.to(dev) for x in _batch(insts))
+    out_vocab = out_vocab.to(dev)
     logits = model.train_logits(ids, pad, gb, gt, out_vocab).float()
     lp = torch.log_softmax(logits, -1).gather(1, torch.searchsorted(out_vocab, tgt).unsqueeze(1)).squeeze(1)
-    return torch.zeros(len(insts), dtype=lp.dtype).index_add(0, gb, lp)
+    return torch.zeros(len(insts), dtype=lp.dtype, device=dev).index_add(0, gb, lp)
 
 
 def _pair_insts(pairs: list[Pair]) -> list[Instance]:
@@ -114,7 +117,7 @@ def dpo_margins(model: Decoder, pairs: list[Pair], out_vocab: torch.Tensor, batc
             lp = seq_logps(model, _pair_insts(pairs[i: i + batch]), out_vocab)
             n = len(lp) // 2
             out.append(lp[:n] - lp[n:])
-    return torch.cat(out) if out else torch.zeros(0)
+    return torch.cat(out) if out else torch.zeros(0, device=model_device(model))
 
 
 def run_stage2(model: Decoder, pairs: list[Pair], out_vocab: torch.Tensor, cfg: TrainConfig, log=print) -> dict:
@@ -135,10 +138,10 @@ def run_stage2(model: Decoder, pairs: list[Pair], out_vocab: torch.Tensor, cfg: 
         for i in range(0, len(order), dc.batch):
             idx = order[i: i + dc.batch]
             bp = [pairs[j] for j in idx]
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+            with autocast(model_device(model), cfg.bf16):
                 lp = seq_logps(model, _pair_insts(bp), out_vocab)
             n = len(bp)
-            logits = cfg.dpo_beta * ((lp[:n] - lp[n:]) - ref[idx])
+            logits = cfg.dpo_beta * ((lp[:n] - lp[n:]) - ref[torch.tensor(idx, device=ref.device)])
             loss = -F.logsigmoid(logits).mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -164,8 +167,9 @@ class LoRALinear(nn.Module):
         super().__init__()
         self.base = base
         self.base.weight.requires_grad_(False)
-        self.a = nn.Parameter(torch.empty(r, base.in_features))
-        self.b = nn.Parameter(torch.zeros(base.out_features, r))
+        dev = base.weight.device
+        self.a = nn.Parameter(torch.empty(r, base.in_features, device=dev))
+        self.b = nn.Parameter(torch.zeros(base.out_features, r, device=dev))
         nn.init.kaiming_uniform_(self.a, a=math.sqrt(5))
         self.scale = alpha / r
         self.drop = nn.Dropout(dropout)
@@ -174,7 +178,7 @@ class LoRALinear(nn.Module):
         return self.base(x) + (self.drop(x) @ self.a.t() @ self.b.t()) * self.scale
 
     def merged(self) -> nn.Linear:
-        lin = nn.Linear(self.base.in_features, self.base.out_features, bias=False)
+        lin = nn.Linear(self.base.in_features, self.base.out_features, bias=False, device=self.base.weight.device)
         with torch.no_grad():
             lin.weight.copy_(self.base.weight + self.scale * (self.b @ self.a))
         return lin
@@ -226,7 +230,7 @@ def run_stage3(model: Decoder, tok: Tok, cfg: TrainConfig, corpus: Corpus, negs:
     """LoRA title-only adaptation, merged at the end. Returns per-step losses and the trainable count."""
     trainable = add_lora(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout)
     insts = title_only_instances(tok, cfg, corpus, negs, random.Random(cfg.seed * 7), cfg.stage3_instances)
-    losses = sft(model, lambda e: insts, cfg.stage3, cfg.seed + 3, log, "stage3", out_vocab, cfg.bf16)
+    losses = sft(model, lambda e: insts, cfg.stage3, cfg.seed + 3, log, "stage3", out_vocab, cfg.bf16, cfg.micro_batch)
     merge_lora(model)
     return losses, trainable
 

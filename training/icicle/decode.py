@@ -256,15 +256,27 @@ def causal_mask_np(past: int, n: int) -> np.ndarray:
     return m
 
 
-def torch_step(model):
-    """Adapts a model.Decoder to the numpy step signature of CachedPromptScorer."""
+def torch_step(model, resident: bool | None = None):
+    """Adapts a model.Decoder to the numpy step signature of CachedPromptScorer, running on the model's device.
+
+    resident (default: True when the model is not on the CPU): the presents are returned as torch tensors on
+    that device and accepted back as past, so a prompt's KV cache stays on the device between steps (only the
+    logits come back to the host); False returns numpy presents (the ONNX-compatible signature)."""
     import torch
+
+    dev = next(model.parameters()).device
+    keep = dev.type != "cpu" if resident is None else resident
+
+    def as_t(x):
+        return x.to(dev) if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(x)).to(dev)
 
     def step(ids, pos, mask, idx, past):
         with torch.no_grad():
-            out = model.step(torch.from_numpy(ids), torch.from_numpy(pos), torch.from_numpy(mask),
-                             torch.from_numpy(idx), *[torch.from_numpy(np.ascontiguousarray(p)) for p in past])
-        return out[0].numpy(), [o.numpy() for o in out[1:]]
+            out = model.step(as_t(ids), as_t(pos), as_t(mask), as_t(idx), *[as_t(p) for p in past])
+        logits = out[0].float().cpu().numpy()
+        if keep:
+            return logits, list(out[1:])
+        return logits, [o.cpu().numpy() for o in out[1:]]
 
     return step
 

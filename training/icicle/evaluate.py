@@ -73,6 +73,11 @@ class ModelDir:
         return self.manifest.get("template") or TEMPLATE
 
     @property
+    def prompt_format(self) -> int:
+        """The manifest's prompt_format (absent = 1, the models trained before it existed)."""
+        return int(self.manifest.get("prompt_format") or 1)
+
+    @property
     def max_summary_tokens(self) -> int:
         """The summary cap: the manifest's max_summary_tokens where it states one (as the Go engine applies)."""
         cap = int(self.manifest.get("max_summary_tokens") or 0)
@@ -178,7 +183,7 @@ def run_instance(md: ModelDir, split: Split, q: Query, docids: Sequence[str], su
     docs = split.docs
     cands = [Candidate(docs[d].title, summaries[d]) for d in docids]
     p = build_prompt(md.tok.encode, q.query, cands, max_prompt_tokens, max_summary_tokens=md.max_summary_tokens,
-                     title_only=title_only, template=md.template)
+                     title_only=title_only, template=md.template, prompt_format=md.prompt_format)
     included = [c.title for c in cands[: p.included]]
     ctx = Trie.build(included, md.tok.encode, md.tok.end_id)
     scorer = CachedPromptScorer(ort_step(md.session, md.manifest["num_layers"]), p.ids, md.empty_past())

@@ -147,9 +147,11 @@ def check_parity(model: Decoder, onnx_path: str, int8_path: str | None, seed: in
 
 def write_manifest(out: str, *, name: str, config: str, backbone: str, model_version: str, data_version: str,
                    model: Decoder, copy_token_id: int, end_token_id: int, template: dict,
-                   quantized: bool = True, int8_only: bool = False, max_summary_tokens: int = 0) -> dict:
+                   quantized: bool = True, int8_only: bool = False, max_summary_tokens: int = 0,
+                   prompt_format: int = 1) -> dict:
     """Writes manifest.json (MODEL_FORMAT.md version 1) into out and returns it. int8_only: the directory ships
-    only the int8 file, named as `onnx` (for models whose fp32 file is too big to commit)."""
+    only the int8 file, named as `onnx` (for models whose fp32 file is too big to commit). prompt_format: the
+    prompt format trained (prompt.py); 1 is left out of the file (absent = 1, as older manifests)."""
     c = model.c
     m = {
         "format_version": 1,
@@ -173,6 +175,8 @@ def write_manifest(out: str, *, name: str, config: str, backbone: str, model_ver
     }
     if max_summary_tokens > 0:  # the trained summary cap; the engine never exceeds it
         m["max_summary_tokens"] = max_summary_tokens
+    if prompt_format != 1:
+        m["prompt_format"] = prompt_format
     if quantized and not int8_only:
         m["onnx_quantized"] = "model.int8.onnx"
     with open(os.path.join(out, "manifest.json"), "w", encoding="utf-8") as f:

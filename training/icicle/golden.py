@@ -15,7 +15,7 @@ import numpy as np
 
 from .data import Split
 from .decode import CachedPromptScorer, Trie, decode, ort_step, torch_step
-from .prompt import DEFAULT_MAX_SUMMARY_TOKENS, TEMPLATE, Candidate, build_prompt
+from .prompt import DEFAULT_MAX_SUMMARY_TOKENS, TEMPLATE, TEMPLATE_V2, Candidate, build_prompt
 from .tokenizer import Tok
 
 DECODE_ATOL = 1e-3
@@ -28,6 +28,7 @@ TOKENIZE_EXTRA = [
     "URL https://en.wikipedia.org/wiki/Natural_Questions?x=1", "quotes \"double\" 'single' `back`",
     TEMPLATE["header"], "Query: who wrote the song\nOutput:\n", "[1] ", "\n    Title: Foo Bar\n",
     "[12] Title: The Beatles\n",
+    "\nTitle:\n", "[12] Title:\n", "\nTitle:\nHorsehead Nebula\n", TEMPLATE_V2["candidate"],
 ]
 
 
@@ -39,12 +40,13 @@ def tokenize_cases(tok: Tok, split: Split, seen: list[str]) -> list[dict]:
     return [{"text": t, "ids": tok.encode(t)} for t in texts]
 
 
-def logits_cases(tok: Tok, split: Split, session, num_layers: int, kv_heads: int, head_dim: int) -> list[dict]:
+def logits_cases(tok: Tok, split: Split, session, num_layers: int, kv_heads: int, head_dim: int,
+                 prompt_format: int = 1) -> list[dict]:
     step = ort_step(session, num_layers)
     empty = [np.zeros((1, 0, kv_heads, head_dim), np.float32)] * (2 * num_layers)
     inputs = [tok.encode("Hello world"), tok.encode(TEMPLATE["header"])]
     for q in split.dev[:3]:
-        inputs.append(build_prompt(tok.encode, q.query, [], 512).ids)
+        inputs.append(build_prompt(tok.encode, q.query, [], 512, prompt_format=prompt_format).ids)
     out = []
     for ids in inputs:
         sc = CachedPromptScorer(step, ids, empty)
@@ -55,7 +57,8 @@ def logits_cases(tok: Tok, split: Split, session, num_layers: int, kv_heads: int
 
 
 def decode_cases(tok: Tok, split: Split, seen: list[str], session, model, num_layers: int, kv_heads: int,
-                 head_dim: int, max_summary_tokens: int = DEFAULT_MAX_SUMMARY_TOKENS) -> list[dict]:
+                 head_dim: int, max_summary_tokens: int = DEFAULT_MAX_SUMMARY_TOKENS,
+                 prompt_format: int = 1) -> list[dict]:
     """~20 cases: real dev queries, 3/10/20 candidates mixing D_new and seen docs, beams 1/4/10, a few small
     budgets (truncation and dropping), one case without candidates. Checks ORT vs PyTorch on each."""
     rng = random.Random(11)
@@ -81,7 +84,8 @@ def decode_cases(tok: Tok, split: Split, seen: list[str], session, model, num_la
         cands = [Candidate(split.docs[t].title, split.docs[t].text) for t in titles]
         if k and ci % 5 == 3:
             cands[1] = Candidate(cands[1].title, "")  # a candidate without a summary
-        p = build_prompt(tok.encode, q.query, cands, budget, max_summary_tokens=max_summary_tokens)
+        p = build_prompt(tok.encode, q.query, cands, budget, max_summary_tokens=max_summary_tokens,
+                         prompt_format=prompt_format)
         ctx = Trie.build([c.title for c in cands[: p.included]], tok.encode, tok.end_id)
         res = decode(CachedPromptScorer(o_step, p.ids, empty), gtrie, ctx, tok.copy_id, tok.end_id, w)
         ref = decode(CachedPromptScorer(t_step, p.ids, empty), gtrie, ctx, tok.copy_id, tok.end_id, w)
@@ -129,15 +133,16 @@ def write_jsonl(path: str, rows: list[dict]) -> None:
 
 
 def write_golden(out_dir: str, tok: Tok, split: Split, seen: list[str], session, model,
-                 max_summary_tokens: int = 0) -> dict:
-    """Writes golden/ into out_dir; max_summary_tokens: the manifest's (0 = not stated, the default 256)."""
+                 max_summary_tokens: int = 0, prompt_format: int = 1) -> dict:
+    """Writes golden/ into out_dir; max_summary_tokens: the manifest's (0 = not stated, the default 256);
+    prompt_format: the manifest's (decode cases are built in it; Go builds the same ids from the manifest)."""
     g = os.path.join(out_dir, "golden")
     os.makedirs(g, exist_ok=True)
     c = model.c
     t = tokenize_cases(tok, split, seen)
-    lg = logits_cases(tok, split, session, c.layers, c.kv_heads, c.head_dim)
+    lg = logits_cases(tok, split, session, c.layers, c.kv_heads, c.head_dim, prompt_format)
     cap = min(DEFAULT_MAX_SUMMARY_TOKENS, max_summary_tokens) if max_summary_tokens > 0 else DEFAULT_MAX_SUMMARY_TOKENS
-    dc = decode_cases(tok, split, seen, session, model, c.layers, c.kv_heads, c.head_dim, cap)
+    dc = decode_cases(tok, split, seen, session, model, c.layers, c.kv_heads, c.head_dim, cap, prompt_format)
     write_jsonl(os.path.join(g, "tokenize.jsonl"), t)
     write_jsonl(os.path.join(g, "logits.jsonl"), lg)
     write_jsonl(os.path.join(g, "decode.jsonl"), dc)

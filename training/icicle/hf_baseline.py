@@ -298,7 +298,8 @@ class Env:
 def prompt_and_ctx(env: Env, case: dict):
     cands = [Candidate(c["title"], c["summary"]) for c in case["candidates"]]
     p = build_prompt(env.encode, case["query"], cands, case["max_prompt_tokens"],
-                     max_summary_tokens=case.get("max_summary_tokens", DEFAULT_MAX_SUMMARY_TOKENS))
+                     max_summary_tokens=case.get("max_summary_tokens", DEFAULT_MAX_SUMMARY_TOKENS),
+                     template=env.man.get("template"), prompt_format=int(env.man.get("prompt_format") or 1))
     ctx = Trie.build([c.title for c in cands[: p.included]], env.encode, env.end_id)
     return p, ctx
 
@@ -484,7 +485,8 @@ def verify(model_dir: str) -> dict:
     prompts = 0
     for q in split.dev[:4]:
         cands = [Candidate(docs[d].title, docs[d].text) for d in sorted(docs)[:5]]
-        p = build_prompt(env.encode, q.query, cands, env.man["max_context_tokens"])
+        p = build_prompt(env.encode, q.query, cands, env.man["max_context_tokens"],
+                         template=env.man.get("template"), prompt_format=int(env.man.get("prompt_format") or 1))
         for k, v in logit_diff(hf, dec, p.ids, sess).items():
             worst[k] = max(worst[k], v)
         prompts += 1

@@ -165,7 +165,7 @@ class Decoder(nn.Module):
     forward = step
 
     def empty_past(self, batch: int = 1) -> list[torch.Tensor]:
-        z = torch.zeros(batch, 0, self.c.kv_heads, self.c.head_dim)
+        z = torch.zeros(batch, 0, self.c.kv_heads, self.c.head_dim, device=self.embed_tokens.weight.device)
         return [z, z] * self.c.layers
 
     def train_logits(self, input_ids, pad_mask, gather_b, gather_t, out_vocab=None):
@@ -174,7 +174,7 @@ class Decoder(nn.Module):
         Returns logits [k, V] at the k positions (gather_b[j], gather_t[j]) (the positions that predict the
         answer tokens); with out_vocab (a 1-D id tensor) only those columns, [k, len(out_vocab)]."""
         b, t = input_ids.shape
-        pos = torch.arange(t).unsqueeze(0).expand(b, t)
+        pos = torch.arange(t, device=input_ids.device).unsqueeze(0).expand(b, t)
         # The batch is right-padded, so under a causal mask no real token ever sees a pad: the pad mask only
         # changes rows at pad positions, which are never gathered. mask=None selects the fused causal kernel.
         if not bool(pad_mask[:, 1:].le(pad_mask[:, :-1]).all()):

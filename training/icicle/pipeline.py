@@ -24,10 +24,11 @@ import torch
 from .configs import get_config
 from .data import make_split
 from .decode import Trie
+from .device import resolve_device
 from .export import check_parity, export_onnx, ort_session, quantize_int8, write_manifest, write_seen_docids
 from .golden import write_golden
 from .model import Decoder
-from .prompt import TEMPLATE
+from .prompt import TEMPLATES
 from .align import mine_pairs, run_stage2, run_stage3, title_only_report
 from .train import (context_sampler, docid_vocab, eval_parametric, eval_serve, icl_report, new_model, new_tok,
                     run_stage0, run_stage1, select_corpus)
@@ -55,6 +56,10 @@ def main(argv=None) -> None:
                     help="load WORK/<stage>.pt and run only the later stages (stage3: export only)")
     ap.add_argument("--more-stage1", type=int, default=0, metavar="ROUNDS",
                     help="with --from stage1: first run ROUNDS more rounds of stage 1 (fresh draws, fresh schedule)")
+    ap.add_argument("--device", default=None,
+                    help="cpu, cuda or cuda:N (default: cuda if available, else cpu); export always runs on the CPU")
+    ap.add_argument("--micro-batch", type=int, default=None, metavar="N",
+                    help="gradient accumulation over micro-batches of N instances (default: the config's)")
     ap.add_argument("--round-epochs", type=int, default=0, metavar="N",
                     help="with --more-stage1: N epochs per extra round (default: the config's stage-1 epochs)")
     a = ap.parse_args(argv)
@@ -64,6 +69,9 @@ def main(argv=None) -> None:
         if not a.more_stage1:
             raise SystemExit("--round-epochs needs --more-stage1")
         cfg = replace(cfg, stage1=replace(cfg.stage1, epochs=a.round_epochs))
+    if a.micro_batch is not None:
+        cfg = replace(cfg, micro_batch=a.micro_batch)
+    dev = resolve_device(a.device)
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
@@ -88,20 +96,25 @@ def main(argv=None) -> None:
         f"dev {len(split.dev)} test {len(split.test)}; seen corpus {len(corpus.seen)} docs, "
         f"{len(corpus.train_queries)} train queries; copy id {tok.copy_id} end id {tok.end_id}")
     model = new_model(cfg, tok.copy_id)
+    log(f"device {dev}" + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else "")
+        + f", micro-batch {cfg.micro_batch or 'off'}, prompt format {cfg.prompt_format}")
     gtrie = Trie.build(corpus.seen, tok.encode, tok.end_id)
     sneg = context_sampler(cfg, split, corpus)
     report: dict = {"config": cfg.name, "data_version": split.data_version, "seen_docs": len(corpus.seen),
                     "train_queries": len(corpus.train_queries)}
 
-    out_vocab = docid_vocab(tok, split.d_train)
+    out_vocab = docid_vocab(tok, split.d_train).to(dev)
     report["train_out_vocab"] = int(out_vocab.numel())
+    report["device"] = str(dev)
+    report["prompt_format"] = cfg.prompt_format
     start = 0
     if a.from_stage:
-        model.load_state_dict(torch.load(os.path.join(work, f"{a.from_stage}.pt")))
+        model.load_state_dict(torch.load(os.path.join(work, f"{a.from_stage}.pt"), map_location="cpu"))
         report.update(json.load(open(os.path.join(work, "train_metrics.json"))))
         times.update(report.pop("times_train", {}))
         start = STAGES.index(a.from_stage) + 1
         log(f"resumed from {work}/{a.from_stage}.pt")
+    model.to(dev)
     if a.more_stage1 and a.from_stage != "stage1":
         raise SystemExit("--more-stage1 needs --from stage1")
     for r in range(a.more_stage1):
@@ -123,7 +136,7 @@ def main(argv=None) -> None:
 
 def _checkpoint(model, work: str, stage: str, report: dict, times: dict) -> None:
     """Writes WORK/<stage>.pt and the metrics so far (what --from reads back)."""
-    torch.save(model.state_dict(), os.path.join(work, f"{stage}.pt"))
+    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, os.path.join(work, f"{stage}.pt"))
     with open(os.path.join(work, "train_metrics.json"), "w") as f:
         json.dump({**report, "times_train": times}, f, indent=2)
 
@@ -181,6 +194,7 @@ def _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times
 
 def _export(a, model, tok, split, corpus, cfg, report, times, t_all, log):
     t = time.time()
+    model.to("cpu")  # export, parity and golden vectors run on the CPU whatever the training device
     onnx_path = os.path.join(a.out, "model.onnx")
     int8_path = os.path.join(a.out, "model.int8.onnx")
     export_onnx(model, onnx_path)
@@ -192,10 +206,10 @@ def _export(a, model, tok, split, corpus, cfg, report, times, t_all, log):
     write_manifest(a.out, name=f"icicle-{cfg.name}", config=cfg.name, backbone=cfg.backbone,
                    model_version=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d") + ".1",
                    data_version=split.data_version, model=model, copy_token_id=tok.copy_id,
-                   end_token_id=tok.end_id, template=TEMPLATE, int8_only=not cfg.ship_fp32,
-                   max_summary_tokens=cfg.max_summary_tokens)
+                   end_token_id=tok.end_id, template=TEMPLATES[cfg.prompt_format], int8_only=not cfg.ship_fp32,
+                   max_summary_tokens=cfg.max_summary_tokens, prompt_format=cfg.prompt_format)
     report["golden"] = write_golden(a.out, tok, split, corpus.seen, ort_session(onnx_path), model,
-                                    cfg.max_summary_tokens)
+                                    cfg.max_summary_tokens, cfg.prompt_format)
     if not cfg.ship_fp32:  # keep the fp32 file out of the model directory (too big to commit)
         os.replace(onnx_path, os.path.join(work_dir(a, cfg), "model.fp32.onnx"))
     times["export_golden_s"] = time.time() - t

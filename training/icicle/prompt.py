@@ -1,14 +1,26 @@
 """The ICICLE prompt builder, exactly per inference/MODEL_FORMAT.md, with the shared token-budget rule.
 
 The prompt is the concatenation of separately encoded segments (add_special_tokens=False): the header, each
-candidate block in the given (BM25) order, the query block. A candidate with a summary is encoded as three
-pieces, "[{i}] " + summary + "\\n    Title: {title}\\n", and only the summary ids are ever cut; a candidate
-without a summary (or every candidate in title-only mode) is one piece, template["candidate_title_only"].
+candidate block in the given (BM25) order, the query block. Two prompt formats (the manifest's "prompt_format";
+absent = 1):
+- format 1 (TEMPLATE, the models trained before 2026-11-24): a candidate with a summary is encoded as three
+  pieces, "[{i}] " + summary + "\\n    Title: {title}\\n", and only the summary ids are ever cut; a candidate
+  without a summary (or every candidate in title-only mode) is one piece, template["candidate_title_only"].
+  The title's first word carries a leading space inside the prompt, so its in-prompt tokens differ from its
+  docid tokens (issue 16).
+- format 2 (TEMPLATE_V2): the title is always a segment of its own, so its in-prompt ids are exactly
+  encode(title), the docid tokens without [end] (literal copying). A candidate with a summary is five pieces,
+  "[{i}] " + summary + "\\nTitle:\\n" + title + "\\n"; a title-only block is three, "[{i}] Title:\\n" + title
+  + "\\n". Every piece of the template around {summary} and {title} is encoded on its own (empty pieces add
+  nothing). With the SmolLM2 tokenizer these segments give the same ids as encoding the whole block at once
+  for every nq_qed title (the title starts a line, so no leading space), so the prompt reads as natural text.
 
 Budget rule (the Go engine implements the same; golden vectors check it), B = max_prompt_tokens:
 1. fixed = len(header ids) + len(query-block ids).
-2. Walk candidates in order (i is 1-based); overhead_i = len(ids("[{i}] ")) + len(ids("\\n    Title: {t}\\n"))
-   if it has a (non-empty) summary and mode is not title-only, else len(ids(candidate_title_only block)).
+2. Walk candidates in order (i is 1-based); overhead_i = the ids of every piece of the block but the summary
+   (format 1: len(ids("[{i}] ")) + len(ids("\\n    Title: {t}\\n")); format 2: the four pieces around the
+   summary, title included) if it has a (non-empty) summary and mode is not title-only, else the ids of the
+   title-only block (format 1: one piece; format 2: its three pieces).
    Include candidate i while fixed + sum(overhead) <= B; stop at the first that does not fit (later ones
    are dropped even if they would fit).
 3. R = B - fixed - sum(overhead of included). Summary cap c = the largest integer <= max_summary_tokens
@@ -31,6 +43,17 @@ TEMPLATE = {
     "candidate_title_only": "[{i}] Title: {title}\n",
     "query": "Query: {query}\nOutput:\n",
 }
+
+# Format 2: the title on a line of its own, encoded as its own segment (literal copying).
+TEMPLATE_V2 = {
+    "header": TEMPLATE["header"],
+    "candidate": "[{i}] {summary}\nTitle:\n{title}\n",
+    "candidate_title_only": "[{i}] Title:\n{title}\n",
+    "query": TEMPLATE["query"],
+}
+
+TEMPLATES = {1: TEMPLATE, 2: TEMPLATE_V2}
+PROMPT_FORMAT = 2  # what new models are trained with; a manifest without "prompt_format" means 1
 
 DEFAULT_MAX_SUMMARY_TOKENS = 256
 
@@ -62,6 +85,29 @@ def _split_candidate(template: dict) -> tuple[str, str]:
     return pre, post
 
 
+def check_format(prompt_format: int, template: dict) -> None:
+    """Raises ValueError naming the problem when template cannot be built in prompt_format."""
+    if prompt_format not in TEMPLATES:
+        raise ValueError(f"prompt_format {prompt_format!r}: known formats are {sorted(TEMPLATES)}")
+    if prompt_format == 2:
+        c, t = template["candidate"], template["candidate_title_only"]
+        if c.count("{summary}") != 1 or c.count("{title}") != 1 or c.index("{summary}") > c.index("{title}"):
+            raise ValueError("prompt_format 2: template.candidate must hold {summary} then {title}, once each")
+        if t.count("{title}") != 1:
+            raise ValueError("prompt_format 2: template.candidate_title_only must hold {title} once")
+
+
+def _title_pieces(encode: Encode, piece: str, i: int, title: str) -> list[int]:
+    """Format 2: piece (a template part holding {title} at most once) encoded with the title as its own segment."""
+    before, mark, after = piece.partition("{title}")
+    ids = encode(_fill(before, i=i)) if before else []
+    if mark:
+        ids = ids + encode(title)
+    if after:
+        ids = ids + encode(_fill(after, i=i))
+    return ids
+
+
 def build_prompt(
     encode: Encode,
     query: str,
@@ -70,9 +116,13 @@ def build_prompt(
     *,
     max_summary_tokens: int = DEFAULT_MAX_SUMMARY_TOKENS,
     title_only: bool = False,
-    template: dict = TEMPLATE,
+    template: dict | None = None,
+    prompt_format: int = 1,
 ) -> Prompt:
-    """Builds the prompt ids for query and candidates under the budget rule in the module doc."""
+    """Builds the prompt ids for query and candidates under the budget rule in the module doc. template: the
+    manifest's (default: the format's own, TEMPLATES[prompt_format])."""
+    template = template or TEMPLATES.get(prompt_format) or {}
+    check_format(prompt_format, template)
     header = encode(template["header"])
     qblock = encode(_fill(template["query"], query=query))
     fixed = len(header) + len(qblock)
@@ -81,11 +131,17 @@ def build_prompt(
     used = fixed
     for n, c in enumerate(candidates, start=1):
         if c.summary and not title_only:
-            pre = encode(_fill(pre_t, i=n))
-            post = encode(_fill(post_t, i=n, title=c.title))
+            pre = encode(_fill(pre_t, i=n)) if pre_t or prompt_format == 1 else []
+            if prompt_format == 1:
+                post = encode(_fill(post_t, i=n, title=c.title))
+            else:
+                post = _title_pieces(encode, post_t, n, c.title)
             summ: list[int] | None = encode(c.summary)
-        else:
+        elif prompt_format == 1:
             pre = encode(_fill(template["candidate_title_only"], i=n, title=c.title))
+            post, summ = [], None
+        else:
+            pre = _title_pieces(encode, template["candidate_title_only"], n, c.title)
             post, summ = [], None
         cost = len(pre) + len(post)
         if used + cost > max_prompt_tokens:
@@ -122,3 +178,20 @@ def summary_cap(lens: Sequence[int], remaining: int, max_summary_tokens: int) ->
 def docid_tokens(encode: Encode, title: str, end_token_id: int) -> list[int]:
     """Returns a docid's token sequence: encode(title) + [end]."""
     return encode(title) + [end_token_id]
+
+
+def title_span(encode: Encode, title: str, prompt_format: int = PROMPT_FORMAT, i: int = 1,
+               summary: str = "s", template: dict | None = None) -> tuple[list[int], list[int]]:
+    """Returns (the ids of one candidate block for title, the ids of the title inside it as a docid would
+    spell them: docid_tokens without [end]); format 2 guarantees the second is a contiguous run of the first."""
+    p = build_prompt(encode, "q", [Candidate(title, summary)], 1 << 30, prompt_format=prompt_format,
+                     template=template)
+    t = template or TEMPLATES[prompt_format]
+    head, qb = encode(t["header"]), encode(_fill(t["query"], query="q"))
+    return p.ids[len(head): len(p.ids) - len(qb)], encode(title)
+
+
+def contains_run(seq: Sequence[int], run: Sequence[int]) -> bool:
+    """True when run occurs as a contiguous subsequence of seq."""
+    n = len(run)
+    return n == 0 or any(list(seq[k: k + n]) == list(run) for k in range(len(seq) - n + 1))

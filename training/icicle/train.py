@@ -36,6 +36,7 @@ from .configs import StageConfig, TrainConfig, get_config
 from .contexts import BM25Contexts, draw_n
 from .data import Doc, Query, Split, make_split
 from .decode import CachedPromptScorer, Trie, decode, torch_step
+from .device import autocast, micro_batches, model_device, resolve_device
 from .model import Decoder
 from .negatives import NegativeSampler, RandomNegatives
 from .prompt import Candidate, build_prompt
@@ -92,7 +93,7 @@ def index_instances(tok: Tok, corpus: Corpus, cfg: TrainConfig) -> list[Instance
         pre, _, post = INDEX_TEMPLATE.partition("{text}")
         out.append(Instance(tok.encode(pre) + text_ids + tok.encode(post), tok.docid(d)))
     for q in corpus.train_queries:
-        p = build_prompt(tok.encode, q.query, [], cfg.max_prompt_tokens)
+        p = build_prompt(tok.encode, q.query, [], cfg.max_prompt_tokens, prompt_format=cfg.prompt_format)
         out.append(Instance(p.ids, tok.docid(q.docid)))
     return out
 
@@ -102,7 +103,7 @@ def candidate_prompt(tok: Tok, cfg: TrainConfig, query: str, titles: list[str], 
     """The prompt for query over the candidates titles (in that order) under the config's budget and cap."""
     cands = [Candidate(docs[t].title, summary_of(tok, docs[t])) for t in titles]
     return build_prompt(tok.encode, query, cands, cfg.max_prompt_tokens, max_summary_tokens=cfg.max_summary_tokens,
-                        title_only=title_only)
+                        title_only=title_only, prompt_format=cfg.prompt_format)
 
 
 def icl_instance(tok: Tok, cfg: TrainConfig, q: Query, docs: dict[str, Doc], negs: NegativeSampler,
@@ -166,13 +167,33 @@ def _batch(insts: list[Instance]):
     return ids, pad, torch.tensor(gb), torch.tensor(gt), torch.tensor(tgt)
 
 
-def loss_on(model: Decoder, insts: list[Instance], out_vocab: torch.Tensor | None = None) -> torch.Tensor:
-    """Returns the mean answer-token cross-entropy of insts under model; with out_vocab (sorted ids that must
-    contain every answer token) the softmax runs over those ids only."""
-    ids, pad, gb, gt, tgt = _batch(insts)
+def loss_on(model: Decoder, insts: list[Instance], out_vocab: torch.Tensor | None = None,
+            reduction: str = "mean") -> torch.Tensor:
+    """Returns the mean (or, reduction="sum", summed) answer-token cross-entropy of insts under model, on the
+    model's device; with out_vocab (sorted ids that must contain every answer token) the softmax runs over those
+    ids only."""
+    dev = model_device(model)
+    ids, pad, gb, gt, tgt = (x.to(dev) for x in _batch(insts))
     if out_vocab is not None:
+        out_vocab = out_vocab.to(dev)
         tgt = torch.searchsorted(out_vocab, tgt)
-    return F.cross_entropy(model.train_logits(ids, pad, gb, gt, out_vocab).float(), tgt)
+    return F.cross_entropy(model.train_logits(ids, pad, gb, gt, out_vocab).float(), tgt, reduction=reduction)
+
+
+def accumulate_loss(model: Decoder, batch: list[Instance], out_vocab: torch.Tensor | None, micro: int,
+                    bf16: bool) -> float:
+    """Backpropagates the mean answer-token loss of batch in micro-batches of at most micro instances (gradient
+    accumulation: each micro-batch's summed loss over the batch's answer-token count, so the gradient equals the
+    whole batch's); returns the batch's mean loss. Autocast per device.autocast."""
+    n_tok = sum(len(i.answer) for i in batch)
+    dev = model_device(model)
+    total = 0.0
+    for mb in micro_batches(batch, micro):
+        with autocast(dev, bf16):
+            loss = loss_on(model, mb, out_vocab, reduction="sum") / n_tok
+        loss.backward()
+        total += loss.item()
+    return total
 
 
 def docid_vocab(tok: Tok, titles: list[str]) -> torch.Tensor:
@@ -189,8 +210,9 @@ def docid_vocab(tok: Tok, titles: list[str]) -> torch.Tensor:
 
 
 def sft(model: Decoder, make_epoch, sc: StageConfig, seed: int, log=print, name: str = "sft",
-        out_vocab: torch.Tensor | None = None, bf16: bool = False) -> list[float]:
-    """Runs sc.epochs of SFT; make_epoch(epoch) returns that epoch's instances. Returns per-step losses."""
+        out_vocab: torch.Tensor | None = None, bf16: bool = False, micro: int = 0) -> list[float]:
+    """Runs sc.epochs of SFT on the model's device; make_epoch(epoch) returns that epoch's instances; micro > 0
+    splits each batch into micro-batches with gradient accumulation. Returns per-step losses."""
     rng = random.Random(seed)
     epochs = [make_epoch(e) for e in range(sc.epochs)] if sc.epochs else []
     total = sum(math.ceil(len(e) / sc.batch) for e in epochs)
@@ -212,14 +234,12 @@ def sft(model: Decoder, make_epoch, sc: StageConfig, seed: int, log=print, name:
         batches = [order[i: i + sc.batch] for i in range(0, len(order), sc.batch)]
         rng.shuffle(batches)
         for bt in batches:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                loss = loss_on(model, bt, out_vocab)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            loss = accumulate_loss(model, bt, out_vocab, micro, bf16)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
-            losses.append(loss.item())
+            losses.append(loss)
             if len(losses) % 100 == 0:
                 log(f"{name} step {len(losses)}/{total} loss(last 100) {sum(losses[-100:]) / 100:.4f} "
                     f"({time.time() - t0:.0f}s)")
@@ -232,7 +252,7 @@ def sft(model: Decoder, make_epoch, sc: StageConfig, seed: int, log=print, name:
 def run_stage0(model: Decoder, tok: Tok, corpus: Corpus, cfg: TrainConfig, log=print,
                out_vocab: torch.Tensor | None = None) -> list[float]:
     insts = index_instances(tok, corpus, cfg)
-    return sft(model, lambda e: insts, cfg.stage0, cfg.seed, log, "stage0", out_vocab, cfg.bf16)
+    return sft(model, lambda e: insts, cfg.stage0, cfg.seed, log, "stage0", out_vocab, cfg.bf16, cfg.micro_batch)
 
 
 def context_sampler(cfg: TrainConfig, split: Split, corpus: Corpus) -> NegativeSampler | BM25Contexts:
@@ -257,7 +277,7 @@ def run_stage1(model: Decoder, tok: Tok, corpus: Corpus, cfg: TrainConfig, negs:
         copy_negs = RandomNegatives(sorted({q.docid for q in corpus.copy_queries})) if corpus.copy_queries else None
     return sft(model, lambda e: stage1_instances(tok, corpus, cfg, negs, random.Random(cfg.seed * 1000 + first_epoch + e),
                                                  anchors, copy_negs),
-               cfg.stage1, cfg.seed + 1 + first_epoch, log, "stage1", out_vocab, cfg.bf16)
+               cfg.stage1, cfg.seed + 1 + first_epoch, log, "stage1", out_vocab, cfg.bf16, cfg.micro_batch)
 
 
 def new_tok(cfg: TrainConfig) -> Tok:
@@ -288,7 +308,7 @@ def eval_icl(model: Decoder, tok: Tok, cfg: TrainConfig, queries: list[Query], d
     rng = random.Random(seed)
     qs = queries[:n]
     step = torch_step(model)
-    empty = [p.numpy() for p in model.empty_past()]
+    empty = [p.cpu().numpy() for p in model.empty_past()]
     pick = route = 0
     pc = 0.0
     for q in qs:
@@ -310,7 +330,7 @@ def eval_parametric(model: Decoder, tok: Tok, cfg: TrainConfig, queries: list[Qu
     rng = random.Random(seed)
     qs = queries[:n]
     step = torch_step(model)
-    empty = [p.numpy() for p in model.empty_past()]
+    empty = [p.cpu().numpy() for p in model.empty_past()]
     top1 = route = 0
     for q in qs:
         inst, titles = icl_instance(tok, cfg, q, docs, negs, rng, False)
@@ -350,7 +370,7 @@ def eval_serve(model: Decoder, tok: Tok, cfg: TrainConfig, split: Split, global_
     qs = [q for q in split.dev if q.docid in set(split.d_new)][:n]
     contexts.prefetch([q.query for q in qs])
     step = torch_step(model)
-    empty = [p.numpy() for p in model.empty_past()]
+    empty = [p.cpu().numpy() for p in model.empty_past()]
     out = {}
     for big_n in ns:
         hit = bm = gin = pick = route = 0
@@ -389,8 +409,10 @@ def main(argv=None) -> None:
     ap.add_argument("stage", choices=["stage0", "stage1", "stage2", "stage3"])
     ap.add_argument("--config", default="tiny")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
     a = ap.parse_args(argv)
     cfg = get_config(a.config)
+    dev = resolve_device(a.device)
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     os.makedirs(a.out, exist_ok=True)
@@ -398,10 +420,11 @@ def main(argv=None) -> None:
     split = make_split()
     corpus = select_corpus(split, cfg)
     model = new_model(cfg, tok.copy_id)
-    out_vocab = docid_vocab(tok, split.d_train)
+    out_vocab = docid_vocab(tok, split.d_train).to(dev)
     prev = {"stage1": "stage0", "stage2": "stage1", "stage3": "stage2"}.get(a.stage)
     if prev:
-        model.load_state_dict(torch.load(os.path.join(a.out, f"{prev}.pt")))
+        model.load_state_dict(torch.load(os.path.join(a.out, f"{prev}.pt"), map_location="cpu"))
+    model.to(dev)
     negs = context_sampler(cfg, split, corpus)
     result: object
     if a.stage == "stage0":
@@ -419,7 +442,7 @@ def main(argv=None) -> None:
         from .align import run_stage3
 
         result = run_stage3(model, tok, cfg, corpus, negs, out_vocab)[0]
-    torch.save(model.state_dict(), os.path.join(a.out, f"{a.stage}.pt"))
+    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, os.path.join(a.out, f"{a.stage}.pt"))
     with open(os.path.join(a.out, f"{a.stage}_losses.json"), "w") as f:
         json.dump(result, f)
 

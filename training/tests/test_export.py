@@ -77,3 +77,5 @@ def test_manifest_int8_only_names_the_int8_file_as_onnx(tmp_path):
     assert (both["onnx"], both["onnx_quantized"]) == ("model.onnx", "model.int8.onnx")
     only = write_manifest(str(tmp_path), **kw, int8_only=True)
     assert only["onnx"] == "model.int8.onnx" and "onnx_quantized" not in only
+    assert "prompt_format" not in only  # format 1 is the absent field, as in every older manifest
+    assert write_manifest(str(tmp_path), **kw, prompt_format=2)["prompt_format"] == 2

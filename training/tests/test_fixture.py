@@ -33,6 +33,10 @@ def test_manifest_fields_and_files(fixture_dir, manifest, tok):
     for k in ("onnx", "onnx_quantized", "tokenizer", "seen_docids"):
         assert os.path.isfile(os.path.join(fixture_dir, manifest[k])), k
     assert set(manifest["template"]) == {"header", "candidate", "candidate_title_only", "query"}
+    from icicle.prompt import TEMPLATE_V2
+
+    # issue 16: the fixture is trained in prompt format 2 (each title its own segment) and says so
+    assert manifest["prompt_format"] == 2 and manifest["template"] == TEMPLATE_V2
     assert manifest["copy_token_id"] == tok.copy_id < manifest["vocab_size"]
     assert manifest["end_token_id"] == tok.end_id < manifest["vocab_size"]
     assert manifest["vocab_size"] == tok.vocab_size
@@ -87,7 +91,8 @@ def test_golden_decode_reproduces(fixture_dir, manifest, tok):
     for r in rows[::4]:  # a sample keeps the suite fast; the pipeline checked all of them
         cands = [Candidate(c["title"], c["summary"]) for c in r["candidates"]]
         p = build_prompt(tok.encode, r["query"], cands, r["max_prompt_tokens"],
-                         max_summary_tokens=r["max_summary_tokens"])
+                         max_summary_tokens=r["max_summary_tokens"], template=manifest["template"],
+                         prompt_format=int(manifest.get("prompt_format") or 1))
         assert p.ids == r["prompt_ids"] and p.included == r["included"]
         ctx = Trie.build([c.title for c in cands[: p.included]], tok.encode, tok.end_id)
         res = decode(CachedPromptScorer(step, p.ids, empty), g, ctx, tok.copy_id, tok.end_id, r["beam_width"])

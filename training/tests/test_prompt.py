@@ -103,3 +103,91 @@ def test_segments_are_encoded_separately():
 
     build_prompt(rec, "q", [Candidate("A", "sum")], 10_000)
     assert calls == [TEMPLATE["header"], "Query: q\nOutput:\n", "[1] ", "\n    Title: A\n", "sum"]
+
+
+# --- prompt format 2: the title is a segment of its own (literal copying, issue 16) ---
+
+from icicle.prompt import TEMPLATE_V2, check_format, contains_run, title_span  # noqa: E402
+
+
+def ov2(i: int, title: str) -> int:  # format 2 overhead of a candidate with a summary
+    return len(f"[{i}] ") + len("\nTitle:\n") + len(title) + len("\n")
+
+
+def test_v2_exact_concatenation_and_segments():
+    calls = []
+
+    def rec(s):
+        calls.append(s)
+        return enc(s)
+
+    cands = [Candidate("A", "sum"), Candidate("Bb", "")]
+    p = build_prompt(rec, "q", cands, 10_000, prompt_format=2)
+    want = TEMPLATE_V2["header"] + "[1] sum\nTitle:\nA\n" + "[2] Title:\nBb\n" + "Query: q\nOutput:\n"
+    assert p.ids == enc(want)
+    assert (p.included, p.summary_tokens) == (2, [3, 0])
+    # every title is encoded alone, never joined to the text around it
+    assert calls == [TEMPLATE_V2["header"], "Query: q\nOutput:\n", "[1] ", "\nTitle:\n", "A", "\n", "sum",
+                     "[2] Title:\n", "Bb", "\n"]
+
+
+def test_v2_budget_counts_title_pieces():
+    cands = [Candidate("A", "s" * 50), Candidate("B", "t" * 4), Candidate("C", "u" * 50)]
+    fixed = H + Q + ov2(1, "A") + ov2(2, "B") + ov2(3, "C")
+    p = build_prompt(enc, "q", cands, fixed + 4 + 2 * 13, prompt_format=2)
+    assert (p.included, p.summary_tokens, len(p.ids)) == (3, [13, 4, 13], fixed + 30)
+    p = build_prompt(enc, "q", cands, fixed - 1, prompt_format=2)  # candidate 3's overhead no longer fits
+    assert p.included == 2
+
+
+def test_v2_braces_in_title_are_verbatim():
+    p = build_prompt(enc, "{i}", [Candidate("{summary} {i}", "{title}")], 10_000, prompt_format=2)
+    assert p.ids == enc(TEMPLATE_V2["header"] + "[1] {title}\nTitle:\n{summary} {i}\n" + "Query: {i}\nOutput:\n")
+
+
+@pytest.mark.parametrize("fmt,template,msg", [
+    (3, None, "known formats"),
+    (2, {**TEMPLATE_V2, "candidate": "[{i}] {title} {summary}\n"}, "{summary} then {title}"),
+    (2, {**TEMPLATE_V2, "candidate_title_only": "[{i}] {title} {title}\n"}, "candidate_title_only"),
+])
+def test_bad_format_names_the_problem(fmt, template, msg):
+    with pytest.raises(ValueError, match=msg.replace("{", r"\{").replace("}", r"\}")):
+        check_format(fmt, template or TEMPLATE_V2)
+
+
+def test_v1_unchanged_by_default():
+    p = build_prompt(enc, "q", [Candidate("A", "s")], 10_000)
+    assert p.ids == enc(TEMPLATE["header"] + "[1] s\n    Title: A\n" + "Query: q\nOutput:\n")
+
+
+def _corpus_titles() -> list[str]:
+    import gzip
+    import json
+    import os
+
+    from conftest import REPO
+
+    with gzip.open(os.path.join(REPO, "data", "nq_qed", "corpus.jsonl.gz"), "rt", encoding="utf-8") as f:
+        return [json.loads(line)["title"] for line in f]
+
+
+def test_v2_token_identity_every_corpus_title(tok):
+    """Format 2: for EVERY nq_qed title, under the real SmolLM2 tokenizer, the candidate block (with a summary
+    and title-only) holds the docid tokens (without [end]) as one contiguous run, right after "Title:\\n";
+    format 1 does not (the issue's finding: the leading space changes the first token)."""
+    titles = _corpus_titles()
+    assert len(titles) > 7000
+    lead = tok.encode("\nTitle:\n")
+    lead_t = tok.encode("[3] Title:\n")
+    v1_same = 0
+    for t in titles:
+        doc = tok.docid(t)[:-1]
+        assert doc == tok.encode(t) and doc, t
+        block, _ = title_span(tok.encode, t, 2, i=3, summary="Some summary text.")
+        k = len(block) - len(doc) - 1
+        assert block[k - len(lead): k] == lead and block[k: k + len(doc)] == doc and block[-1] == tok.encode("\n")[0], t
+        p = build_prompt(tok.encode, "q", [Candidate("X", "s"), Candidate(t, "")], 1 << 20, prompt_format=2)
+        assert contains_run(p.ids, lead_t[-len(lead) + 1:] + doc), t
+        v1, _ = title_span(tok.encode, t, 1, i=3, summary="Some summary text.")
+        v1_same += int(contains_run(v1, tok.encode("Title:") + doc))
+    assert v1_same < len(titles) // 10  # format 1 spells nearly every title differently

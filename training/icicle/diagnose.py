@@ -1,0 +1,186 @@
+"""Diagnostics for issue 16: does the model read its context? Two views, both printed as JSON.
+
+    python -m icicle.diagnose serve --model-dir ../models/small [--n 68] [--ns 10 100]
+    python -m icicle.diagnose instances --config small [--queries 300]
+
+serve: the sidecar's situation (train.eval_serve's definition) on a MODEL_FORMAT.md directory through ONNX Runtime:
+NQ dev-half queries of D_new documents, the context = BM25 top-N over D_new in BM25 order, the model's prompt
+format, budget (max_context_tokens) and summary cap. Per N: hits@1 of the top beam, BM25's first candidate
+(bm25_hits@1), gold_in_prompt, copy_pick (the gold is the copy route's best, over queries with the gold in the
+prompt), copy_first (the copy route's best is candidate [1]), and the histograms of the gold's position and of the
+copy route's pick position (1-based; the issue's table), with copy_pick split by gold at [1] or later.
+
+instances: what stage-1 instances of a config teach (no model): where the gold sits in context-dependent
+instances, how much a query's query-irrelevant instance shares with its context-dependent one (the only signal
+that separates "[COPY] gold" from "gold from memory" is then whether the gold's title is in the prompt), whether
+an in-prompt title's tokens equal its docid tokens (per prompt format), and how many D_new titles use tokens the
+restricted training output vocabulary never trained (train.docid_vocab).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import random
+from typing import Callable, Sequence
+
+from .contexts import BM25Contexts
+from .data import Split, make_split
+from .decode import CachedPromptScorer, Trie, decode
+from .prompt import Candidate, build_prompt, contains_run
+
+
+def serve_queries(split: Split, n: int):
+    """The serve-like evaluation's queries: NQ dev-half queries of D_new documents, the first n (as eval_serve)."""
+    new = set(split.d_new)
+    return [q for q in split.dev if q.docid in new][:n]
+
+
+def serve_table(step, empty, encode: Callable[[str], list[int]], end_id: int, copy_id: int, global_trie: Trie,
+                split: Split, build: Callable, n: int, ns: Sequence[int], contexts: BM25Contexts | None = None,
+                summary: Callable | None = None) -> dict:
+    """The serve view for any step function (ONNX or torch); build(query, cands) -> Prompt in the model's format."""
+    from .train import _extractive
+
+    summary = summary or (lambda d: _extractive(split.docs[d].text))
+    contexts = contexts or BM25Contexts(split.d_new, split.docs)
+    qs = serve_queries(split, n)
+    contexts.prefetch([q.query for q in qs])
+    out = {}
+    for big_n in ns:
+        gold_pos, pick_pos = collections.Counter(), collections.Counter()
+        hit = bm = gin = pick = route = first = 0
+        pick_at1 = n_at1 = 0
+        for q in qs:
+            titles = contexts.ranked(q.query)[:big_n]
+            p = build(q.query, [Candidate(split.docs[t].title, summary(t)) for t in titles])
+            titles = titles[: p.included]
+            ctx = Trie.build(titles, encode, end_id)
+            res = decode(CachedPromptScorer(step, p.ids, empty), global_trie, ctx, copy_id, end_id, 1)
+            hit += int(bool(res.beams) and res.beams[0].docid == q.docid)
+            bm += int(titles[:1] == [q.docid])
+            route += int(res.p_copy > 0.5)
+            if res.copy:
+                k = titles.index(res.copy[0].docid) + 1
+                pick_pos[k] += 1
+                first += int(k == 1)
+            if q.docid in titles:
+                gin += 1
+                g = titles.index(q.docid) + 1
+                gold_pos[g] += 1
+                ok = int(bool(res.copy) and res.copy[0].docid == q.docid)
+                pick += ok
+                if g == 1:
+                    n_at1 += 1
+                    pick_at1 += ok
+        k = max(1, len(qs))
+        out[f"n{big_n}"] = {
+            "n": len(qs), "hits@1": hit / k, "bm25_hits@1": bm / k, "gold_in_prompt": gin / k,
+            "copy_pick": pick / max(1, gin), "copy_pick_gold_at_1": pick_at1 / max(1, n_at1),
+            "copy_pick_gold_later": (pick - pick_at1) / max(1, gin - n_at1), "copy_first": first / k,
+            "route_copy_rate": route / k,
+            "gold_pos": dict(sorted(gold_pos.items())), "pick_pos": dict(sorted(pick_pos.items())),
+        }
+    return out
+
+
+def serve_model_dir(model_dir: str, n: int, ns: Sequence[int], threads: int = 2) -> dict:
+    from .decode import ort_step
+    from .evaluate import load_model_dir
+
+    md = load_model_dir(model_dir, quantized=False, threads=threads)
+    man = md.manifest
+
+    def build(query, cands):
+        return build_prompt(md.tok.encode, query, cands, man["max_context_tokens"],
+                            max_summary_tokens=md.max_summary_tokens, template=md.template,
+                            prompt_format=md.prompt_format)
+
+    split = make_split()
+    res = serve_table(ort_step(md.session, man["num_layers"]), md.empty_past(), md.tok.encode, md.tok.end_id,
+                      md.tok.copy_id, md.global_trie, split, build, n, ns)
+    return {"model_dir": model_dir, "prompt_format": md.prompt_format, "onnx": md.onnx, **res}
+
+
+def instance_stats(config: str, n_queries: int = 300, seed: int = 0) -> dict:
+    """What the config's stage-1 instances teach (see the module doc); no model is run."""
+    from dataclasses import replace
+
+    from .configs import get_config
+    from .train import (Corpus, context_sampler, docid_vocab, icl_instance, new_tok, select_corpus)
+
+    cfg = get_config(config)
+    tok = new_tok(cfg)
+    split = make_split()
+    corpus = select_corpus(split, cfg)
+    negs = context_sampler(cfg, split, corpus)
+    rng = random.Random(seed)
+    qs = rng.sample(corpus.train_queries, min(n_queries, len(corpus.train_queries)))
+    if isinstance(negs, BM25Contexts):
+        negs.prefetch([q.query for q in qs])
+    gold_pos = collections.Counter()
+    overlap = []
+    ident = {1: 0, 2: 0}
+    in_prompt = 0
+    for q in qs:
+        inst, titles = icl_instance(tok, cfg, q, corpus.docs, negs, rng, True)
+        _, titles_irr = icl_instance(tok, cfg, q, corpus.docs, negs, random.Random(rng.random()), False)
+        if q.docid in titles:
+            in_prompt += 1
+            gold_pos[min(titles.index(q.docid) + 1, 11)] += 1
+        a, b = set(titles) - {q.docid}, set(titles_irr)
+        overlap.append(len(a & b) / max(1, len(a | b)))
+        for fmt in (1, 2):
+            p = build_prompt(tok.encode, q.query, [Candidate(corpus.docs[q.docid].title, "s")], 1 << 20,
+                             prompt_format=fmt)
+            ident[fmt] += int(contains_run(p.ids, tok.encode(corpus.docs[q.docid].title)))
+    ov = set(docid_vocab(tok, split.d_train).tolist())
+    new_first = sum(tok.encode(d)[0] not in ov for d in split.d_new)
+    new_any = sum(any(t not in ov for t in tok.encode(d)) for d in split.d_new)
+    serve_new = [q.docid for q in serve_queries(split, 68)]
+    k = max(1, len(qs))
+    return {
+        "config": config, "context": cfg.context, "context_n": list(cfg.context_n), "queries": len(qs),
+        "gold_in_prompt": in_prompt / k,
+        "gold_pos (11 = 11+)": {p: c / max(1, in_prompt) for p, c in sorted(gold_pos.items())},
+        "jaccard(ctx-dependent minus gold, query-irrelevant) mean": sum(overlap) / k,
+        "identical_contexts_but_gold": sum(o == 1.0 for o in overlap) / k,
+        "title_tokens_verbatim_in_prompt": {f"format{f}": ident[f] / k for f in (1, 2)},
+        "out_vocab": len(ov),
+        "d_new_titles": len(split.d_new),
+        "d_new_first_token_untrained": new_first / len(split.d_new),
+        "d_new_any_token_untrained": new_any / len(split.d_new),
+        "serve_golds_any_token_untrained": sum(any(t not in ov for t in tok.encode(d)) for d in serve_new)
+        / max(1, len(serve_new)),
+        "stage1_mix_per_epoch": {
+            "context_dependent_seen": len(corpus.train_queries),
+            "query_irrelevant_seen": len(corpus.train_queries),
+            "context_dependent_copy_pool": min(cfg.copy_pool_queries, len(corpus.copy_queries)),
+            "anchors": int(round(cfg.anchor_ratio * (2 * len(corpus.train_queries)
+                                                     + min(cfg.copy_pool_queries, len(corpus.copy_queries))))),
+        },
+    }
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m icicle.diagnose", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("--model-dir", required=True)
+    s.add_argument("--n", type=int, default=68)
+    s.add_argument("--ns", type=int, nargs="+", default=[10, 100])
+    s.add_argument("--threads", type=int, default=2)
+    i = sub.add_parser("instances")
+    i.add_argument("--config", default="small")
+    i.add_argument("--queries", type=int, default=300)
+    a = ap.parse_args(argv)
+    if a.cmd == "serve":
+        out = serve_model_dir(a.model_dir, a.n, a.ns, a.threads)
+    else:
+        out = instance_stats(a.config, a.queries)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""Controlled, time-boxed reading experiments for issue 16 (CPU minutes, not the pipeline).
+
+    python -m icicle.experiment --name f2 --prompt-format 2 --minutes 6 [--query-first] [--synthetic 0.5]
+                                [--curriculum] [--model 2x64|4x128] [--out ../training/results/exp16]
+
+One run = one change against a baseline with everything else fixed (seed, model, budget, time box): a random-init
+model with the SmolLM2 tokenizer is trained from scratch for --minutes on context-dependent instances only (the
+answer is always [COPY] + the gold's docid, so the run measures reading, not routing or memorising):
+- NQ train queries of all D_train documents (6,510), the context = BM25 top-n over D_train in BM25 order, the gold
+  at its BM25 rank or replacing the n-th hit (contexts.py), n drawn from --context-n (or, with --curriculum, from
+  the first choices early and all of them late);
+- with --synthetic F, a share F of the instances is synthetic (item 3): a span of a D_train document (one of its
+  sentences, or with --wiki also a wiki_intro_pool introduction's) with a few words dropped is the query, its BM25
+  top-n over the same pool the context, its title the answer; titles of the wiki pool then join the output vocabulary.
+Evaluation (diagnose.serve_table, beam 1): serve-style = NQ dev-half queries of D_new documents with BM25 top-N over
+D_new (what the sidecar serves); train-style = dev-half queries of D_train documents with BM25 over D_train. The
+JSON has copy pick by the gold's position and the copy route's pick histogram.
+
+--query-first puts a query block ("Query: {query}\\n") right after the header as well as the usual query block at
+the end, so every candidate's tokens can attend to the query (a Python-only experiment: MODEL_FORMAT.md has no such
+format, and it would rule out computing a document's KV once at ingest).
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import re
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from .contexts import BM25Contexts
+from .data import Doc, make_split
+from .decode import Trie, torch_step
+from .diagnose import serve_table
+from .model import Decoder, ModelConfig
+from .prompt import Candidate, Prompt, build_prompt
+from .train import Instance, _extractive, docid_vocab, loss_on
+
+MODELS = {
+    "2x64": ModelConfig(vocab_size=49153, hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=172,
+                        max_context_tokens=512),
+    "4x128": ModelConfig(vocab_size=49153, hidden=128, layers=4, heads=4, kv_heads=2, head_dim=32, intermediate=344,
+                         max_context_tokens=512),
+}
+WIKI = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "wiki_intro_pool", "corpus.jsonl.gz")
+
+
+@dataclass
+class Exp:
+    name: str
+    prompt_format: int = 2
+    query_first: bool = False
+    model: str = "2x64"
+    minutes: float = 6.0
+    context_n: tuple[int, ...] = (3, 5, 10)
+    budget: int = 512
+    summary_tokens: int = 24
+    lr: float = 2e-3
+    batch: int = 16
+    synthetic: float = 0.0
+    wiki: bool = False
+    curriculum: bool = False
+    seed: int = 0
+    eval_n: int = 68
+    threads: int = 2
+    zero_shot: bool = False  # no training: the whole SmolLM2-135M-Instruct ([COPY] at the mean embedding)
+    train_style: bool = True  # also evaluate on train-style instances (dev queries of D_train documents)
+    steps: int = 0  # > 0: train exactly this many steps (a controlled comparison); else the --minutes time box
+
+
+def make_builder(tok, e: Exp):
+    """build(query, cands) -> Prompt for the experiment's format, budget, cap and query placement."""
+    def build(query: str, cands: list[Candidate]) -> Prompt:
+        if not e.query_first:
+            return build_prompt(tok.encode, query, cands, e.budget, max_summary_tokens=e.summary_tokens,
+                                prompt_format=e.prompt_format)
+        qf = tok.encode(f"Query: {query}\n")
+        p = build_prompt(tok.encode, query, cands, e.budget - len(qf), max_summary_tokens=e.summary_tokens,
+                         prompt_format=e.prompt_format)
+        h = len(_header_ids(tok, e))
+        return Prompt(p.ids[:h] + qf + p.ids[h:], p.included, p.summary_tokens)
+    return build
+
+
+def _header_ids(tok, e: Exp) -> list[int]:
+    from .prompt import TEMPLATES
+
+    return tok.encode(TEMPLATES[e.prompt_format]["header"])
+
+
+_SENT = re.compile(r"(?<=[.!?])\s+")
+
+
+def synthetic_query(text: str, rng: random.Random) -> str | None:
+    """A question-like span of a document: one of its first sentences (the part a prompt summary shows), 5-16
+    words of it, with about one word in five dropped; None when the text has no usable sentence."""
+    sents = [s for s in _SENT.split(text)[:3] if len(s.split()) >= 5]
+    if not sents:
+        return None
+    w = rng.choice(sents).split()
+    k = rng.randint(5, min(16, len(w)))
+    start = rng.randint(0, len(w) - k)
+    span = [x for x in w[start: start + k] if rng.random() > 0.2]
+    return " ".join(span) if len(span) >= 3 else None
+
+
+def run(e: Exp, out_dir: str, log=print) -> dict:
+    torch.manual_seed(e.seed)
+    torch.set_num_threads(e.threads)
+    rng = random.Random(e.seed)
+    from .tokenizer import build_tokenizer
+    from .tokenizer import Tok
+
+    tok = Tok(build_tokenizer())
+    split = make_split()
+    docs = dict(split.docs)
+    pool = list(split.d_train)
+    if e.wiki:
+        with gzip.open(WIKI, "rt", encoding="utf-8") as f:
+            for line in f:
+                r = json.loads(line)
+                if r["docid"] not in docs and not r.get("in_nq_qed"):
+                    docs[r["docid"]] = Doc(r["docid"], r["title"], r["text"])
+                    pool.append(r["docid"])
+    queries = list(split.train)
+    if not e.zero_shot:
+        ctx_train = BM25Contexts(pool, docs)
+        ctx_train.prefetch([q.query for q in queries])
+    synth: list[tuple[str, str]] = []
+    if e.synthetic > 0 and not e.zero_shot:
+        srng = random.Random(e.seed + 99)
+        for d in srng.sample(pool, min(len(pool), 6000)):
+            s = synthetic_query(docs[d].text, srng)
+            if s:
+                synth.append((s, d))
+        # bm25s adds "" to its vocabulary (beyond its score matrix) for a query of stopwords only: keep spans
+        # with at least one indexed term
+        import bm25s
+
+        vocab = ctx_train.index.r.vocab_dict
+        toks = bm25s.tokenize([s for s, _ in synth], stopwords="en", return_ids=False, show_progress=False)
+        synth = [x for x, t in zip(synth, toks) if any(w in vocab and w for w in t)]
+        ctx_train.prefetch([s for s, _ in synth])
+    out_vocab = docid_vocab(tok, pool)
+    build = make_builder(tok, e)
+    if e.zero_shot:
+        from .backbone import SMOLLM2, load_backbone
+        from .configs import get_config
+
+        cfg30 = get_config("smollm30")
+        model = load_backbone(cfg30.model, SMOLLM2, list(cfg30.backbone_keep), tok.copy_id)
+    else:
+        model = Decoder(MODELS[e.model])
+    opt = torch.optim.AdamW(model.parameters(), lr=e.lr, betas=(0.9, 0.95))
+    warm = 50
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
+
+    def instance(frac: float) -> Instance:
+        choices = list(e.context_n)
+        if e.curriculum:
+            choices = choices[: 1 + int(frac * len(choices))][: len(choices)]
+        n = rng.choice(choices)
+        if synth and rng.random() < e.synthetic:
+            query, gold = rng.choice(synth)
+        else:
+            q = rng.choice(queries)
+            query, gold = q.query, q.docid
+        hits = ctx_train.ranked(query)
+        top = hits[:n]
+        if gold not in top:
+            top = top[: n - 1] + [gold]
+        p = build(query, [Candidate(docs[t].title, _extractive(docs[t].text)) for t in top])
+        if gold not in top[: p.included]:
+            top = top[: p.included - 1] + [gold]
+            p = build(query, [Candidate(docs[t].title, _extractive(docs[t].text)) for t in top])
+        return Instance(p.ids, [tok.copy_id] + tok.docid(gold))
+
+    t0 = time.time()
+    losses: list[float] = []
+    model.train()
+    def more() -> bool:
+        if e.zero_shot:
+            return False
+        return len(losses) < e.steps if e.steps > 0 else time.time() - t0 < e.minutes * 60
+
+    while more():
+        frac = len(losses) / e.steps if e.steps > 0 else (time.time() - t0) / (e.minutes * 60)
+        bt = [instance(frac) for _ in range(e.batch)]
+        loss = loss_on(model, bt, out_vocab)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if len(losses) % 50 == 0:
+            log(f"{e.name} step {len(losses)} loss(last 50) {sum(losses[-50:]) / 50:.3f} ({time.time() - t0:.0f}s)")
+    model.eval()
+    train_s = time.time() - t0
+    step = torch_step(model)
+    empty = [p.cpu().numpy() for p in model.empty_past()]
+    gtrie = Trie.build(split.d_train, tok.encode, tok.end_id)
+    res = {"exp": asdict(e), "steps": len(losses), "train_s": train_s,
+           "loss_first50": sum(losses[:50]) / max(1, len(losses[:50])),
+           "loss_last50": sum(losses[-50:]) / max(1, len(losses[-50:]))}
+    res["serve"] = serve_table(step, empty, tok.encode, tok.end_id, tok.copy_id, gtrie, split, build, e.eval_n, (10,))
+    # train-style: dev-half queries of D_train documents (never trained), BM25 over D_train
+    if not e.train_style:
+        return _save(res, out_dir, e, log)
+    new = set(split.d_new)
+    dev_train = [q for q in split.dev if q.docid not in new][: e.eval_n]
+    ctx_dt = BM25Contexts(split.d_train, split.docs)
+    fake = type("S", (), {})()
+    fake.docs, fake.dev, fake.d_new = split.docs, dev_train, [q.docid for q in dev_train]
+    res["train_style"] = serve_table(step, empty, tok.encode, tok.end_id, tok.copy_id, gtrie, fake, build,
+                                     e.eval_n, (10,), contexts=ctx_dt)
+    return _save(res, out_dir, e, log)
+
+
+def _save(res: dict, out_dir: str, e: Exp, log) -> dict:
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{e.name}.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    log(json.dumps({k: res[k] for k in ("steps", "loss_first50", "loss_last50", "train_s")}) + " serve " +
+        json.dumps(res["serve"]["n10"]) + " train_style " + json.dumps(res.get("train_style", {}).get("n10")))
+    return res
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m icicle.experiment", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--prompt-format", type=int, default=2)
+    ap.add_argument("--query-first", action="store_true")
+    ap.add_argument("--model", choices=sorted(MODELS), default="2x64")
+    ap.add_argument("--minutes", type=float, default=6.0)
+    ap.add_argument("--context-n", type=int, nargs="+", default=[3, 5, 10])
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--synthetic", type=float, default=0.0)
+    ap.add_argument("--wiki", action="store_true")
+    ap.add_argument("--curriculum", action="store_true")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--eval-n", type=int, default=68)
+    ap.add_argument("--no-train-style", action="store_true", help="evaluate on serve-style instances only")
+    ap.add_argument("--steps", type=int, default=0, help="train exactly this many steps instead of --minutes")
+    ap.add_argument("--zero-shot", action="store_true",
+                    help="no training: evaluate the untouched full-depth SmolLM2-135M-Instruct in this prompt format")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "results", "exp16"))
+    a = ap.parse_args(argv)
+    e = Exp(a.name, a.prompt_format, a.query_first, a.model, a.minutes, tuple(a.context_n), lr=a.lr,
+            synthetic=a.synthetic, wiki=a.wiki, curriculum=a.curriculum, seed=a.seed, eval_n=a.eval_n,
+            threads=a.threads, zero_shot=a.zero_shot, train_style=not a.no_train_style, steps=a.steps)
+    run(e, a.out)
+
+
+if __name__ == "__main__":
+    main()
