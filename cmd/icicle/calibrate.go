@@ -84,15 +84,7 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 		}
 		return fitAndWrite(ss, data, model, f, outDir, out)
 	}
-	seen, err := readSeen(dir)
-	if err != nil {
-		return err
-	}
-	qrels, err := readQrels(f.qrels)
-	if err != nil {
-		return err
-	}
-	all, err := readLabelled(f.queries, f.split, f.n, qrels, seen)
+	all, _, err := f.read(dir)
 	if err != nil {
 		return err
 	}

@@ -93,6 +93,21 @@ func (l *labelledFlags) register(fs *flag.FlagSet, split string, n int, configFo
 	fs.StringVar(&l.modelDir, "model-dir", "", "model directory whose seen_docids.txt splits queries into seen/new (default: model.dir)")
 }
 
+// read reads the labelled queries: qrels, then the queries of the split, each tagged seen or new by
+// modelDir's seen corpus, which it also returns.
+func (l labelledFlags) read(modelDir string) ([]labelled, map[string]bool, error) {
+	seen, err := readSeen(modelDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	qrels, err := readQrels(l.qrels)
+	if err != nil {
+		return nil, nil, err
+	}
+	qs, err := readLabelled(l.queries, l.split, l.n, qrels, seen)
+	return qs, seen, err
+}
+
 // parseInts reads a comma-separated list of integers within lo..hi, sorted and deduplicated.
 func parseInts(s string, lo, hi int) ([]int, error) {
 	var out []int
@@ -133,15 +148,7 @@ func runEval(ctx context.Context, f evalFlags, out, log io.Writer) error {
 		return err
 	}
 	dir := cmp.Or(f.modelDir, cfg.Model.Dir)
-	seen, err := readSeen(dir)
-	if err != nil {
-		return err
-	}
-	qrels, err := readQrels(f.qrels)
-	if err != nil {
-		return err
-	}
-	qs, err := readLabelled(f.queries, f.split, f.n, qrels, seen)
+	qs, seen, err := f.read(dir)
 	if err != nil {
 		return err
 	}

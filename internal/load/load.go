@@ -231,26 +231,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if opts.Clients < 1 || len(opts.Queries) == 0 || opts.Duration <= 0 {
 		return Result{}, errors.New("load: want at least one client, one query and a positive duration")
 	}
-	base := strings.TrimRight(opts.URL, "/")
-	path := opts.Path
-	if path == "" {
-		path = "/v1/search"
-	}
-	size := opts.Size
-	if size == 0 {
-		size = 10
-	}
-	client := opts.Client
-	if client == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = opts.Clients
-		tr.IdleConnTimeout = clientIdleTimeout
-		client = &http.Client{Timeout: 30 * time.Second, Transport: tr}
-	}
-	bodies := make([][]byte, len(opts.Queries))
-	for i, q := range opts.Queries {
-		bodies[i], _ = json.Marshal(map[string]any{"query": q, "size": size})
-	}
+	base, path, client, bodies := prepare(opts.URL, opts.Path, opts.Size, opts.Client, opts.Clients, opts.Queries)
 
 	var res Result
 	var memMu sync.Mutex
@@ -401,4 +382,25 @@ func sampleEvery(ctx context.Context, wg *sync.WaitGroup, period time.Duration, 
 			}
 		}
 	})
+}
+
+// prepare fills the defaults both loops share: the sidecar's base URL, the path (/v1/search), a client
+// keeping conns idle connections (unless one is given) and each query's request body (size 10 by default).
+func prepare(url, path string, size int, client *http.Client, conns int, queries []string) (string, string, *http.Client, [][]byte) {
+	path = cmp.Or(path, "/v1/search")
+	size = cmp.Or(size, 10)
+	if client == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = conns
+		tr.MaxIdleConns = conns
+		// Shorter than the sidecar's idle timeout (its read_timeout, 10s by default): a POST on a
+		// connection the server is closing is not retried and would count as a transport error.
+		tr.IdleConnTimeout = clientIdleTimeout
+		client = &http.Client{Timeout: 30 * time.Second, Transport: tr}
+	}
+	bodies := make([][]byte, len(queries))
+	for i, q := range queries {
+		bodies[i], _ = json.Marshal(map[string]any{"query": q, "size": size})
+	}
+	return strings.TrimRight(url, "/"), path, client, bodies
 }

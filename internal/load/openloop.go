@@ -84,29 +84,7 @@ func RunOpen(ctx context.Context, opts OpenOptions) (OpenResult, error) {
 	if maxOut <= 0 {
 		maxOut = 1024
 	}
-	base := strings.TrimRight(opts.URL, "/")
-	path := opts.Path
-	if path == "" {
-		path = "/v1/search"
-	}
-	size := opts.Size
-	if size == 0 {
-		size = 10
-	}
-	client := opts.Client
-	if client == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = maxOut
-		tr.MaxIdleConns = maxOut
-		// Shorter than the sidecar's idle timeout (its read_timeout, 10s by default): a POST on a
-		// connection the server is closing is not retried and would count as a transport error.
-		tr.IdleConnTimeout = clientIdleTimeout
-		client = &http.Client{Timeout: 30 * time.Second, Transport: tr}
-	}
-	bodies := make([][]byte, len(opts.Queries))
-	for i, q := range opts.Queries {
-		bodies[i], _ = json.Marshal(map[string]any{"query": q, "size": size})
-	}
+	base, path, client, bodies := prepare(opts.URL, opts.Path, opts.Size, opts.Client, maxOut, opts.Queries)
 	seed := opts.Seed
 	if seed == 0 {
 		seed = 1
