@@ -41,6 +41,10 @@ type Outcome struct {
 	Latency time.Duration `json:"latency_ns"`
 	// Route is the top result's provenance (RouteCopy, RouteParametric, RouteBM25); empty when Ranked is.
 	Route string `json:"route,omitempty"`
+	// ModelRoute is the route of the model's own top beam (RouteCopy or RouteParametric) when the response
+	// says it though the top result shows another (policy gate keeping BM25's order reports it); empty
+	// otherwise. Routing recall reads it before Route: it measures how the model routed, not what was shown.
+	ModelRoute string `json:"model_route,omitempty"`
 	// Fallback is set when the sidecar answered in BM25 order because of FallbackReason.
 	Fallback       bool   `json:"fallback,omitempty"`
 	FallbackReason string `json:"fallback_reason,omitempty"`
@@ -61,6 +65,14 @@ func (o Outcome) Rank() int {
 		}
 	}
 	return 0
+}
+
+// modelRoute is ModelRoute when the response gave it, else the shown route.
+func (o Outcome) modelRoute() string {
+	if o.ModelRoute != "" {
+		return o.ModelRoute
+	}
+	return o.route()
 }
 
 // route is Route, or RouteNone for an empty ranking.
@@ -186,12 +198,12 @@ func Summarise(outs []Outcome, subset string, bins int) Summary {
 			case *o.InContext:
 				s.InContext.K++
 				s.CopyRecall.N++
-				if route == RouteCopy {
+				if o.modelRoute() == RouteCopy {
 					s.CopyRecall.K++
 				}
 			case o.Subset == SubsetSeen:
 				s.ParametricRecall.N++
-				if route == RouteParametric {
+				if o.modelRoute() == RouteParametric {
 					s.ParametricRecall.K++
 				}
 			}

@@ -62,6 +62,24 @@ func TestSummariseErrorsAreMisses(t *testing.T) {
 	require.Equal(t, map[string]int{RouteCopy: 1}, s.Routes, "a failed request has no route")
 }
 
+// TestRoutingRecallUnderTheGate: a gated answer shows BM25's order (route bm25) while the model routed; routing
+// recall reads the model's route, and the route mix still counts what was shown.
+func TestRoutingRecallUnderTheGate(t *testing.T) {
+	in, out := ptr(true), ptr(false)
+	outs := []Outcome{
+		{Subset: SubsetNew, InContext: in, Route: RouteBM25, ModelRoute: RouteCopy},
+		{Subset: SubsetNew, InContext: in, Route: RouteBM25, ModelRoute: RouteParametric},
+		{Subset: SubsetSeen, InContext: out, Route: RouteBM25, ModelRoute: RouteParametric},
+	}
+	for i := range outs {
+		outs[i].Relevant = rel("g")
+	}
+	s := Summarise(outs, "", 10)
+	require.Equal(t, Ratio{K: 1, N: 2}, s.CopyRecall)
+	require.Equal(t, Ratio{K: 1, N: 1}, s.ParametricRecall)
+	require.Equal(t, map[string]int{RouteBM25: 3}, s.Routes)
+}
+
 // TestRoutingRecall: copy is right when the gold is in context; parametric is right for a seen gold not in
 // context; a new gold not in context has no right route and is left out; a fallback counts as a miss.
 func TestRoutingRecall(t *testing.T) {
