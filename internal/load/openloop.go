@@ -242,7 +242,7 @@ func NewRateRow(rate, multiple float64, r OpenResult) RateRow {
 		}
 	}
 	if s.Requests > 0 {
-		row.ModelShare = float64(s.Modes["reranked"]+s.Modes["fused"]) / float64(s.Requests)
+		row.ModelShare = float64(modelServed(s.Modes)) / float64(s.Requests)
 	}
 	return row
 }
@@ -323,7 +323,7 @@ func Calibrate(ctx context.Context, baseURL, path string, queries []string, n, s
 				s, _ := post(ctx, client, strings.TrimRight(baseURL, "/")+path, body)
 				mu.Lock()
 				c.Requests++
-				if s.Status == http.StatusOK && (s.Mode == "reranked" || s.Mode == "fused") {
+				if s.Status == http.StatusOK && servedModes[s.Mode] {
 					c.Model++
 					ms = append(ms, time.Duration(s.ModelMS*float64(time.Millisecond)))
 				}
@@ -342,4 +342,20 @@ func Calibrate(ctx context.Context, baseURL, path string, queries []string, n, s
 	c.MedianModelMS = float64(ms[len(ms)/2].Microseconds()) / 1000
 	c.Capacity = float64(c.Sessions) / (c.MedianModelMS / 1000)
 	return c, nil
+}
+
+// servedModes are the response modes of an answer the model served: its ranking (reranked), fused with
+// BM25's (fused), or judged by the model's gate (gated: the model ran and the gate decided). The other modes
+// (bm25, bm25_fallback) never ran the model or fell back.
+var servedModes = map[string]bool{"reranked": true, "fused": true, "gated": true}
+
+// modelServed counts the answers of modes (mode -> count) that the model served.
+func modelServed(modes map[string]int) int {
+	n := 0
+	for m, c := range modes {
+		if servedModes[m] {
+			n += c
+		}
+	}
+	return n
 }
