@@ -218,7 +218,7 @@ type RateRow struct {
 	Errors int `json:"errors"`
 	// TransportErrors are the first few errors of requests that got no answer.
 	TransportErrors []string `json:"transport_errors,omitempty"`
-	// ModelShare is the share of requests the model answered (mode reranked or fused).
+	// ModelShare is the share of requests the model answered (mode gated, reranked or fused).
 	ModelShare         float64        `json:"model_share"`
 	Sent               int            `json:"sent"`
 	Missed             int            `json:"missed"`
@@ -285,7 +285,7 @@ func nonZero(m map[string]int) map[string]int {
 // share the cores, so this is the time that sets the capacity, not the time of a query on an idle
 // machine.
 type Calibration struct {
-	// Requests were sent; Model of them were answered by the model (reranked or fused).
+	// Requests were sent; Model of them were answered by the model (gated, reranked or fused).
 	Requests, Model int
 	// MedianModelMS is the median timings.model of the model's answers.
 	MedianModelMS float64

@@ -27,7 +27,7 @@ func WriteRatePlot(path string, rows []RateRow, capacity float64) error {
 	left := plot.New()
 	left.Title.Text = "served by the model"
 	left.X.Label.Text = "arrival rate, req/s"
-	left.Y.Label.Text = "share of requests (reranked or fused)"
+	left.Y.Label.Text = "share of requests (gated, reranked or fused)"
 	left.Y.Min, left.Y.Max = 0, 1.05
 	right := plot.New()
 	right.Title.Text = "p99 latency (from scheduled arrival)"
