@@ -187,17 +187,7 @@ func TestDropin(t *testing.T) {
 // esCall sends one request to base and returns status, headers and body.
 func esCall(t *testing.T, method, url, contentType, body string) (int, http.Header, []byte) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
-	require.NoError(t, err)
-	if body != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	res, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
-	return res.StatusCode, res.Header, b
+	return send(t, method, url, contentType, "", body)
 }
 
 // TestDropinPassthrough: what is not a reranked _search reaches the node unchanged and comes back as the

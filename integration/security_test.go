@@ -22,6 +22,7 @@ import (
 	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/inference/loader"
 	"github.com/icicle-search/sidecar/inference/ort"
+	"github.com/icicle-search/sidecar/internal/testenv"
 	"github.com/icicle-search/sidecar/plugin"
 )
 
@@ -68,8 +69,14 @@ func (p authProxy) logLines(t *testing.T, offset int64) ([]string, int64) {
 	return lines, max(end, fi.Size())
 }
 
-// call sends one request to the sidecar.
+// call sends one JSON request to the sidecar, with auth as its Authorization header unless empty.
 func call(t *testing.T, method, url, auth, body string) (int, http.Header, []byte) {
+	t.Helper()
+	return send(t, method, url, "application/json", auth, body)
+}
+
+// send sends one request (a body of contentType unless empty, auth unless empty) and reads the answer whole.
+func send(t *testing.T, method, url, contentType, auth, body string) (int, http.Header, []byte) {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -78,7 +85,7 @@ func call(t *testing.T, method, url, auth, body string) (int, http.Header, []byt
 	req, err := http.NewRequestWithContext(t.Context(), method, url, rd)
 	require.NoError(t, err)
 	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", contentType)
 	}
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
@@ -103,7 +110,7 @@ func call(t *testing.T, method, url, auth, body string) (int, http.Header, []byt
 //     a different document under a taken docid is refused in the 207 report, replace=true overwrites.
 func TestSecurityBehindAuthProxy(t *testing.T) {
 	if os.Getenv("ICICLE_ES_URL") == "" || os.Getenv("ICICLE_ORT_LIB") == "" {
-		t.Skip("ICICLE_ES_URL and ICICLE_ORT_LIB must be set (scripts/test.sh sets both)")
+		testenv.Missing(t, "ICICLE_ES_URL and ICICLE_ORT_LIB must be set (scripts/test.sh sets both)")
 	}
 	proxy := newAuthProxy(t)
 	require.NoError(t, ort.Init(os.Getenv("ICICLE_ORT_LIB")))
