@@ -12,7 +12,7 @@ import (
 	"github.com/icicle-search/sidecar/inference"
 )
 
-// Fallback reasons runModel returns: the response is answered from BM25 and says why.
+// Fallback reasons: the response is answered from BM25 and says why.
 const (
 	// ReasonOverloaded: no model session came free within concurrency.queue_timeout (or the queue was
 	// full). Load, not a model failure: the breaker does not count it.
@@ -25,13 +25,17 @@ const (
 	ReasonModelError = "model_error"
 	// ReasonContextFull: the prompt does not fit the model's context (the request's size, not a failure).
 	ReasonContextFull = "context_full"
+	// ReasonLowConfidence: the model answered below policy.min_copy_prob or policy.min_top_score (rank).
+	ReasonLowConfidence = "low_confidence"
+	// ReasonContextUnavailable: the new-document search (the model's context) failed while the baseline
+	// answered (searchModel).
+	ReasonContextUnavailable = "context_unavailable"
 )
 
 // fallbackReasons lists every reason a response may fall back to BM25 with, so /metrics shows each
-// icicle_fallbacks_total series at zero from the start. low_confidence is rank()'s own, context_unavailable
-// searchModel's (the new-document search failed while the baseline answered).
+// icicle_fallbacks_total series at zero from the start.
 var fallbackReasons = []string{ReasonOverloaded, ReasonBreakerOpen, ReasonModelTimeout, ReasonModelError,
-	ReasonContextFull, "low_confidence", "context_unavailable"}
+	ReasonContextFull, ReasonLowConfidence, ReasonContextUnavailable}
 
 // admission is the bounded FIFO queue in front of the model sessions. run holds one token per request
 // running the model (capacity Options.MaxInflight, the engine's session count); tickets holds one per

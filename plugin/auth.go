@@ -58,11 +58,7 @@ func (s *Server) refuseCaller(c *gin.Context, reason string) {
 	for _, v := range esAuthenticate {
 		c.Writer.Header().Add("WWW-Authenticate", v)
 	}
-	cause := gin.H{"type": "security_exception", "reason": reason}
-	c.AbortWithStatusJSON(http.StatusUnauthorized, gin.H{
-		"error":  gin.H{"root_cause": []gin.H{cause}, "type": "security_exception", "reason": reason},
-		"status": http.StatusUnauthorized,
-	})
+	c.AbortWithStatusJSON(http.StatusUnauthorized, esErrorBody(http.StatusUnauthorized, "security_exception", reason))
 	s.metrics.requests.WithLabelValues(endpointOf(c), "401", "error").Inc()
 }
 

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,18 +27,35 @@ var ErrUpstream = errors.New("elasticsearch unavailable")
 // statusClientClosed is nginx's 499: the client went away before the answer.
 const statusClientClosed = 499
 
-// writeError is the one place errors become HTTP statuses. Internal error text never reaches a 5xx
-// body; it is logged with the request id.
-func writeError(c *gin.Context, log *slog.Logger, err error) {
+// wireError is what an error becomes on the wire, in both shapes: the sidecar's own body (msg, field) and,
+// on the drop-in routes, Elasticsearch's (esType, esReason).
+type wireError struct {
+	status           int
+	msg, field       string
+	esType, esReason string
+}
+
+// classify is the one place errors become HTTP statuses (writeError and writeESError only render its
+// answer). It logs what the body hides and sets the headers that go with the status (Retry-After,
+// WWW-Authenticate). Internal error text never reaches a 5xx body; it is logged with the request id.
+func classify(c *gin.Context, log *slog.Logger, err error) wireError {
 	rid := requestID(c)
 	var in *InputError
 	var tooBig *http.MaxBytesError
 	var denied *adapter.ResponseError
+	var forbidden *ForbiddenError
 	switch {
+	case errors.As(err, &forbidden):
+		return wireError{http.StatusForbidden, forbidden.Reason, "", "security_exception", forbidden.Reason}
 	case errors.As(err, &in):
-		c.JSON(http.StatusBadRequest, ErrorBody{Error: in.Problem, Field: in.Field, RequestID: rid})
+		typ := "illegal_argument_exception"
+		if in.Field == "body" {
+			typ = "parsing_exception"
+		}
+		return wireError{http.StatusBadRequest, in.Problem, in.Field, typ, fmt.Sprintf("[%s] %s", in.Field, in.Problem)}
 	case errors.As(err, &tooBig):
-		c.JSON(http.StatusRequestEntityTooLarge, ErrorBody{Error: fmt.Sprintf("body larger than %d bytes", tooBig.Limit), RequestID: rid})
+		return wireError{http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", tooBig.Limit), "",
+			"content_too_long_exception", fmt.Sprintf("request body is larger than %d bytes (server.max_body_bytes of the icicle sidecar)", tooBig.Limit)}
 	case errors.As(err, &denied) && (denied.Status == http.StatusUnauthorized || denied.Status == http.StatusForbidden) && callerAuthed(c):
 		// Elasticsearch refused the caller's own credentials (callerAuth): the caller's answer, never a
 		// fallback or an outage.
@@ -45,28 +63,35 @@ func writeError(c *gin.Context, log *slog.Logger, err error) {
 			c.Writer.Header().Add("WWW-Authenticate", v)
 		}
 		log.Info("elasticsearch refused the caller", "request_id", rid, "status", denied.Status, "type", denied.Type)
-		c.JSON(denied.Status, ErrorBody{Error: "elasticsearch refused the caller's credentials: " + denied.Error(), RequestID: rid})
+		return wireError{denied.Status, "elasticsearch refused the caller's credentials: " + denied.Error(), "",
+			cmp.Or(denied.Type, "security_exception"), denied.Reason}
 	case errors.Is(err, context.Canceled):
 		log.Info("client canceled", "request_id", rid)
-		c.JSON(statusClientClosed, ErrorBody{Error: "client closed request", RequestID: rid})
-	case errors.Is(err, ErrLogFull): // issue 14b: POST /v1/click
+		return wireError{statusClientClosed, "client closed request", "", "task_cancelled_exception", "client closed request"}
+	case errors.Is(err, ErrLogFull): // POST /v1/click
 		log.Warn("click not logged", "request_id", rid, "err", err)
 		c.Header("Retry-After", "1")
-		c.JSON(http.StatusServiceUnavailable, ErrorBody{Error: "click log busy, retry", RequestID: rid})
+		return wireError{http.StatusServiceUnavailable, "click log busy, retry", "", "unavailable_exception", "click log busy, retry"}
 	case errors.Is(err, ErrUpstream) && errors.Is(err, context.DeadlineExceeded):
 		log.Warn("elasticsearch timed out", "request_id", rid, "err", err)
-		c.JSON(http.StatusGatewayTimeout, ErrorBody{Error: "elasticsearch timed out", RequestID: rid})
+		return wireError{http.StatusGatewayTimeout, "elasticsearch timed out", "", "timeout_exception", "elasticsearch did not answer the icicle sidecar in time"}
 	case errors.Is(err, ErrUpstream):
 		log.Warn("elasticsearch failed", "request_id", rid, "err", err)
 		c.Header("Retry-After", "1")
-		c.JSON(http.StatusServiceUnavailable, ErrorBody{Error: "elasticsearch unavailable", RequestID: rid})
+		return wireError{http.StatusServiceUnavailable, "elasticsearch unavailable", "", "unavailable_exception", "elasticsearch unavailable to the icicle sidecar"}
 	case errors.Is(err, context.DeadlineExceeded):
 		log.Warn("request deadline exceeded", "request_id", rid, "err", err)
-		c.JSON(http.StatusGatewayTimeout, ErrorBody{Error: "request deadline exceeded", RequestID: rid})
+		return wireError{http.StatusGatewayTimeout, "request deadline exceeded", "", "timeout_exception", "request deadline exceeded in the icicle sidecar"}
 	default:
 		log.Error("internal error", "request_id", rid, "err", err)
-		c.JSON(http.StatusInternalServerError, ErrorBody{Error: "internal error", RequestID: rid})
+		return wireError{http.StatusInternalServerError, "internal error", "", "exception", "internal error (request id " + rid + ")"}
 	}
+}
+
+// writeError writes err in the sidecar's own shape (ErrorBody).
+func writeError(c *gin.Context, log *slog.Logger, err error) {
+	e := classify(c, log, err)
+	c.JSON(e.status, ErrorBody{Error: e.msg, Field: e.field, RequestID: requestID(c)})
 }
 
 // callerAuthed reports whether the request's Elasticsearch calls carried the caller's own credentials
@@ -79,7 +104,7 @@ func callerAuthed(c *gin.Context) bool {
 
 // Elasticsearch-shaped errors, for the drop-in routes only (dropin.go, dropin_proxy.go): an Elasticsearch
 // client reads {"error":{"root_cause":[...],"type":...,"reason":...},"status":N}, so the sidecar's own
-// errors there take that shape, with the same statuses as writeError plus 403 for a ForbiddenError.
+// errors there take that shape, with the statuses classify gives.
 
 // ESErrorBody is Elasticsearch's error body.
 type ESErrorBody struct {
@@ -99,40 +124,9 @@ func esErrorBody(status int, typ, reason string) ESErrorBody {
 		RootCause: []ESErrorCause{{Type: typ, Reason: reason}}}}
 }
 
-// writeESError is writeError in Elasticsearch's shape. Internal error text never reaches a 5xx body.
+// writeESError writes err in Elasticsearch's shape, for the drop-in routes.
 func writeESError(c *gin.Context, log *slog.Logger, err error) {
-	rid := requestID(c)
-	var in *InputError
-	var tooBig *http.MaxBytesError
-	var forbidden *ForbiddenError
-	status, typ, reason := http.StatusInternalServerError, "exception", "internal error (request id "+rid+")"
-	switch {
-	case errors.As(err, &forbidden):
-		status, typ, reason = http.StatusForbidden, "security_exception", forbidden.Reason
-	case errors.As(err, &in):
-		status, typ, reason = http.StatusBadRequest, "illegal_argument_exception", fmt.Sprintf("[%s] %s", in.Field, in.Problem)
-		if in.Field == "body" {
-			typ = "parsing_exception"
-		}
-	case errors.As(err, &tooBig):
-		status, typ, reason = http.StatusRequestEntityTooLarge, "content_too_long_exception",
-			fmt.Sprintf("request body is larger than %d bytes (server.max_body_bytes of the icicle sidecar)", tooBig.Limit)
-	case errors.Is(err, context.Canceled):
-		log.Info("client canceled", "request_id", rid)
-		status, typ, reason = statusClientClosed, "task_cancelled_exception", "client closed request"
-	case errors.Is(err, ErrUpstream) && errors.Is(err, context.DeadlineExceeded):
-		log.Warn("elasticsearch timed out", "request_id", rid, "err", err)
-		status, typ, reason = http.StatusGatewayTimeout, "timeout_exception", "elasticsearch did not answer the icicle sidecar in time"
-	case errors.Is(err, ErrUpstream):
-		log.Warn("elasticsearch failed", "request_id", rid, "err", err)
-		c.Header("Retry-After", "1")
-		status, typ, reason = http.StatusServiceUnavailable, "unavailable_exception", "elasticsearch unavailable to the icicle sidecar"
-	case errors.Is(err, context.DeadlineExceeded):
-		log.Warn("request deadline exceeded", "request_id", rid, "err", err)
-		status, typ, reason = http.StatusGatewayTimeout, "timeout_exception", "request deadline exceeded in the icicle sidecar"
-	default:
-		log.Error("internal error", "request_id", rid, "err", err)
-	}
+	e := classify(c, log, err)
 	c.Header("X-Elastic-Product", "Elasticsearch") // the official clients refuse an answer without it
-	c.JSON(status, esErrorBody(status, typ, reason))
+	c.JSON(e.status, esErrorBody(e.status, e.esType, e.esReason))
 }

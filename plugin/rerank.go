@@ -119,7 +119,7 @@ func (s *Server) searchModel(ctx context.Context, query string, size int) (Respo
 		}
 		s.log.Warn("search new documents (the model's context)", "err", ctxErr)
 		resp := Response{HitsReceived: len(base), Model: s.modelInfo().Name, Timings: Timings{ES: ms(esDur)}}
-		return s.fallback(resp, base, min(cmp.Or(size, s.opts.Decode.BeamWidth), 100), "context_unavailable"), nil
+		return s.fallback(resp, base, min(cmp.Or(size, s.opts.Decode.BeamWidth), 100), ReasonContextUnavailable), nil
 	}
 	return s.rankWith(ctx, query, base, cands, size, esDur)
 }
@@ -246,7 +246,7 @@ func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapte
 	s.metrics.inContext.Observe(float64(res.InContext))
 	resp.RouterProb = &res.PCopy
 	if len(res.Beams) == 0 || res.PCopy < s.opts.MinCopyProb && res.Beams[0].Route == inference.RouteCopy || res.Beams[0].Score < s.opts.MinTopScore {
-		return fallback("low_confidence")
+		return fallback(ReasonLowConfidence)
 	}
 	s.metrics.routes.WithLabelValues(string(res.Beams[0].Route)).Inc()
 	switch s.opts.Policy {
@@ -292,10 +292,10 @@ func (s *Server) gated(ctx context.Context, res inference.Result, cands, base []
 	if len(base) > 0 {
 		rep.BM25Top = base[0].DocID
 	}
-	bm25 := bm25Results(base, len(base))
 	if !d.Promote {
-		return rep, bm25[:min(size, len(bm25))]
+		return rep, bm25Results(base, size)
 	}
+	bm25 := bm25Results(base, size+1) // the model's top may be among them
 	rep.Decision = GatePromote
 	top := rebase(s.modelResults(ctx, res.Beams[:1], cands, cands), base)[0]
 	out := append(make([]Result, 0, size), top)
