@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/icicle-search/sidecar/inference"
@@ -135,37 +134,24 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 	samples := make([]*gate.Sample, len(qs))
 	errs := make([]error, len(qs))
 	skipped := make([]string, len(qs))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range f.concurrency {
-		wg.Go(func() {
-			for i := range next {
-				resp, err := client.search(ctx, plugin.SearchRequest{Query: qs[i].Text, Size: 10})
-				switch {
-				case err != nil:
-					errs[i] = err
-				case resp.Mode == plugin.ModeBM25Fallback:
-					skipped[i] = resp.FallbackReason
-				case resp.Gate == nil:
-					errs[i] = fmt.Errorf("answer in mode %q without a gate section: run the sidecar with policy.mode gate", resp.Mode)
-				default:
-					g := resp.Gate
-					samples[i] = &gate.Sample{Features: g.Features, ModelRight: qs[i].Relevant[g.ModelTop], BM25Right: qs[i].Relevant[g.BM25Top]}
-				}
-			}
-		})
-	}
-	for i := range qs {
-		if ctx.Err() != nil {
-			break
+	forEach(ctx, len(qs), f.concurrency, func(i int) {
+		resp, err := client.search(ctx, plugin.SearchRequest{Query: qs[i].Text, Size: 10})
+		switch {
+		case err != nil:
+			errs[i] = err
+		case resp.Mode == plugin.ModeBM25Fallback:
+			skipped[i] = resp.FallbackReason
+		case resp.Gate == nil:
+			errs[i] = fmt.Errorf("answer in mode %q without a gate section: run the sidecar with policy.mode gate", resp.Mode)
+		default:
+			g := resp.Gate
+			samples[i] = &gate.Sample{Features: g.Features, ModelRight: qs[i].Relevant[g.ModelTop], BM25Right: qs[i].Relevant[g.BM25Top]}
 		}
-		next <- i
+	}, func(i int) {
 		if (i+1)%50 == 0 {
 			fmt.Fprintf(log, "calibrate: %d/%d queries (%.0f s)\n", i+1, len(qs), time.Since(start).Seconds())
 		}
-	}
-	close(next)
-	wg.Wait()
+	})
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -447,24 +447,33 @@ func inContext(hits []adapter.Hit, n int, relevant map[string]bool) *bool {
 // parallel runs fn for every query index on -concurrency workers and reports the phase's time.
 func (r *evalRun) parallel(ctx context.Context, phase string, fn func(i int)) {
 	start := time.Now()
+	forEach(ctx, len(r.qs), r.f.concurrency, fn, nil)
+	fmt.Fprintf(r.log, "eval: %-32s %4d queries %6.1f s\n", phase, len(r.qs), time.Since(start).Seconds())
+}
+
+// forEach runs fn(i) for i in 0..n-1 on workers goroutines and returns when all have run, or when ctx ends
+// (the indices not yet handed out are then skipped). sent, if set, is called after each index is handed out.
+func forEach(ctx context.Context, n, workers int, fn func(i int), sent func(i int)) {
 	next := make(chan int)
 	var wg sync.WaitGroup
-	for range r.f.concurrency {
+	for range workers {
 		wg.Go(func() {
 			for i := range next {
 				fn(i)
 			}
 		})
 	}
-	for i := range r.qs {
+	for i := range n {
 		if ctx.Err() != nil {
 			break
 		}
 		next <- i
+		if sent != nil {
+			sent(i)
+		}
 	}
 	close(next)
 	wg.Wait()
-	fmt.Fprintf(r.log, "eval: %-32s %4d queries %6.1f s\n", phase, len(r.qs), time.Since(start).Seconds())
 }
 
 // sidecarClient speaks to the running sidecar.
