@@ -365,31 +365,16 @@ def eval_serve(model: Decoder, tok: Tok, cfg: TrainConfig, split: Split, global_
     D_new in BM25 order (gold present only where BM25 found it), the prompt budget of the model. Per N:
     hits@1 of the top beam (either route), bm25_hits@1 (the first candidate in the prompt), gold_in_prompt,
     copy_pick (the gold is the best copy-route candidate, over queries with the gold in the prompt) and the
-    share routed to [COPY]."""
-    contexts = contexts or BM25Contexts(split.d_new, split.docs)
-    qs = [q for q in split.dev if q.docid in set(split.d_new)][:n]
-    contexts.prefetch([q.query for q in qs])
-    step = torch_step(model)
+    share routed to [COPY]; diagnose.serve_table adds where the gold sat and where the copy route picked."""
+    from .diagnose import serve_table  # diagnose reads train's helpers; imported here, not at module load
+
+    def build(query: str, cands: list[Candidate]):
+        return build_prompt(tok.encode, query, cands, cfg.max_prompt_tokens, max_summary_tokens=cfg.max_summary_tokens,
+                            prompt_format=cfg.prompt_format)
+
     empty = [p.cpu().numpy() for p in model.empty_past()]
-    out = {}
-    for big_n in ns:
-        hit = bm = gin = pick = route = 0
-        for q in qs:
-            titles = contexts.ranked(q.query)[:big_n]
-            p = candidate_prompt(tok, cfg, q.query, titles, split.docs)
-            titles = titles[: p.included]
-            ctx = Trie.build(titles, tok.encode, tok.end_id)
-            res = decode(CachedPromptScorer(step, p.ids, empty), global_trie, ctx, tok.copy_id, tok.end_id, 1)
-            hit += int(bool(res.beams) and res.beams[0].docid == q.docid)
-            bm += int(titles[:1] == [q.docid])
-            if q.docid in titles:
-                gin += 1
-                pick += int(bool(res.copy) and res.copy[0].docid == q.docid)
-            route += int(res.p_copy > 0.5)
-        k = max(1, len(qs))
-        out[f"n{big_n}"] = {"n": len(qs), "hits@1": hit / k, "bm25_hits@1": bm / k, "gold_in_prompt": gin / k,
-                            "copy_pick": pick / max(1, gin), "route_copy_rate": route / k}
-    return out
+    return serve_table(torch_step(model), empty, tok.encode, tok.end_id, tok.copy_id, global_trie, split, build, n, ns,
+                       contexts=contexts, summary=lambda d: summary_of(tok, split.docs[d]))
 
 
 def heldout_queries(split: Split, corpus: Corpus) -> list[Query]:

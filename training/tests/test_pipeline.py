@@ -8,7 +8,7 @@ from icicle.configs import StageConfig, get_config
 from icicle.decode import Trie
 from icicle.model import Decoder, ModelConfig
 from icicle.negatives import RandomNegatives
-from icicle.train import Corpus, docid_vocab, select_corpus
+from icicle.train import Corpus, docid_vocab, eval_serve, select_corpus
 
 MICRO = ModelConfig(vocab_size=49153, hidden=32, layers=1, heads=2, kv_heads=1, head_dim=16, intermediate=64,
                     max_context_tokens=384)
@@ -30,3 +30,16 @@ def test_train_runs_all_stages_and_checkpoints(tok, split, tmp_path):
     assert "stage2_title_only" in report and "stage3_title_only" in report
     assert report["stage2"]["mined"]["pairs"] > 0
     assert (tmp_path / "train_metrics.json").exists()
+
+
+def test_eval_serve_reports_the_serve_view(tok, split):
+    """eval_serve (the per-stage serve-like evaluation, through diagnose.serve_table) reports every field in
+    range, with the gold's and the copy pick's positions over the queries that had the gold in the prompt."""
+    cfg = replace(get_config("small"), model=MICRO, max_prompt_tokens=384)
+    out = eval_serve(Decoder(MICRO), tok, cfg, split, Trie.build(split.d_train[:20], tok.encode, tok.end_id), 4, ns=(5,))
+    r = out["n5"]
+    assert r["n"] == 4
+    for k in ("hits@1", "bm25_hits@1", "gold_in_prompt", "copy_pick", "route_copy_rate"):
+        assert 0 <= r[k] <= 1, (k, r[k])
+    assert sum(r["gold_pos"].values()) == round(r["gold_in_prompt"] * 4)
+    assert all(1 <= pos <= 5 for pos in r["gold_pos"]) and all(1 <= pos <= 5 for pos in r["pick_pos"])
