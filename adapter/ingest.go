@@ -436,36 +436,17 @@ type storedState struct {
 
 // readStored multi-gets the documents of docids and returns the stored ones by docid.
 func (a *Adapter) readStored(ctx context.Context, docids []string) (map[string]storedState, error) {
-	ids := make([]string, len(docids))
-	for i, d := range docids {
-		ids[i] = DocumentID(d)
+	type stored struct {
+		DocID string `json:"docid"`
+		Text  string `json:"text"`
+		Seen  bool   `json:"seen"`
 	}
-	body, err := json.Marshal(map[string]any{"ids": ids})
+	docs, err := mgetByDocID[stored](ctx, a, docids, []string{"docid", "text", "seen"})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read stored documents: %w", err)
 	}
-	var res struct {
-		Docs []struct {
-			Found       bool            `json:"found"`
-			SeqNo       int64           `json:"_seq_no"`
-			PrimaryTerm int64           `json:"_primary_term"`
-			Error       json.RawMessage `json:"error"`
-			Source      struct {
-				DocID string `json:"docid"`
-				Text  string `json:"text"`
-				Seen  bool   `json:"seen"`
-			} `json:"_source"`
-		} `json:"docs"`
-	}
-	req := esapi.MgetRequest{Index: a.index, Body: bytes.NewReader(body), SourceIncludes: []string{"docid", "text", "seen"}}
-	if err := a.do(ctx, req, &res); err != nil {
-		return nil, err
-	}
-	out := make(map[string]storedState, len(res.Docs))
-	for _, d := range res.Docs {
-		if len(d.Error) > 0 {
-			return nil, fmt.Errorf("read stored documents: %s", d.Error)
-		}
+	out := make(map[string]storedState, len(docs))
+	for _, d := range docs {
 		if d.Found {
 			out[d.Source.DocID] = storedState{text: d.Source.Text, seen: d.Source.Seen, seqNo: d.SeqNo, primaryTerm: d.PrimaryTerm}
 		}

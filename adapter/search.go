@@ -126,6 +126,32 @@ func (a *Adapter) Resolve(ctx context.Context, docids []string) (map[string]Hit,
 	if len(docids) == 0 {
 		return out, nil
 	}
+	docs, err := mgetByDocID[source](ctx, a, docids, returnedFields)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %q: %w", a.index, err)
+	}
+	for _, d := range docs {
+		if d.Found {
+			out[d.Source.DocID] = Hit{ID: d.ID, DocID: d.Source.DocID, Title: d.Source.Title, Summary: d.Source.Summary}
+		}
+	}
+	return out, nil
+}
+
+// mgetDoc is one document of a multi-get answer, its _source read as S.
+type mgetDoc[S any] struct {
+	ID          string          `json:"_id"`
+	Found       bool            `json:"found"`
+	SeqNo       int64           `json:"_seq_no"`
+	PrimaryTerm int64           `json:"_primary_term"`
+	Source      S               `json:"_source"`
+	Error       json.RawMessage `json:"error"`
+}
+
+// mgetByDocID multi-gets the documents of docids (each once) from the adapter's index, with the _source
+// fields given. A per-document error (a missing index behind an alias, a failed shard) fails the whole
+// read as a *ResponseError: "not found" must mean "not in the corpus", never "could not tell".
+func mgetByDocID[S any](ctx context.Context, a *Adapter, docids, fields []string) ([]mgetDoc[S], error) {
 	ids := make([]string, 0, len(docids))
 	seen := make(map[string]bool, len(docids))
 	for _, d := range docids {
@@ -136,24 +162,16 @@ func (a *Adapter) Resolve(ctx context.Context, docids []string) (map[string]Hit,
 	}
 	body, err := json.Marshal(map[string]any{"ids": ids})
 	if err != nil {
-		return nil, fmt.Errorf("resolve %q: %w", a.index, err)
+		return nil, err
 	}
 	var res struct {
-		Docs []struct {
-			ID     string          `json:"_id"`
-			Found  bool            `json:"found"`
-			Source source          `json:"_source"`
-			Error  json.RawMessage `json:"error"`
-		} `json:"docs"`
+		Docs []mgetDoc[S] `json:"docs"`
 	}
-	req := esapi.MgetRequest{Index: a.index, Body: bytes.NewReader(body), SourceIncludes: returnedFields}
-	if err := a.do(ctx, req, &res); err != nil {
-		return nil, fmt.Errorf("resolve %q: %w", a.index, err)
+	if err := a.do(ctx, esapi.MgetRequest{Index: a.index, Body: bytes.NewReader(body), SourceIncludes: fields}, &res); err != nil {
+		return nil, err
 	}
 	for _, d := range res.Docs {
 		if len(d.Error) > 0 {
-			// Per-document errors (a missing index behind an alias, a failed shard) fail the whole lookup:
-			// "absent" must mean "not in the corpus", never "could not tell".
 			var e ResponseError
 			_ = json.Unmarshal(d.Error, &struct {
 				Type   *string `json:"type"`
@@ -163,14 +181,10 @@ func (a *Adapter) Resolve(ctx context.Context, docids []string) (map[string]Hit,
 			if e.Type == "index_not_found_exception" {
 				e.Status = 404
 			}
-			return nil, fmt.Errorf("resolve %q: %w", a.index, &e)
+			return nil, &e
 		}
-		if !d.Found {
-			continue
-		}
-		out[d.Source.DocID] = Hit{ID: d.ID, DocID: d.Source.DocID, Title: d.Source.Title, Summary: d.Source.Summary}
 	}
-	return out, nil
+	return res.Docs, nil
 }
 
 // SeenCount returns how many documents are marked seen=true (D_train for the deployed model).
