@@ -379,10 +379,7 @@ func (s *Server) upstream(c *gin.Context, what string, err error) error {
 	if errors.Is(err, adapter.ErrInvalidArgument) {
 		return &InputError{Field: "path", Problem: fmt.Sprintf("%q is not an Elasticsearch path", what)}
 	}
-	if c.Request.Context().Err() != nil {
-		err = c.Request.Context().Err()
-	}
-	return fmt.Errorf("%s: %w: %w", what, ErrUpstream, err)
+	return upstreamError(c.Request.Context(), what, err)
 }
 
 // hopHeaders are not copied from Elasticsearch's answer: the sidecar's own connection sets them.
