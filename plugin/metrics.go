@@ -106,38 +106,28 @@ func (m *metrics) zero() {
 
 // watchImpressions exposes the impression log's counters, read at scrape time.
 func watchImpressions(reg prometheus.Registerer, l *ImpressionLog) {
-	counter := func(name, help string, labels prometheus.Labels, read func(ImpressionCounts) uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},
-			func() float64 { return float64(read(l.Counts())) })
-	}
-	const dropped = "Impressions not written, by reason: buffer_full (the writer fell behind; never waited for), closed, write_error."
-	reg.MustRegister(
-		counter("icicle_impressions_written_total", "Impressions written to the log.", nil,
-			func(c ImpressionCounts) uint64 { return c.Written }),
-		counter("icicle_impressions_dropped_total", dropped, prometheus.Labels{"reason": "buffer_full"},
-			func(c ImpressionCounts) uint64 { return c.DroppedFull }),
-		counter("icicle_impressions_dropped_total", dropped, prometheus.Labels{"reason": "closed"},
-			func(c ImpressionCounts) uint64 { return c.DroppedClosed }),
-		counter("icicle_impressions_dropped_total", dropped, prometheus.Labels{"reason": "write_error"},
-			func(c ImpressionCounts) uint64 { return c.Failed }),
-	)
+	watchLog(reg, "impressions", "Impressions written to the log.",
+		"Impressions not written, by reason: buffer_full (the writer fell behind; never waited for), closed, write_error.", l.Counts)
 }
 
-// watchClicks exposes the click log's counters (POST /v1/click), read at scrape time. Issue 14b.
+// watchClicks exposes the click log's counters (POST /v1/click), read at scrape time.
 func watchClicks(reg prometheus.Registerer, l *ClickLog) {
+	watchLog(reg, "clicks", "Clicks written to the click log.",
+		"Clicks not written, by reason: buffer_full (answered 503), closed, write_error.", l.Counts)
+}
+
+// watchLog registers icicle_<what>_written_total and icicle_<what>_dropped_total{reason} of a log whose
+// counts are read at scrape time.
+func watchLog(reg prometheus.Registerer, what, writtenHelp, droppedHelp string, counts func() ImpressionCounts) {
 	counter := func(name, help string, labels prometheus.Labels, read func(ImpressionCounts) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},
-			func() float64 { return float64(read(l.Counts())) })
+			func() float64 { return float64(read(counts())) })
 	}
-	const dropped = "Clicks not written, by reason: buffer_full (answered 503), closed, write_error."
+	written, dropped := "icicle_"+what+"_written_total", "icicle_"+what+"_dropped_total"
 	reg.MustRegister(
-		counter("icicle_clicks_written_total", "Clicks written to the click log.", nil,
-			func(c ImpressionCounts) uint64 { return c.Written }),
-		counter("icicle_clicks_dropped_total", dropped, prometheus.Labels{"reason": "buffer_full"},
-			func(c ImpressionCounts) uint64 { return c.DroppedFull }),
-		counter("icicle_clicks_dropped_total", dropped, prometheus.Labels{"reason": "closed"},
-			func(c ImpressionCounts) uint64 { return c.DroppedClosed }),
-		counter("icicle_clicks_dropped_total", dropped, prometheus.Labels{"reason": "write_error"},
-			func(c ImpressionCounts) uint64 { return c.Failed }),
+		counter(written, writtenHelp, nil, func(c ImpressionCounts) uint64 { return c.Written }),
+		counter(dropped, droppedHelp, prometheus.Labels{"reason": "buffer_full"}, func(c ImpressionCounts) uint64 { return c.DroppedFull }),
+		counter(dropped, droppedHelp, prometheus.Labels{"reason": "closed"}, func(c ImpressionCounts) uint64 { return c.DroppedClosed }),
+		counter(dropped, droppedHelp, prometheus.Labels{"reason": "write_error"}, func(c ImpressionCounts) uint64 { return c.Failed }),
 	)
 }
