@@ -50,9 +50,12 @@ func newAuthProxy(t *testing.T) authProxy {
 	return p
 }
 
-// logLines returns the proxy's access-log lines written after offset, and the new offset.
+// logLines returns the proxy's access-log lines written after offset, and the new offset. nginx writes a
+// request's line after it has sent the answer, so a caller that has its answer may not find the line yet:
+// logLines first waits until the log has stopped growing for a moment (at most 5 s).
 func (p authProxy) logLines(t *testing.T, offset int64) ([]string, int64) {
 	t.Helper()
+	p.settle(t)
 	f, err := os.Open(p.log)
 	require.NoError(t, err)
 	defer f.Close()
@@ -67,6 +70,25 @@ func (p authProxy) logLines(t *testing.T, offset int64) ([]string, int64) {
 	require.NoError(t, err)
 	fi, _ := f.Stat()
 	return lines, max(end, fi.Size())
+}
+
+// settle waits until the access log's size has stayed the same for 300 ms, or 5 s have passed.
+func (p authProxy) settle(t *testing.T) {
+	t.Helper()
+	size := func() int64 {
+		fi, err := os.Stat(p.log)
+		require.NoError(t, err)
+		return fi.Size()
+	}
+	last, since := size(), time.Now()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		if n := size(); n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) >= 300*time.Millisecond {
+			return
+		}
+	}
 }
 
 // call sends one JSON request to the sidecar, with auth as its Authorization header unless empty.
