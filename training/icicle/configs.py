@@ -38,6 +38,10 @@ class TrainConfig:
     # n drawn from context_n per instance.
     context: str = "negatives"
     context_n: tuple[int, ...] = (3,)
+    # Stage 1 widens the context sizes over its epochs: epoch 0 draws n from context_n[:1] only (with (1, ...):
+    # a single candidate, the gold, so copying is the only way to lower the loss and the copying circuit forms
+    # early), the last epoch from all of context_n (train.curriculum_sizes; training/results/README.md, issue 16).
+    curriculum: bool = False
     stage0: StageConfig = field(default_factory=lambda: StageConfig(epochs=30, lr=3e-3))
     stage1: StageConfig = field(default_factory=lambda: StageConfig(epochs=12, lr=2e-3))
     # stage 2, DPO (align.py): pairs mined with beam width mine_beam from at most dpo_max_pairs failures
@@ -107,7 +111,10 @@ def get_config(name: str) -> TrainConfig:
             max_summary_tokens=32,
             max_prompt_tokens=768,
             context="bm25",
-            context_n=(5, 10, 20, 50, 100),
+            # 2026-11-25 (issue 16): a curriculum from one candidate to 100 and prompt format 2; the first model
+            # here that copies from its context (training/results/README.md)
+            context_n=(1, 3, 5, 10, 20, 50, 100),
+            curriculum=True,
             anchor_ratio=0.3,
             copy_pool_queries=2500,
             eval_instances=100,

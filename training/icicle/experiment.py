@@ -1,17 +1,19 @@
 """Controlled, time-boxed reading experiments for issue 16 (CPU minutes, not the pipeline).
 
     python -m icicle.experiment --name f2 --prompt-format 2 --minutes 6 [--query-first] [--synthetic 0.5]
-                                [--curriculum] [--model 2x64|4x128] [--out ../training/results/exp16]
+                                [--curriculum] [--choice-loss W] [--model 2x64|4x128] [--out ../training/results/exp16]
 
 One run = one change against a baseline with everything else fixed (seed, model, budget, time box): a random-init
 model with the SmolLM2 tokenizer is trained from scratch for --minutes on context-dependent instances only (the
 answer is always [COPY] + the gold's docid, so the run measures reading, not routing or memorising):
 - NQ train queries of all D_train documents (6,510), the context = BM25 top-n over D_train in BM25 order, the gold
   at its BM25 rank or replacing the n-th hit (contexts.py), n drawn from --context-n (or, with --curriculum, from
-  the first choices early and all of them late);
+  the first choices early and all of them late; `--context-n 1 3 5 10 --curriculum` starts from one candidate);
 - with --synthetic F, a share F of the instances is synthetic (item 3): a span of a D_train document (one of its
   sentences, or with --wiki also a wiki_intro_pool introduction's) with a few words dropped is the query, its BM25
   top-n over the same pool the context, its title the answer; titles of the wiki pool then join the output vocabulary.
+--choice-loss W trains the decision loss instead (train.choice_loss_on: at each title token the gold among the
+trie's choices, what the decoder renormalises over) plus W x the usual loss.
 Evaluation (diagnose.serve_table, beam 1): serve-style = NQ dev-half queries of D_new documents with BM25 top-N over
 D_new (what the sidecar serves); train-style = dev-half queries of D_train documents with BM25 over D_train. The
 JSON has copy pick by the gold's position and the copy route's pick histogram.
@@ -39,7 +41,7 @@ from .decode import Trie, torch_step
 from .diagnose import serve_table
 from .model import Decoder, ModelConfig
 from .prompt import Candidate, Prompt, build_prompt
-from .train import Instance, _extractive, docid_vocab, loss_on
+from .train import Instance, _extractive, choice_loss_on, copy_choices, docid_vocab, loss_on
 
 MODELS = {
     "2x64": ModelConfig(vocab_size=49153, hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=172,
@@ -71,6 +73,9 @@ class Exp:
     zero_shot: bool = False  # no training: the whole SmolLM2-135M-Instruct ([COPY] at the mean embedding)
     train_style: bool = True  # also evaluate on train-style instances (dev queries of D_train documents)
     steps: int = 0  # > 0: train exactly this many steps (a controlled comparison); else the --minutes time box
+    # >= 0: train the decision loss (train.choice_loss_on: the gold among the trie's choices at each title token)
+    # plus this weight x the out-vocabulary loss; < 0: the out-vocabulary loss only (loss_on)
+    choice_loss: float = -1.0
 
 
 def make_builder(tok, e: Exp):
@@ -178,7 +183,9 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
         if gold not in top[: p.included]:
             top = top[: p.included - 1] + [gold]
             p = build(query, [Candidate(docs[t].title, _extractive(docs[t].text)) for t in top])
-        return Instance(p.ids, [tok.copy_id] + tok.docid(gold))
+        inc = top[: p.included]
+        ch = copy_choices([tok.docid(t) for t in inc], inc.index(gold)) if e.choice_loss >= 0 else None
+        return Instance(p.ids, [tok.copy_id] + tok.docid(gold), ch)
 
     t0 = time.time()
     losses: list[float] = []
@@ -191,7 +198,7 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
     while more():
         frac = len(losses) / e.steps if e.steps > 0 else (time.time() - t0) / (e.minutes * 60)
         bt = [instance(frac) for _ in range(e.batch)]
-        loss = loss_on(model, bt, out_vocab)
+        loss = loss_on(model, bt, out_vocab) if e.choice_loss < 0 else choice_loss_on(model, bt, out_vocab, e.choice_loss)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -249,13 +256,16 @@ def main(argv=None) -> None:
     ap.add_argument("--eval-n", type=int, default=68)
     ap.add_argument("--no-train-style", action="store_true", help="evaluate on serve-style instances only")
     ap.add_argument("--steps", type=int, default=0, help="train exactly this many steps instead of --minutes")
+    ap.add_argument("--choice-loss", type=float, default=-1.0,
+                    help=">= 0: the decision loss (the gold among the trie's choices) plus this weight x the usual loss")
     ap.add_argument("--zero-shot", action="store_true",
                     help="no training: evaluate the untouched full-depth SmolLM2-135M-Instruct in this prompt format")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "results", "exp16"))
     a = ap.parse_args(argv)
     e = Exp(a.name, a.prompt_format, a.query_first, a.model, a.minutes, tuple(a.context_n), lr=a.lr,
             synthetic=a.synthetic, wiki=a.wiki, curriculum=a.curriculum, seed=a.seed, eval_n=a.eval_n,
-            threads=a.threads, zero_shot=a.zero_shot, train_style=not a.no_train_style, steps=a.steps)
+            threads=a.threads, zero_shot=a.zero_shot, train_style=not a.no_train_style, steps=a.steps,
+            choice_loss=a.choice_loss)
     run(e, a.out)
 
 

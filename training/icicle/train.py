@@ -27,7 +27,7 @@ import math
 import os
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +49,23 @@ INDEX_TEMPLATE = "Document: {text}\nTitle:\n"
 class Instance:
     prompt: list[int]
     answer: list[int]
+    # Per answer token, the ids decoding could choose there (the children of the prompt's candidate trie on the
+    # gold's path), or None at a position where the whole output vocabulary competes (the route token). Set for
+    # context-dependent instances; read by choice_loss_on.
+    choices: list[list[int] | None] | None = None
+
+
+def copy_choices(seqs: list[list[int]], gold: int) -> list[list[int] | None]:
+    """The choices of a [COPY] answer: None for the route token, then at each of the gold's docid tokens (title
+    tokens and end) the distinct next tokens of the candidates whose docid so far shares the gold's prefix.
+    seqs[i] = candidate i's docid ids (Tok.docid); gold = the gold's index."""
+    g = seqs[gold]
+    out: list[list[int] | None] = [None]
+    live = list(range(len(seqs)))
+    for j, t in enumerate(g):
+        out.append(sorted({seqs[i][j] for i in live if len(seqs[i]) > j}))
+        live = [i for i in live if len(seqs[i]) > j and seqs[i][j] == t]
+    return out
 
 
 @dataclass
@@ -180,6 +197,32 @@ def loss_on(model: Decoder, insts: list[Instance], out_vocab: torch.Tensor | Non
     return F.cross_entropy(model.train_logits(ids, pad, gb, gt, out_vocab).float(), tgt, reduction=reduction)
 
 
+def choice_loss_on(model: Decoder, insts: list[Instance], out_vocab: torch.Tensor,
+                   full_weight: float = 0.0) -> torch.Tensor:
+    """The decision loss: at each answer position with choices, the cross-entropy of the gold token among those
+    choices only (what the trie decoder renormalises over; a position with one choice costs nothing), elsewhere
+    over out_vocab; plus full_weight x the ordinary out_vocab loss_on. Returns the mean over answer positions."""
+    dev = model_device(model)
+    ids, pad, gb, gt, tgt = (x.to(dev) for x in _batch(insts))
+    logits = model.train_logits(ids, pad, gb, gt, None).float()  # [k, V]
+    allowed = torch.zeros_like(logits, dtype=torch.bool)
+    ov = out_vocab.to(dev)
+    row = 0
+    for inst in insts:
+        ch = inst.choices or [None] * len(inst.answer)
+        for c in ch:
+            if c is None:
+                allowed[row, ov] = True
+            else:
+                allowed[row, torch.tensor(c, device=dev)] = True
+            row += 1
+    loss = F.cross_entropy(logits.masked_fill(~allowed, float("-inf")), tgt)
+    if full_weight > 0:
+        full = logits[:, ov]
+        loss = loss + full_weight * F.cross_entropy(full, torch.searchsorted(ov, tgt))
+    return loss
+
+
 def accumulate_loss(model: Decoder, batch: list[Instance], out_vocab: torch.Tensor | None, micro: int,
                     bf16: bool) -> float:
     """Backpropagates the mean answer-token loss of batch in micro-batches of at most micro instances (gradient
@@ -264,6 +307,15 @@ def context_sampler(cfg: TrainConfig, split: Split, corpus: Corpus) -> NegativeS
     return RandomNegatives(corpus.seen)
 
 
+def curriculum_sizes(context_n: tuple[int, ...], epoch: int, epochs: int) -> tuple[int, ...]:
+    """The context sizes stage-1 epoch `epoch` of `epochs` draws from under the curriculum: the first one only at
+    epoch 0, one more choice every so often, all of them at the last epoch."""
+    if epochs <= 1:
+        return context_n
+    k = 1 + round(epoch * (len(context_n) - 1) / (epochs - 1))
+    return context_n[:k]
+
+
 def run_stage1(model: Decoder, tok: Tok, corpus: Corpus, cfg: TrainConfig, negs: NegativeSampler | None = None,
                log=print, out_vocab: torch.Tensor | None = None, first_epoch: int = 0) -> list[float]:
     """Stage-1 SFT; first_epoch > 0 continues a finished run with fresh draws (epochs first_epoch, ...) and a
@@ -275,8 +327,13 @@ def run_stage1(model: Decoder, tok: Tok, corpus: Corpus, cfg: TrainConfig, negs:
         copy_negs = negs
     else:
         copy_negs = RandomNegatives(sorted({q.docid for q in corpus.copy_queries})) if corpus.copy_queries else None
-    return sft(model, lambda e: stage1_instances(tok, corpus, cfg, negs, random.Random(cfg.seed * 1000 + first_epoch + e),
-                                                 anchors, copy_negs),
+    def epoch(e: int) -> list[Instance]:
+        c = cfg
+        if cfg.curriculum:
+            c = replace(cfg, context_n=curriculum_sizes(cfg.context_n, first_epoch + e, first_epoch + cfg.stage1.epochs))
+        return stage1_instances(tok, corpus, c, negs, random.Random(cfg.seed * 1000 + first_epoch + e), anchors, copy_negs)
+
+    return sft(model, epoch,
                cfg.stage1, cfg.seed + 1 + first_epoch, log, "stage1", out_vocab, cfg.bf16, cfg.micro_batch)
 
 

@@ -6,8 +6,8 @@ import torch
 from icicle.configs import StageConfig, get_config
 from icicle.model import Decoder, ModelConfig
 from icicle.negatives import RandomNegatives
-from icicle.train import (Corpus, docid_vocab, index_instances, loss_on, run_stage0, run_stage1, select_corpus,
-                          stage1_instances)
+from icicle.train import (Corpus, Instance, choice_loss_on, copy_choices, curriculum_sizes, docid_vocab, index_instances,
+                          loss_on, run_stage0, run_stage1, select_corpus, stage1_instances)
 from dataclasses import replace
 
 MICRO = ModelConfig(vocab_size=49153, hidden=32, layers=1, heads=2, kv_heads=1, head_dim=16, intermediate=64)
@@ -44,3 +44,33 @@ def test_stage1_icl_loss_falls(tok, split):
     run_stage1(m, tok, c, cfg, negs, log=lambda s: None, out_vocab=ov)
     after = loss_on(m, probe, ov).item()
     assert after < 0.7 * before, (before, after)
+
+
+def test_curriculum_starts_with_the_first_size_and_ends_with_all():
+    sizes = (1, 3, 5, 10, 20, 50, 100)
+    got = [curriculum_sizes(sizes, e, 6) for e in range(6)]
+    assert got[0] == (1,) and got[-1] == sizes
+    assert all(len(a) <= len(b) for a, b in zip(got, got[1:]))
+    assert curriculum_sizes(sizes, 0, 1) == sizes  # one epoch: no curriculum to spread
+
+
+def test_copy_choices_are_the_trie_children_on_the_gold_path():
+    cands = [[7, 2, 0], [7, 3, 0], [4, 0]]  # docid ids, 0 = end
+    assert copy_choices(cands, 0) == [None, [4, 7], [2, 3], [0]]
+    assert copy_choices(cands, 2) == [None, [4, 7], [0]]
+
+
+def test_choice_loss_is_the_gold_among_its_choices(tok, split):
+    torch.manual_seed(0)
+    m = Decoder(MICRO)
+    ov = docid_vocab(tok, ["Alpha", "Beta"])
+    ans = [tok.copy_id, 11, 12]
+    inst = Instance([5, 6, 7], ans, [None, [11, 13], [12]])
+    got = choice_loss_on(m, [inst], ov).item()
+    ids, pad = torch.tensor([[5, 6, 7, tok.copy_id, 11]]), torch.ones(1, 5, dtype=torch.bool)
+    lg = m.train_logits(ids, pad, torch.tensor([0, 0, 0]), torch.tensor([2, 3, 4]))
+    route = torch.log_softmax(lg[0, ov], -1)[torch.searchsorted(ov, torch.tensor(tok.copy_id))]
+    pick = torch.log_softmax(lg[1, [11, 13]], -1)[0]
+    want = -(route + pick + 0.0) / 3  # the one-choice position costs nothing
+    assert abs(got - want.item()) < 1e-5
+    assert choice_loss_on(m, [inst], ov, full_weight=1.0).item() > got
