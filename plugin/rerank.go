@@ -78,6 +78,10 @@ func (s *Server) search(c *gin.Context) {
 	s.respond(c, "search", start, resp)
 }
 
+// baselineDepth is how many of BM25's hits over the whole index the baseline fetches: the most results a
+// response holds, whatever decode.max_candidates (the model's context) is.
+const baselineDepth = 100
+
 // searchModel is the ICICLE answer (arm B): within Elasticsearch's share of the budget, BM25 over the
 // whole index (the baseline: what policy bm25 and every fallback answer) and, at the same time, BM25 over
 // new documents (the model's copy context); then rank.
@@ -100,7 +104,7 @@ func (s *Server) searchModel(ctx context.Context, query string, size int) (Respo
 	} else {
 		close(done)
 	}
-	base, err := s.es.SearchAll(esCtx, query, s.opts.MaxCandidates)
+	base, err := s.es.SearchAll(esCtx, query, baselineDepth)
 	<-done
 	if panicked != nil {
 		panic(panicked)

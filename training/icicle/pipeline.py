@@ -30,7 +30,8 @@ from .golden import write_golden
 from .model import Decoder
 from .prompt import TEMPLATES
 from .align import mine_pairs, run_stage2, run_stage3, title_only_report
-from .train import (context_sampler, docid_vocab, eval_parametric, eval_serve, icl_report, new_model, new_tok,
+from .contexts import BM25Contexts
+from .train import (context_sampler, copy_warmup, docid_vocab, eval_parametric, eval_serve, icl_report, new_model, new_tok,
                     run_stage0, run_stage1, select_corpus)
 
 
@@ -151,7 +152,7 @@ def _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times
         report[f"{stage}_parametric_trainq"] = eval_parametric(model, tok, cfg, corpus.train_queries, split.docs, sneg,
                                                                gtrie, 60)
         if cfg.context == "bm25" and stage != "stage0":  # stage 0 never saw a candidate
-            report[f"{stage}_serve"] = eval_serve(model, tok, cfg, split, gtrie, cfg.eval_instances, ns=(100,))
+            report[f"{stage}_serve"] = eval_serve(model, tok, cfg, split, gtrie, cfg.eval_instances, ns=(10, 100))
             log(f"{stage} serve-like (BM25 over D_new): {report[f'{stage}_serve']}")
         if title_only:
             report[f"{stage}_title_only"] = title_only_report(model, tok, cfg, split, corpus, gtrie)
@@ -161,6 +162,13 @@ def _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times
     if start <= 0:
         report["init_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
         log(f"init ICL copy accuracy: {report['init_icl']}")
+        if cfg.copy_warmup_steps:
+            t = time.time()
+            lw = copy_warmup(model, tok, cfg, split, BM25Contexts(split.d_train, split.docs), out_vocab, log)
+            report["copy_warmup"] = {"steps": len(lw), "loss_first20": _avg(lw, 20), "loss_last20": _avg(lw, -20)}
+            report["copy_warmup_serve"] = eval_serve(model, tok, cfg, split, gtrie, cfg.eval_instances, ns=(10, 100))
+            log(f"copy warm-up {report['copy_warmup']} serve-like (BM25 over D_new): {report['copy_warmup_serve']}")
+            times["copy_warmup_s"] = time.time() - t
         t = time.time()
         l0 = run_stage0(model, tok, corpus, cfg, log, out_vocab)
         report["stage0"] = {"steps": len(l0), "loss_first20": _avg(l0, 20), "loss_last20": _avg(l0, -20)}

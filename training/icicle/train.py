@@ -307,6 +307,36 @@ def context_sampler(cfg: TrainConfig, split: Split, corpus: Corpus) -> NegativeS
     return RandomNegatives(corpus.seen)
 
 
+def copy_warmup(model: Decoder, tok: Tok, cfg: TrainConfig, split: Split, contexts: BM25Contexts,
+                out_vocab: torch.Tensor | None, log=print) -> list[float]:
+    """The copy warm-up (TrainConfig.copy_warmup_steps): context-dependent instances only, one per step per batch
+    slot, from the train queries of all D_train documents (BM25 over D_train in BM25 order, as stage 1), with n
+    drawn from copy_warmup_n[:k] where k grows from 1 to all over the steps; constant learning rate after a
+    50-step ramp. Returns the per-step losses."""
+    sc, steps, sizes = cfg.copy_warmup, cfg.copy_warmup_steps, cfg.copy_warmup_n
+    rng = random.Random(cfg.seed + 7)
+    queries = list(split.train)
+    contexts.prefetch([q.query for q in queries])
+    opt = torch.optim.AdamW(model.parameters(), lr=sc.lr, betas=(0.9, 0.95), weight_decay=sc.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50))
+    losses: list[float] = []
+    model.train()
+    t0 = time.time()
+    for step in range(steps):
+        c = replace(cfg, context_n=sizes[: 1 + int(step / steps * len(sizes))])
+        bt = [icl_instance(tok, c, rng.choice(queries), split.docs, contexts, rng, True)[0] for _ in range(sc.batch)]
+        opt.zero_grad(set_to_none=True)
+        losses.append(accumulate_loss(model, bt, out_vocab, cfg.micro_batch, cfg.bf16))
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if len(losses) % 100 == 0:
+            log(f"copy warm-up step {len(losses)}/{steps} n from {c.context_n} loss(last 100) "
+                f"{sum(losses[-100:]) / 100:.4f} ({time.time() - t0:.0f}s)")
+    model.eval()
+    return losses
+
+
 def curriculum_sizes(context_n: tuple[int, ...], epoch: int, epochs: int) -> tuple[int, ...]:
     """The context sizes stage-1 epoch `epoch` of `epochs` draws from under the curriculum: the first one only at
     epoch 0, one more choice every so often, all of them at the last epoch."""
