@@ -232,7 +232,7 @@ type Policy struct {
 // within QueueTimeout, or finds the queue full, is answered from BM25 at once with fallback_reason
 // "overloaded"; that is load, not a model failure, and the breaker does not count it.
 //
-// Sizing (docs/evaluation.md, "icicle load"): the shipped models/small takes a median 0.45 s per query
+// Sizing (docs/evaluation.md, "icicle load"): the models/small of 2026-11-22 took a median 0.45 s per query (the 2026-11-25 one 0.33 s at 10 candidates)
 // on 2 CPU cores with one request at a time (measured 2026-11-24 on the shared 2-core build machine),
 // and the 2 sessions share those cores: with both busy the median was 0.6-1.0 s (`icicle load -rates`
 // measures it), so 2 sessions serve 2-3.3 queries/s there, at most 2 / 0.45 = 4.4.
