@@ -41,7 +41,7 @@ from .decode import Trie, torch_step
 from .diagnose import serve_table
 from .model import Decoder, ModelConfig
 from .prompt import Candidate, Prompt, build_prompt
-from .train import Instance, _extractive, choice_loss_on, copy_choices, docid_vocab, loss_on
+from .train import Instance, _extractive, choice_loss_on, copy_choices, docid_vocab, loss_on, widened
 
 MODELS = {
     "2x64": ModelConfig(vocab_size=49153, hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=172,
@@ -166,10 +166,7 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
 
     def instance(frac: float) -> Instance:
-        choices = list(e.context_n)
-        if e.curriculum:
-            choices = choices[: 1 + int(frac * len(choices))][: len(choices)]
-        n = rng.choice(choices)
+        n = rng.choice(widened(e.context_n, frac) if e.curriculum else e.context_n)
         if synth and rng.random() < e.synthetic:
             query, gold = rng.choice(synth)
         else:

@@ -323,7 +323,7 @@ def copy_warmup(model: Decoder, tok: Tok, cfg: TrainConfig, split: Split, contex
     model.train()
     t0 = time.time()
     for step in range(steps):
-        c = replace(cfg, context_n=sizes[: 1 + int(step / steps * len(sizes))])
+        c = replace(cfg, context_n=widened(sizes, step / steps))
         bt = [icl_instance(tok, c, rng.choice(queries), split.docs, contexts, rng, True)[0] for _ in range(sc.batch)]
         opt.zero_grad(set_to_none=True)
         losses.append(accumulate_loss(model, bt, out_vocab, cfg.micro_batch, cfg.bf16))
@@ -335,6 +335,12 @@ def copy_warmup(model: Decoder, tok: Tok, cfg: TrainConfig, split: Split, contex
                 f"{sum(losses[-100:]) / 100:.4f} ({time.time() - t0:.0f}s)")
     model.eval()
     return losses
+
+
+def widened(sizes: tuple[int, ...], frac: float) -> tuple[int, ...]:
+    """The step-wise curriculum (copy warm-up, icicle.experiment): at fraction frac of the run, the first
+    1 + int(frac x len(sizes)) context sizes (the first one only at the start, all of them in the last share)."""
+    return sizes[: 1 + int(frac * len(sizes))]
 
 
 def curriculum_sizes(context_n: tuple[int, ...], epoch: int, epochs: int) -> tuple[int, ...]:

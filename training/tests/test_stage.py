@@ -7,7 +7,7 @@ from icicle.configs import StageConfig, get_config
 from icicle.model import Decoder, ModelConfig
 from icicle.negatives import RandomNegatives
 from icicle.train import (Corpus, Instance, choice_loss_on, copy_choices, curriculum_sizes, docid_vocab, index_instances,
-                          loss_on, run_stage0, run_stage1, select_corpus, stage1_instances)
+                          loss_on, run_stage0, run_stage1, select_corpus, stage1_instances, widened)
 from dataclasses import replace
 
 MICRO = ModelConfig(vocab_size=49153, hidden=32, layers=1, heads=2, kv_heads=1, head_dim=16, intermediate=64)
@@ -52,6 +52,12 @@ def test_curriculum_starts_with_the_first_size_and_ends_with_all():
     assert got[0] == (1,) and got[-1] == sizes
     assert all(len(a) <= len(b) for a, b in zip(got, got[1:]))
     assert curriculum_sizes(sizes, 0, 1) == sizes  # one epoch: no curriculum to spread
+
+
+def test_widened_adds_a_size_per_share_of_the_run():
+    sizes = (1, 3, 5, 10)
+    assert [widened(sizes, f) for f in (0.0, 0.24, 0.25, 0.5, 0.99)] == [
+        (1,), (1,), (1, 3), (1, 3, 5), sizes]
 
 
 def test_copy_choices_are_the_trie_children_on_the_gold_path():
