@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -108,6 +109,7 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 			only[d] = true
 		}
 	}
+	nDocIDs := len(only)
 	var qs []labelled
 	for _, q := range all {
 		if !want[q.Subset] {
@@ -175,7 +177,8 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 	data := fmt.Sprintf("%s + %s, split %q, subsets %s (new %d, seen %d; first %d each), index %s via %s",
 		f.queries, f.qrels, f.split, f.subsets, perSubset[eval.SubsetNew], perSubset[eval.SubsetSeen], f.n, cfg.Elasticsearch.Index, f.sidecar)
 	if f.docids != "" {
-		data += ", relevant document in " + f.docids
+		// the file's name and size, not its path: gate.json is committed with the model and read on other machines
+		data += fmt.Sprintf(", relevant document among the %d docids of %s", nDocIDs, filepath.Base(f.docids))
 	}
 	fmt.Fprintf(out, "calibrate: %d queries answered by the model in %.0f s (fallbacks skipped: %v)\n", len(ss), time.Since(start).Seconds(), fallbacks)
 	if f.samplesOut != "" {
