@@ -59,6 +59,21 @@ class BM25Contexts:
         return top
 
 
+class ShuffledContexts:
+    """BM25Contexts with each query's top n in a random order fixed by the query text (a reading-only evaluation)."""
+
+    def __init__(self, base: BM25Contexts, n: int = 10) -> None:
+        self.base, self.n = base, n
+
+    def prefetch(self, queries) -> None:
+        self.base.prefetch(queries)
+
+    def ranked(self, query: str) -> list[str]:
+        hits = self.base.ranked(query)
+        top = hits[: self.n]
+        return random.Random(query).sample(top, len(top)) + hits[self.n:]
+
+
 def draw_n(context_n: Sequence[int], rng: random.Random) -> int:
     """One context size from the config's choices."""
     return rng.choice(list(context_n))

@@ -1,6 +1,6 @@
 """Diagnostics for issue 16: does the model read its context? Two views, both printed as JSON.
 
-    python -m icicle.diagnose serve --model-dir ../models/small [--n 68] [--ns 10 100]
+    python -m icicle.diagnose serve --model-dir ../models/small [--n 68] [--ns 10 100] [--sidecar] [--shuffled]
     python -m icicle.diagnose instances --config small [--queries 300]
 
 serve: the sidecar's situation (train.eval_serve's definition) on a MODEL_FORMAT.md directory through ONNX Runtime:
@@ -9,6 +9,10 @@ format, budget (max_context_tokens) and summary cap. Per N: hits@1 of the top be
 (bm25_hits@1), gold_in_prompt, copy_pick (the gold is the copy route's best, over queries with the gold in the
 prompt), copy_first (the copy route's best is candidate [1]), and the histograms of the gold's position and of the
 copy route's pick position (1-based; the issue's table), with copy_pick split by gold at [1] or later.
+copy_pick_with_rank_prior: copy_pick after adding -w*log(BM25 rank) to each candidate's copy score, per w.
+--sidecar takes the demo's situation instead (every document outside seen_docids.txt is the pool, NQ dev queries in
+file order; bm25s still stands in for Elasticsearch, so contexts differ from the sidecar's in their tails);
+--shuffled shuffles each top 10, so that copy_pick measures reading alone (chance 0.10).
 
 instances: what stage-1 instances of a config teach (no model): where the gold sits in context-dependent
 instances, how much a query's query-irrelevant instance shares with its context-dependent one (the only signal
@@ -21,11 +25,13 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
+import os
 import random
 from typing import Callable, Sequence
 
-from .contexts import BM25Contexts
-from .data import Split, make_split
+from .contexts import BM25Contexts, ShuffledContexts
+from .data import Split, load_beir, make_split
 from .decode import CachedPromptScorer, Trie, decode
 from .prompt import Candidate, build_prompt, contains_run
 
@@ -36,21 +42,34 @@ def serve_queries(split: Split, n: int):
     return [q for q in split.dev if q.docid in new][:n]
 
 
+# copy_pick_with_rank_prior: the copy route's pick after adding -w*log(BM25 rank) to each candidate's score, the
+# question being whether any w beats both the model alone (w=0) and BM25's order (w large)
+RANK_PRIOR_WEIGHTS = (0.0, 0.5, 1.0, 2.0, 4.0, 100.0)
+
+
+def sidecar_queries(queries, seen: set[str], n: int):
+    """The sidecar demo's new-document queries (`icicle eval`): NQ dev queries in file order whose relevant
+    document is not in the model's seen corpus, the first n."""
+    return [q for q in queries if q.nq_split == "dev" and q.docid not in seen][:n]
+
+
 def serve_table(step, empty, encode: Callable[[str], list[int]], end_id: int, copy_id: int, global_trie: Trie,
                 split: Split, build: Callable, n: int, ns: Sequence[int], contexts: BM25Contexts | None = None,
-                summary: Callable | None = None) -> dict:
-    """The serve view for any step function (ONNX or torch); build(query, cands) -> Prompt in the model's format."""
+                summary: Callable | None = None, queries=None) -> dict:
+    """The serve view for any step function (ONNX or torch); build(query, cands) -> Prompt in the model's format.
+    queries and contexts default to serve_queries and BM25 over D_new."""
     from .train import _extractive
 
     summary = summary or (lambda d: _extractive(split.docs[d].text))
     contexts = contexts or BM25Contexts(split.d_new, split.docs)
-    qs = serve_queries(split, n)
+    qs = queries if queries is not None else serve_queries(split, n)
     contexts.prefetch([q.query for q in qs])
     out = {}
     for big_n in ns:
         gold_pos, pick_pos = collections.Counter(), collections.Counter()
         hit = bm = gin = pick = route = first = 0
         pick_at1 = n_at1 = 0
+        fused = collections.Counter()
         for q in qs:
             titles = contexts.ranked(q.query)[:big_n]
             p = build(q.query, [Candidate(split.docs[t].title, summary(t)) for t in titles])
@@ -69,6 +88,10 @@ def serve_table(step, empty, encode: Callable[[str], list[int]], end_id: int, co
                 g = titles.index(q.docid) + 1
                 gold_pos[g] += 1
                 ok = int(bool(res.copy) and res.copy[0].docid == q.docid)
+                score = {b.docid: b.score for b in res.copy}
+                for w in RANK_PRIOR_WEIGHTS:
+                    best = max(titles, key=lambda d: score[d] - w * math.log(titles.index(d) + 1))
+                    fused[w] += int(best == q.docid)
                 pick += ok
                 if g == 1:
                     n_at1 += 1
@@ -80,11 +103,17 @@ def serve_table(step, empty, encode: Callable[[str], list[int]], end_id: int, co
             "copy_pick_gold_later": (pick - pick_at1) / max(1, gin - n_at1), "copy_first": first / k,
             "route_copy_rate": route / k,
             "gold_pos": dict(sorted(gold_pos.items())), "pick_pos": dict(sorted(pick_pos.items())),
+            "copy_pick_with_rank_prior": {str(w): fused[w] / max(1, gin) for w in RANK_PRIOR_WEIGHTS},
         }
     return out
 
 
-def serve_model_dir(model_dir: str, n: int, ns: Sequence[int], threads: int = 2) -> dict:
+def serve_model_dir(model_dir: str, n: int, ns: Sequence[int], threads: int = 2, sidecar: bool = False,
+                    shuffled: bool = False) -> dict:
+    """serve_table on a model directory; sidecar=True takes the demo's situation instead of eval_serve's: the pool
+    is every document outside the model's seen_docids.txt (what `icicle ingest` marks new) and the queries are
+    sidecar_queries. shuffled=True puts each query's top 10 in a random order fixed by the query (ShuffledContexts):
+    BM25's order then tells nothing, so copy_pick measures reading alone (chance 1/N)."""
     from .decode import ort_step
     from .evaluate import load_model_dir
 
@@ -97,9 +126,18 @@ def serve_model_dir(model_dir: str, n: int, ns: Sequence[int], threads: int = 2)
                             prompt_format=md.prompt_format)
 
     split = make_split()
+    contexts = queries = None
+    if sidecar:
+        with open(os.path.join(model_dir, "seen_docids.txt"), encoding="utf-8") as f:
+            seen = {line.strip() for line in f if line.strip()}
+        contexts = BM25Contexts(sorted(d for d in split.docs if d not in seen), split.docs)
+        queries = sidecar_queries(load_beir()[1], seen, n)
+    if shuffled:
+        contexts = ShuffledContexts(contexts or BM25Contexts(split.d_new, split.docs))
     res = serve_table(ort_step(md.session, man["num_layers"]), md.empty_past(), md.tok.encode, md.tok.end_id,
-                      md.tok.copy_id, md.global_trie, split, build, n, ns)
-    return {"model_dir": model_dir, "prompt_format": md.prompt_format, "onnx": md.onnx, **res}
+                      md.tok.copy_id, md.global_trie, split, build, n, ns, contexts=contexts, queries=queries)
+    return {"model_dir": model_dir, "prompt_format": md.prompt_format, "onnx": md.onnx,
+            "situation": ("sidecar demo" if sidecar else "eval_serve") + (", top 10 shuffled" if shuffled else ""), **res}
 
 
 def instance_stats(config: str, n_queries: int = 300, seed: int = 0) -> dict:
@@ -171,12 +209,16 @@ def main(argv=None) -> None:
     s.add_argument("--n", type=int, default=68)
     s.add_argument("--ns", type=int, nargs="+", default=[10, 100])
     s.add_argument("--threads", type=int, default=2)
+    s.add_argument("--sidecar", action="store_true",
+                   help="the demo's pool (all documents not seen) and queries (NQ dev, file order) instead")
+    s.add_argument("--shuffled", action="store_true",
+                   help="each query's top 10 in a random order: copy_pick then measures reading alone (chance 0.1)")
     i = sub.add_parser("instances")
     i.add_argument("--config", default="small")
     i.add_argument("--queries", type=int, default=300)
     a = ap.parse_args(argv)
     if a.cmd == "serve":
-        out = serve_model_dir(a.model_dir, a.n, a.ns, a.threads)
+        out = serve_model_dir(a.model_dir, a.n, a.ns, a.threads, a.sidecar, a.shuffled)
     else:
         out = instance_stats(a.config, a.queries)
     print(json.dumps(out, indent=1))

@@ -35,8 +35,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .contexts import BM25Contexts
-from .data import Doc, make_split
+from .contexts import BM25Contexts, ShuffledContexts
+from .data import Doc, Query, make_split
 from .decode import Trie, torch_step
 from .diagnose import serve_table
 from .model import Decoder, ModelConfig
@@ -76,6 +76,11 @@ class Exp:
     # >= 0: train the decision loss (train.choice_loss_on: the gold among the trie's choices at each title token)
     # plus this weight x the out-vocabulary loss; < 0: the out-vocabulary loss only (loss_on)
     choice_loss: float = -1.0
+    visible: bool = False  # synthetic spans only from the words the prompt shows (the summary's first ~16 words)
+    # share of instances whose candidates carry random titles of the pool (one per candidate, the answer the gold
+    # summary's new title): the query then cannot be mapped to its answer from memory, only by reading
+    swap_titles: float = 0.0
+    shuffle: float = 0.0  # share of training instances whose candidates are shuffled (the gold's rank says nothing)
 
 
 def make_builder(tok, e: Exp):
@@ -114,6 +119,25 @@ def synthetic_query(text: str, rng: random.Random) -> str | None:
     return " ".join(span) if len(span) >= 3 else None
 
 
+def visible_query(text: str, rng: random.Random, words: int = 16) -> str | None:
+    """A span the model can find in its prompt: 4-8 consecutive words of the summary's first `words` words (about
+    what 24 summary tokens show), with about one word in five dropped."""
+    w = _extractive(text).split()[:words]
+    if len(w) < 6:
+        return None
+    k = rng.randint(4, min(8, len(w)))
+    start = rng.randint(0, len(w) - k)
+    span = [x for x in w[start: start + k] if rng.random() > 0.2]
+    return " ".join(span) if len(span) >= 3 else None
+
+
+def retitled(top: list[str], pool: list[str], rng: random.Random) -> dict[str, str]:
+    """--swap-titles: each candidate docid -> a distinct docid of the pool whose title it will show (and, for the
+    gold, the answer). Title and summary then belong to different documents, so no query maps to its answer
+    from memory: only reading which summary matches the query does."""
+    return dict(zip(top, rng.sample(pool, len(top))))
+
+
 def run(e: Exp, out_dir: str, log=print) -> dict:
     torch.manual_seed(e.seed)
     torch.set_num_threads(e.threads)
@@ -140,7 +164,7 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
     if e.synthetic > 0 and not e.zero_shot:
         srng = random.Random(e.seed + 99)
         for d in srng.sample(pool, min(len(pool), 6000)):
-            s = synthetic_query(docs[d].text, srng)
+            s = (visible_query(docs[d].text, srng) if e.visible else synthetic_query(docs[d].text, srng))
             if s:
                 synth.append((s, d))
         # bm25s adds "" to its vocabulary (beyond its score matrix) for a query of stopwords only: keep spans
@@ -176,13 +200,17 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
         top = hits[:n]
         if gold not in top:
             top = top[: n - 1] + [gold]
-        p = build(query, [Candidate(docs[t].title, _extractive(docs[t].text)) for t in top])
+        if e.shuffle > 0 and rng.random() < e.shuffle:
+            top = rng.sample(top, len(top))
+        name = retitled(top, pool, rng) if e.swap_titles > 0 and rng.random() < e.swap_titles else {t: t for t in top}
+        p = build(query, [Candidate(docs[name[t]].title, _extractive(docs[t].text)) for t in top])
         if gold not in top[: p.included]:
             top = top[: p.included - 1] + [gold]
-            p = build(query, [Candidate(docs[t].title, _extractive(docs[t].text)) for t in top])
+            name.setdefault(gold, gold)
+            p = build(query, [Candidate(docs[name[t]].title, _extractive(docs[t].text)) for t in top])
         inc = top[: p.included]
-        ch = copy_choices([tok.docid(t) for t in inc], inc.index(gold)) if e.choice_loss >= 0 else None
-        return Instance(p.ids, [tok.copy_id] + tok.docid(gold), ch)
+        ch = copy_choices([tok.docid(name[t]) for t in inc], inc.index(gold)) if e.choice_loss >= 0 else None
+        return Instance(p.ids, [tok.copy_id] + tok.docid(name[gold]), ch)
 
     t0 = time.time()
     losses: list[float] = []
@@ -213,6 +241,17 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
            "loss_first50": sum(losses[:50]) / max(1, len(losses[:50])),
            "loss_last50": sum(losses[-50:]) / max(1, len(losses[-50:]))}
     res["serve"] = serve_table(step, empty, tok.encode, tok.end_id, tok.copy_id, gtrie, split, build, e.eval_n, (10,))
+    # reading alone: the same queries with each top-10 shuffled (seeded), so BM25's order cannot help; chance 0.10
+    res["serve_shuffled"] = serve_table(step, empty, tok.encode, tok.end_id, tok.copy_id, gtrie, split, build,
+                                        e.eval_n, (10,), contexts=ShuffledContexts(BM25Contexts(split.d_new, split.docs)))
+    if e.synthetic > 0:
+        # the synthetic task itself on held-out documents: spans of D_new summaries, each top-10 shuffled
+        vrng = random.Random(1234)
+        vq = [(visible_query if e.visible else synthetic_query)(split.docs[d].text, vrng) for d in split.d_new]
+        vq = [Query(f"syn{i}", s, d, "dev") for i, (s, d) in enumerate(zip(vq, split.d_new)) if s][: e.eval_n]
+        res["synthetic_shuffled"] = serve_table(step, empty, tok.encode, tok.end_id, tok.copy_id, gtrie, split, build,
+                                                e.eval_n, (10,), queries=vq,
+                                                contexts=ShuffledContexts(BM25Contexts(split.d_new, split.docs)))
     # train-style: dev-half queries of D_train documents (never trained), BM25 over D_train
     if not e.train_style:
         return _save(res, out_dir, e, log)
@@ -231,7 +270,9 @@ def _save(res: dict, out_dir: str, e: Exp, log) -> dict:
     with open(os.path.join(out_dir, f"{e.name}.json"), "w") as f:
         json.dump(res, f, indent=1)
     log(json.dumps({k: res[k] for k in ("steps", "loss_first50", "loss_last50", "train_s")}) + " serve " +
-        json.dumps(res["serve"]["n10"]) + " train_style " + json.dumps(res.get("train_style", {}).get("n10")))
+        json.dumps(res["serve"]["n10"]) + " train_style " + json.dumps(res.get("train_style", {}).get("n10")) +
+        " serve_shuffled " + json.dumps(res.get("serve_shuffled", {}).get("n10")) +
+        " synthetic_shuffled " + json.dumps(res.get("synthetic_shuffled", {}).get("n10")))
     return res
 
 
@@ -255,6 +296,12 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=0, help="train exactly this many steps instead of --minutes")
     ap.add_argument("--choice-loss", type=float, default=-1.0,
                     help=">= 0: the decision loss (the gold among the trie's choices) plus this weight x the usual loss")
+    ap.add_argument("--visible", action="store_true",
+                    help="synthetic spans only from the words the prompt shows (the summary's first 16 words)")
+    ap.add_argument("--swap-titles", type=float, default=0.0,
+                    help="share of instances whose candidates carry random titles (answerable only by reading)")
+    ap.add_argument("--shuffle", type=float, default=0.0,
+                    help="share of training instances whose candidates are in a random order")
     ap.add_argument("--zero-shot", action="store_true",
                     help="no training: evaluate the untouched full-depth SmolLM2-135M-Instruct in this prompt format")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "results", "exp16"))
@@ -262,7 +309,7 @@ def main(argv=None) -> None:
     e = Exp(a.name, a.prompt_format, a.query_first, a.model, a.minutes, tuple(a.context_n), lr=a.lr,
             synthetic=a.synthetic, wiki=a.wiki, curriculum=a.curriculum, seed=a.seed, eval_n=a.eval_n,
             threads=a.threads, zero_shot=a.zero_shot, train_style=not a.no_train_style, steps=a.steps,
-            choice_loss=a.choice_loss)
+            choice_loss=a.choice_loss, shuffle=a.shuffle, visible=a.visible, swap_titles=a.swap_titles)
     run(e, a.out)
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from icicle.configs import get_config
-from icicle.contexts import BM25Contexts
+from icicle.contexts import BM25Contexts, ShuffledContexts
 from icicle.data import Doc, Query
 from icicle.model import Decoder, ModelConfig
 from icicle.prompt import build_prompt
@@ -36,6 +36,17 @@ def test_ranked_is_bm25_order_and_context_places_the_gold():
         c.context(q, 0, with_gold=True)
     with pytest.raises(ValueError, match="non-empty pool"):
         BM25Contexts([], DOCS)
+
+
+def test_shuffled_contexts_permute_the_top_n_only_and_stably_per_query():
+    c = BM25Contexts(sorted(DOCS), DOCS)
+    s = ShuffledContexts(c, n=3)
+    for q in ("capital of Norway Oslofjord", "capital city", "rain Norway Bergen coast"):
+        plain, shuffled = c.ranked(q), s.ranked(q)
+        assert sorted(shuffled[:3]) == sorted(plain[:3]) and shuffled[3:] == plain[3:]
+        assert s.ranked(q) == shuffled  # fixed by the query text
+    qs = [f"capital of Norway {i}" for i in range(12)]
+    assert any(s.ranked(q)[:3] != c.ranked(q)[:3] for q in qs)  # some order does change
 
 
 def test_bm25_instance_keeps_the_gold_inside_the_budget(tok):

@@ -1,7 +1,7 @@
 """Pure pieces of the issue-16 experiments: synthetic queries and the query-first prompt."""
 import random
 
-from icicle.experiment import Exp, make_builder, synthetic_query
+from icicle.experiment import Exp, make_builder, retitled, synthetic_query, visible_query
 from icicle.prompt import TEMPLATE_V2, Candidate, build_prompt
 
 
@@ -26,3 +26,21 @@ def test_query_first_prompt(tok):
     assert qf.ids[len(h) + len(q):] == plain.ids[len(h):]  # then the same candidates and query block
     tight = make_builder(tok, Exp("x", prompt_format=2, budget=len(plain.ids), query_first=True))("what is it", cands)
     assert len(tight.ids) <= len(plain.ids)  # the extra block counts in the budget
+
+
+def test_visible_query_is_a_span_of_the_shown_words():
+    text = "w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 hidden1 hidden2 hidden3 hidden4."
+    got = [visible_query(text, random.Random(seed)) for seed in range(30)]
+    spans = [q for q in got if q is not None]  # None: the drops left fewer than 3 words
+    assert len(spans) >= 20
+    for q in spans:
+        assert 3 <= len(q.split()) <= 8
+        assert not any(w.startswith("hidden") for w in q.split())
+    assert visible_query("one two three", random.Random(0)) is None
+
+
+def test_retitled_gives_each_candidate_a_distinct_pool_title():
+    pool = [f"d{i}" for i in range(50)]
+    m = retitled(["a", "b", "c"], pool, random.Random(3))
+    assert sorted(m) == ["a", "b", "c"] and len(set(m.values())) == 3 and set(m.values()) <= set(pool)
+    assert m == retitled(["a", "b", "c"], pool, random.Random(3))

@@ -43,3 +43,7 @@ def test_eval_serve_reports_the_serve_view(tok, split):
         assert 0 <= r[k] <= 1, (k, r[k])
     assert sum(r["gold_pos"].values()) == round(r["gold_in_prompt"] * 4)
     assert all(1 <= pos <= 5 for pos in r["gold_pos"]) and all(1 <= pos <= 5 for pos in r["pick_pos"])
+    # the rank prior: weight 0 is the model alone; a huge weight is BM25's order (the gold at [1])
+    fused, gin = r["copy_pick_with_rank_prior"], sum(r["gold_pos"].values())
+    assert fused["0.0"] == r["copy_pick"]
+    assert fused["100.0"] == r["gold_pos"].get(1, 0) / max(1, gin)
