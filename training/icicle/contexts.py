@@ -74,6 +74,38 @@ class ShuffledContexts:
         return random.Random(query).sample(top, len(top)) + hits[self.n:]
 
 
+class ElasticsearchContexts:
+    """The sidecar's own candidate lists: Elasticsearch's top hits among unseen documents of an index that
+    `icicle ingest` wrote, with the query adapter.searchBody sends (best_fields multi_match, tie_breaker 0.5, over
+    title, summary and text; filter seen=false). A diagnostic (diagnose serve --es), never used in training."""
+
+    def __init__(self, url: str, index: str = "icicle-docs", depth: int = 10) -> None:
+        self.url, self.index, self.depth = url.rstrip("/"), index, depth
+        self._cache: dict[str, list[str]] = {}
+
+    def body(self, query: str) -> dict:
+        match = {"multi_match": {"query": query, "type": "best_fields", "fields": ["title", "summary", "text"],
+                                 "tie_breaker": 0.5}}
+        return {"size": self.depth, "query": {"bool": {"must": match, "filter": [{"term": {"seen": False}}]}},
+                "_source": ["docid"], "track_total_hits": False}
+
+    def prefetch(self, queries: Sequence[str]) -> None:
+        for q in queries:
+            self.ranked(q)
+
+    def ranked(self, query: str) -> list[str]:
+        if query not in self._cache:
+            import json
+            import urllib.request
+
+            req = urllib.request.Request(f"{self.url}/{self.index}/_search", data=json.dumps(self.body(query)).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                hits = json.load(r)["hits"]["hits"]
+            self._cache[query] = [h["_source"]["docid"] for h in hits]
+        return self._cache[query]
+
+
 def draw_n(context_n: Sequence[int], rng: random.Random) -> int:
     """One context size from the config's choices."""
     return rng.choice(list(context_n))

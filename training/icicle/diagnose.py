@@ -1,6 +1,6 @@
 """Diagnostics for issue 16: does the model read its context? Two views, both printed as JSON.
 
-    python -m icicle.diagnose serve --model-dir ../models/small [--n 68] [--ns 10 100] [--sidecar] [--shuffled]
+    python -m icicle.diagnose serve --model-dir ../models/small [--n 68] [--ns 10 100] [--sidecar [--es URL]] [--shuffled]
     python -m icicle.diagnose instances --config small [--queries 300]
 
 serve: the sidecar's situation (train.eval_serve's definition) on a MODEL_FORMAT.md directory through ONNX Runtime:
@@ -11,7 +11,8 @@ prompt), copy_first (the copy route's best is candidate [1]), and the histograms
 copy route's pick position (1-based; the issue's table), with copy_pick split by gold at [1] or later.
 copy_pick_with_rank_prior: copy_pick after adding -w*log(BM25 rank) to each candidate's copy score, per w.
 --sidecar takes the demo's situation instead (every document outside seen_docids.txt is the pool, NQ dev queries in
-file order; bm25s still stands in for Elasticsearch, so contexts differ from the sidecar's in their tails);
+file order; bm25s stands in for Elasticsearch, so contexts differ from the sidecar's in their tails, unless --es
+names the demo's Elasticsearch, whose index then gives the very lists the sidecar puts in its prompts);
 --shuffled shuffles each top 10, so that copy_pick measures reading alone (chance 0.10).
 
 instances: what stage-1 instances of a config teach (no model): where the gold sits in context-dependent
@@ -30,7 +31,7 @@ import os
 import random
 from typing import Callable, Sequence
 
-from .contexts import BM25Contexts, ShuffledContexts
+from .contexts import BM25Contexts, ElasticsearchContexts, ShuffledContexts
 from .data import Split, load_beir, make_split
 from .decode import CachedPromptScorer, Trie, decode
 from .prompt import Candidate, build_prompt, contains_run
@@ -109,10 +110,11 @@ def serve_table(step, empty, encode: Callable[[str], list[int]], end_id: int, co
 
 
 def serve_model_dir(model_dir: str, n: int, ns: Sequence[int], threads: int = 2, sidecar: bool = False,
-                    shuffled: bool = False) -> dict:
+                    shuffled: bool = False, es: str = "") -> dict:
     """serve_table on a model directory; sidecar=True takes the demo's situation instead of eval_serve's: the pool
     is every document outside the model's seen_docids.txt (what `icicle ingest` marks new) and the queries are
-    sidecar_queries. shuffled=True puts each query's top 10 in a random order fixed by the query (ShuffledContexts):
+    sidecar_queries; es (a URL, with sidecar) takes the candidate lists from that Elasticsearch's index as the sidecar
+    does (ElasticsearchContexts) instead of bm25s. shuffled=True puts each query's top 10 in a random order fixed by the query (ShuffledContexts):
     BM25's order then tells nothing, so copy_pick measures reading alone (chance 1/N)."""
     from .decode import ort_step
     from .evaluate import load_model_dir
@@ -130,14 +132,16 @@ def serve_model_dir(model_dir: str, n: int, ns: Sequence[int], threads: int = 2,
     if sidecar:
         with open(os.path.join(model_dir, "seen_docids.txt"), encoding="utf-8") as f:
             seen = {line.strip() for line in f if line.strip()}
-        contexts = BM25Contexts(sorted(d for d in split.docs if d not in seen), split.docs)
+        contexts = (ElasticsearchContexts(es, depth=max(ns)) if es else
+                    BM25Contexts(sorted(d for d in split.docs if d not in seen), split.docs))
         queries = sidecar_queries(load_beir()[1], seen, n)
     if shuffled:
         contexts = ShuffledContexts(contexts or BM25Contexts(split.d_new, split.docs))
     res = serve_table(ort_step(md.session, man["num_layers"]), md.empty_past(), md.tok.encode, md.tok.end_id,
                       md.tok.copy_id, md.global_trie, split, build, n, ns, contexts=contexts, queries=queries)
     return {"model_dir": model_dir, "prompt_format": md.prompt_format, "onnx": md.onnx,
-            "situation": ("sidecar demo" if sidecar else "eval_serve") + (", top 10 shuffled" if shuffled else ""), **res}
+            "situation": ("sidecar demo" if sidecar else "eval_serve") + (", Elasticsearch " + es if es and sidecar else "")
+            + (", top 10 shuffled" if shuffled else ""), **res}
 
 
 def instance_stats(config: str, n_queries: int = 300, seed: int = 0) -> dict:
@@ -211,6 +215,8 @@ def main(argv=None) -> None:
     s.add_argument("--threads", type=int, default=2)
     s.add_argument("--sidecar", action="store_true",
                    help="the demo's pool (all documents not seen) and queries (NQ dev, file order) instead")
+    s.add_argument("--es", default="", help="with --sidecar: take the candidates from this Elasticsearch (the demo's "
+                   "index, e.g. http://127.0.0.1:9200) as the sidecar does, instead of bm25s")
     s.add_argument("--shuffled", action="store_true",
                    help="each query's top 10 in a random order: copy_pick then measures reading alone (chance 0.1)")
     i = sub.add_parser("instances")
@@ -218,7 +224,7 @@ def main(argv=None) -> None:
     i.add_argument("--queries", type=int, default=300)
     a = ap.parse_args(argv)
     if a.cmd == "serve":
-        out = serve_model_dir(a.model_dir, a.n, a.ns, a.threads, a.sidecar, a.shuffled)
+        out = serve_model_dir(a.model_dir, a.n, a.ns, a.threads, a.sidecar, a.shuffled, a.es)
     else:
         out = instance_stats(a.config, a.queries)
     print(json.dumps(out, indent=1))

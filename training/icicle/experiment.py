@@ -2,6 +2,7 @@
 
     python -m icicle.experiment --name f2 --prompt-format 2 --minutes 6 [--query-first] [--synthetic 0.5]
                                 [--curriculum] [--choice-loss W] [--model 2x64|4x128] [--out ../training/results/exp16]
+                                [--visible] [--shuffle F] [--swap-titles F]
 
 One run = one change against a baseline with everything else fixed (seed, model, budget, time box): a random-init
 model with the SmolLM2 tokenizer is trained from scratch for --minutes on context-dependent instances only (the
@@ -11,12 +12,20 @@ answer is always [COPY] + the gold's docid, so the run measures reading, not rou
   the first choices early and all of them late; `--context-n 1 3 5 10 --curriculum` starts from one candidate);
 - with --synthetic F, a share F of the instances is synthetic (item 3): a span of a D_train document (one of its
   sentences, or with --wiki also a wiki_intro_pool introduction's) with a few words dropped is the query, its BM25
-  top-n over the same pool the context, its title the answer; titles of the wiki pool then join the output vocabulary.
+  top-n over the same pool the context, its title the answer; titles of the wiki pool then join the output vocabulary;
+  --visible draws the span from the words a prompt shows instead (4-8 of the summary's first 16 words): the
+  sentences are mostly beyond the 24 summary tokens, so that span could not be found in the context;
+- --shuffle F shuffles that share of the candidate lists (BM25's order then tells nothing);
+- --swap-titles F gives that share of the instances a random pool title per candidate (the answer: the title shown
+  above the gold's summary), so the answer cannot be recalled from the query, only found by reading.
 --choice-loss W trains the decision loss instead (train.choice_loss_on: at each title token the gold among the
 trie's choices, what the decoder renormalises over) plus W x the usual loss.
 Evaluation (diagnose.serve_table, beam 1): serve-style = NQ dev-half queries of D_new documents with BM25 top-N over
-D_new (what the sidecar serves); train-style = dev-half queries of D_train documents with BM25 over D_train. The
-JSON has copy pick by the gold's position and the copy route's pick histogram.
+D_new (what the sidecar serves); serve_shuffled = the same with each top 10 shuffled (reading alone, chance 0.10);
+synthetic_shuffled (with --synthetic) = spans of held-out D_new documents as queries, top 10 shuffled (the synthetic
+task on documents never trained); train-style = dev-half queries of D_train documents with BM25 over D_train. The
+JSON has copy pick by the gold's position and the copy route's pick histogram. Note that the training loss does not
+measure reading: it falls with memorising (query -> title for the training documents) and with better copying.
 
 --query-first puts a query block ("Query: {query}\\n") right after the header as well as the usual query block at
 the end, so every candidate's tokens can attend to the query (a Python-only experiment: MODEL_FORMAT.md has no such

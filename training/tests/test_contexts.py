@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from icicle.configs import get_config
-from icicle.contexts import BM25Contexts, ShuffledContexts
+from icicle.contexts import BM25Contexts, ElasticsearchContexts, ShuffledContexts
 from icicle.data import Doc, Query
 from icicle.model import Decoder, ModelConfig
 from icicle.prompt import build_prompt
@@ -47,6 +47,15 @@ def test_shuffled_contexts_permute_the_top_n_only_and_stably_per_query():
         assert s.ranked(q) == shuffled  # fixed by the query text
     qs = [f"capital of Norway {i}" for i in range(12)]
     assert any(s.ranked(q)[:3] != c.ranked(q)[:3] for q in qs)  # some order does change
+
+
+def test_elasticsearch_contexts_send_the_sidecars_query():
+    """The body adapter.searchBody sends for SearchNew (best_fields over title, summary, text; seen=false)."""
+    b = ElasticsearchContexts("http://127.0.0.1:9200/", depth=10).body("who sang it")
+    mm = b["query"]["bool"]["must"]["multi_match"]
+    assert mm == {"query": "who sang it", "type": "best_fields", "fields": ["title", "summary", "text"],
+                  "tie_breaker": 0.5}
+    assert b["query"]["bool"]["filter"] == [{"term": {"seen": False}}] and b["size"] == 10
 
 
 def test_bm25_instance_keeps_the_gold_inside_the_budget(tok):
