@@ -47,6 +47,11 @@ class TrainConfig:
     # n drawn from copy_warmup_n under the curriculum (one candidate first). 0 = none. It forms the copying
     # circuit in a fresh model before indexing makes recall the cheaper answer (training/results/README.md).
     copy_warmup_steps: int = 0
+    # Share of context-dependent instances (copy warm-up and stage 1) whose candidates show random D_train titles
+    # (train.retitled; the answer is the title shown above the gold's summary), so that only reading answers them,
+    # never memory. 0 = none (every shipped config so far): session 6's runs showed it removes the memory shortcut
+    # but did not form reading on 2 CPU cores (training/results/README.md, issue 16).
+    swap_titles: float = 0.0
     copy_warmup_n: tuple[int, ...] = (1, 3, 5, 10)
     copy_warmup: StageConfig = field(default_factory=lambda: StageConfig(epochs=0, lr=2e-3, batch=16))
     stage0: StageConfig = field(default_factory=lambda: StageConfig(epochs=30, lr=3e-3))

@@ -1,7 +1,7 @@
 """Controlled, time-boxed reading experiments for issue 16 (CPU minutes, not the pipeline).
 
     python -m icicle.experiment --name f2 --prompt-format 2 --minutes 6 [--query-first] [--synthetic 0.5]
-                                [--curriculum] [--choice-loss W] [--model 2x64|4x128] [--out ../training/results/exp16]
+                                [--curriculum] [--choice-loss W] [--model 2x64|4x128|smollm135] [--out ../training/results/exp16]
                                 [--visible] [--shuffle F] [--swap-titles F]
 
 One run = one change against a baseline with everything else fixed (seed, model, budget, time box): a random-init
@@ -50,8 +50,9 @@ from .decode import Trie, torch_step
 from .diagnose import serve_table
 from .model import Decoder, ModelConfig
 from .prompt import Candidate, Prompt, build_prompt
-from .train import Instance, _extractive, choice_loss_on, copy_choices, docid_vocab, loss_on, widened
+from .train import Instance, _extractive, choice_loss_on, copy_choices, docid_vocab, loss_on, retitled, widened
 
+PRETRAINED = "smollm135"  # --model smollm135: the whole SmolLM2-135M-Instruct (smollm30's backbone), fine-tuned
 MODELS = {
     "2x64": ModelConfig(vocab_size=49153, hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=172,
                         max_context_tokens=512),
@@ -140,13 +141,6 @@ def visible_query(text: str, rng: random.Random, words: int = 16) -> str | None:
     return " ".join(span) if len(span) >= 3 else None
 
 
-def retitled(top: list[str], pool: list[str], rng: random.Random) -> dict[str, str]:
-    """--swap-titles: each candidate docid -> a distinct docid of the pool whose title it will show (and, for the
-    gold, the answer). Title and summary then belong to different documents, so no query maps to its answer
-    from memory: only reading which summary matches the query does."""
-    return dict(zip(top, rng.sample(pool, len(top))))
-
-
 def run(e: Exp, out_dir: str, log=print) -> dict:
     torch.manual_seed(e.seed)
     torch.set_num_threads(e.threads)
@@ -186,7 +180,7 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
         ctx_train.prefetch([s for s, _ in synth])
     out_vocab = docid_vocab(tok, pool)
     build = make_builder(tok, e)
-    if e.zero_shot:
+    if e.zero_shot or e.model == PRETRAINED:
         from .backbone import SMOLLM2, load_backbone
         from .configs import get_config
 
@@ -291,7 +285,8 @@ def main(argv=None) -> None:
     ap.add_argument("--name", required=True)
     ap.add_argument("--prompt-format", type=int, default=2)
     ap.add_argument("--query-first", action="store_true")
-    ap.add_argument("--model", choices=sorted(MODELS), default="2x64")
+    ap.add_argument("--model", choices=sorted(MODELS) + [PRETRAINED], default="2x64",
+                    help=f"a from-scratch shape, or {PRETRAINED}: fine-tune the whole pretrained SmolLM2-135M")
     ap.add_argument("--minutes", type=float, default=6.0)
     ap.add_argument("--context-n", type=int, nargs="+", default=[3, 5, 10])
     ap.add_argument("--lr", type=float, default=2e-3)

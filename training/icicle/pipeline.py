@@ -61,6 +61,9 @@ def main(argv=None) -> None:
                     help="cpu, cuda or cuda:N (default: cuda if available, else cpu); export always runs on the CPU")
     ap.add_argument("--micro-batch", type=int, default=None, metavar="N",
                     help="gradient accumulation over micro-batches of N instances (default: the config's)")
+    ap.add_argument("--swap-titles", type=float, default=None, metavar="F",
+                    help="share 0-1 of context-dependent instances shown with random D_train titles, answerable only "
+                    "by reading (TrainConfig.swap_titles; default: the config's, 0 in every shipped config)")
     ap.add_argument("--round-epochs", type=int, default=0, metavar="N",
                     help="with --more-stage1: N epochs per extra round (default: the config's stage-1 epochs)")
     a = ap.parse_args(argv)
@@ -72,6 +75,10 @@ def main(argv=None) -> None:
         cfg = replace(cfg, stage1=replace(cfg.stage1, epochs=a.round_epochs))
     if a.micro_batch is not None:
         cfg = replace(cfg, micro_batch=a.micro_batch)
+    if a.swap_titles is not None:
+        if not 0.0 <= a.swap_titles <= 1.0:
+            raise SystemExit(f"--swap-titles: a share from 0 to 1, got {a.swap_titles}")
+        cfg = replace(cfg, swap_titles=a.swap_titles)
     dev = resolve_device(a.device)
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -108,6 +115,8 @@ def main(argv=None) -> None:
     report["train_out_vocab"] = int(out_vocab.numel())
     report["device"] = str(dev)
     report["prompt_format"] = cfg.prompt_format
+    if cfg.swap_titles:
+        report["swap_titles"] = cfg.swap_titles
     start = 0
     if a.from_stage:
         model.load_state_dict(torch.load(os.path.join(work, f"{a.from_stage}.pt"), map_location="cpu"))

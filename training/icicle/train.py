@@ -28,6 +28,7 @@ import os
 import random
 import time
 from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -116,19 +117,31 @@ def index_instances(tok: Tok, corpus: Corpus, cfg: TrainConfig) -> list[Instance
 
 
 def candidate_prompt(tok: Tok, cfg: TrainConfig, query: str, titles: list[str], docs: dict[str, Doc],
-                     title_only: bool = False):
-    """The prompt for query over the candidates titles (in that order) under the config's budget and cap."""
-    cands = [Candidate(docs[t].title, summary_of(tok, docs[t])) for t in titles]
+                     title_only: bool = False, shown: Mapping[str, str] | None = None):
+    """The prompt for query over the candidates titles (in that order) under the config's budget and cap; with
+    shown, candidate t shows the title of document shown[t] above its own summary (retitled)."""
+    shown = shown or {}
+    cands = [Candidate(docs[shown.get(t, t)].title, summary_of(tok, docs[t])) for t in titles]
     return build_prompt(tok.encode, query, cands, cfg.max_prompt_tokens, max_summary_tokens=cfg.max_summary_tokens,
                         title_only=title_only, prompt_format=cfg.prompt_format)
 
 
+def retitled(top: list[str], pool: Sequence[str], rng: random.Random) -> dict[str, str]:
+    """TrainConfig.swap_titles: each candidate docid -> a distinct docid of the pool whose title it shows (and, for
+    the gold, the answer). Title and summary then belong to different documents, so no query maps to its answer
+    from memory: only reading which summary matches the query does (training/results/README.md, issue 16)."""
+    return dict(zip(top, rng.sample(list(pool), len(top))))
+
+
 def icl_instance(tok: Tok, cfg: TrainConfig, q: Query, docs: dict[str, Doc], negs: NegativeSampler,
-                 rng: random.Random, with_gold: bool, title_only: bool = False) -> tuple[Instance, list[str]]:
+                 rng: random.Random, with_gold: bool, title_only: bool = False,
+                 title_pool: Sequence[str] = ()) -> tuple[Instance, list[str]]:
     """Builds one context-dependent (with_gold) or query-irrelevant instance; returns it and its titles.
 
     negs is a NegativeSampler (cfg.shots candidates, the gold at a random position) or BM25Contexts (a
-    context size drawn from cfg.context_n, candidates in BM25 order; contexts.py)."""
+    context size drawn from cfg.context_n, candidates in BM25 order; contexts.py). With cfg.swap_titles > 0 and
+    a title_pool (D_train docids), that share of context-dependent instances is retitled: the returned titles are
+    then the shown ones, and the answer is [COPY] + the title shown above the gold's summary."""
     if isinstance(negs, BM25Contexts):
         titles = negs.context(q, draw_n(cfg.context_n, rng), with_gold)
     else:
@@ -136,31 +149,35 @@ def icl_instance(tok: Tok, cfg: TrainConfig, q: Query, docs: dict[str, Doc], neg
         titles = negs.sample(q.docid, k, rng)
         if with_gold:
             titles.insert(rng.randrange(cfg.shots), q.docid)
+    shown: dict[str, str] = {}
+    if with_gold and title_pool and cfg.swap_titles > 0 and rng.random() < cfg.swap_titles:
+        shown = retitled(titles, title_pool, rng)
 
-    p = candidate_prompt(tok, cfg, q.query, titles, docs, title_only)
+    p = candidate_prompt(tok, cfg, q.query, titles, docs, title_only, shown)
     if with_gold and 0 < p.included < len(titles) and q.docid not in titles[: p.included]:
         # the budget cut the gold off: it takes the last place that fits (the answer must be copyable)
         titles = titles[: p.included - 1] + [q.docid]
-        p = candidate_prompt(tok, cfg, q.query, titles, docs, title_only)
+        p = candidate_prompt(tok, cfg, q.query, titles, docs, title_only, shown)
     titles = titles[: p.included]
-    ans = tok.docid(q.docid)
+    ans = tok.docid(shown.get(q.docid, q.docid))
     if with_gold and q.docid in titles:
         ans = [tok.copy_id] + ans
-    return Instance(p.ids, ans), titles
+    return Instance(p.ids, ans), [shown.get(t, t) for t in titles]
 
 
 def stage1_instances(tok: Tok, corpus: Corpus, cfg: TrainConfig, negs: NegativeSampler, rng: random.Random,
                      anchors: list[Instance], copy_negs: NegativeSampler | None = None) -> list[Instance]:
     out = []
+    pool = sorted({q.docid for q in corpus.train_queries + corpus.copy_queries}) if cfg.swap_titles > 0 else ()
     for q in corpus.train_queries:
-        out.append(icl_instance(tok, cfg, q, corpus.docs, negs, rng, True)[0])
+        out.append(icl_instance(tok, cfg, q, corpus.docs, negs, rng, True, title_pool=pool)[0])
         out.append(icl_instance(tok, cfg, q, corpus.docs, negs, rng, False)[0])
     extra = min(cfg.copy_pool_queries, len(corpus.copy_queries))
     if extra:
         # negatives from the same unmemorised pool, so "pick the title I don't know" is no shortcut
         copy_negs = copy_negs or RandomNegatives(sorted({q.docid for q in corpus.copy_queries}))
     for q in rng.sample(corpus.copy_queries, extra):
-        out.append(icl_instance(tok, cfg, q, corpus.docs, copy_negs, rng, True)[0])
+        out.append(icl_instance(tok, cfg, q, corpus.docs, copy_negs, rng, True, title_pool=pool)[0])
     n_anchor = min(len(anchors), int(round(cfg.anchor_ratio * len(out))))
     out += rng.sample(anchors, n_anchor)
     return out
@@ -324,7 +341,8 @@ def copy_warmup(model: Decoder, tok: Tok, cfg: TrainConfig, split: Split, contex
     t0 = time.time()
     for step in range(steps):
         c = replace(cfg, context_n=widened(sizes, step / steps))
-        bt = [icl_instance(tok, c, rng.choice(queries), split.docs, contexts, rng, True)[0] for _ in range(sc.batch)]
+        bt = [icl_instance(tok, c, rng.choice(queries), split.docs, contexts, rng, True, title_pool=split.d_train)[0]
+              for _ in range(sc.batch)]
         opt.zero_grad(set_to_none=True)
         losses.append(accumulate_loss(model, bt, out_vocab, cfg.micro_batch, cfg.bf16))
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

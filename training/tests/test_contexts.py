@@ -75,6 +75,29 @@ def test_bm25_instance_keeps_the_gold_inside_the_budget(tok):
     assert "Tea" not in titles3 and noise.answer[0] != tok.copy_id
 
 
+def test_swap_titles_shows_pool_titles_over_the_same_summaries(tok):
+    """TrainConfig.swap_titles: a retitled context-dependent instance shows pool titles above the candidates' own
+    summaries, and its answer is [COPY] + the title shown above the gold's summary."""
+    docs = dict(DOCS)
+    for i in range(8):
+        docs[f"Pool {i}"] = Doc(f"Pool {i}", f"Pool {i}", f"Unrelated pool text number {i}.")
+    pool = [f"Pool {i}" for i in range(8)]
+    cfg = replace(get_config("small"), context_n=(3,), swap_titles=1.0)
+    c = BM25Contexts(sorted(DOCS), DOCS)
+    q = Query("q", "drink made from leaves", "Tea", "train")
+    inst, shown = icl_instance(tok, cfg, q, docs, c, random.Random(0), True, title_pool=pool)
+    assert set(shown) <= set(pool) and len(set(shown)) == len(shown) == 3
+    plain, real = icl_instance(tok, replace(cfg, swap_titles=0.0), q, docs, c, random.Random(0), True, title_pool=pool)
+    gold_shown = shown[real.index("Tea")]
+    assert inst.answer == [tok.copy_id] + tok.docid(gold_shown)
+    text = tok.tk.decode(inst.prompt)
+    assert "Tea is a drink" in text and "Title:\nTea\n" not in text and f"Title:\n{gold_shown}\n" in text
+    # no pool, or a query-irrelevant instance: nothing is retitled
+    assert icl_instance(tok, cfg, q, docs, c, random.Random(0), True)[1] == real
+    noise, titles = icl_instance(tok, cfg, q, docs, c, random.Random(0), False, title_pool=pool)
+    assert not set(titles) & set(pool)
+
+
 def test_train_logits_fused_causal_equals_masked_step():
     """train_logits runs the fused causal kernel on a right-padded batch; each row must equal the contract
     step() (explicit additive mask) on that sequence alone."""

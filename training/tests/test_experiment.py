@@ -1,7 +1,8 @@
 """Pure pieces of the issue-16 experiments: synthetic queries and the query-first prompt."""
 import random
 
-from icicle.experiment import Exp, make_builder, retitled, synthetic_query, visible_query
+from icicle.experiment import Exp, make_builder, synthetic_query, visible_query
+from icicle.train import retitled
 from icicle.prompt import TEMPLATE_V2, Candidate, build_prompt
 
 

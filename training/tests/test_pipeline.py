@@ -3,6 +3,8 @@ micro model, seconds)."""
 import os
 from dataclasses import replace
 
+import pytest
+
 from icicle import pipeline
 from icicle.configs import StageConfig, get_config
 from icicle.decode import Trie
@@ -47,3 +49,9 @@ def test_eval_serve_reports_the_serve_view(tok, split):
     fused, gin = r["copy_pick_with_rank_prior"], sum(r["gold_pos"].values())
     assert fused["0.0"] == r["copy_pick"]
     assert fused["100.0"] == r["gold_pos"].get(1, 0) / max(1, gin)
+
+
+def test_pipeline_rejects_a_swap_share_outside_0_1(tmp_path):
+    with pytest.raises(SystemExit, match="--swap-titles: a share from 0 to 1, got 1.5"):
+        pipeline.main(["--config", "tiny", "--out", str(tmp_path / "m"), "--swap-titles", "1.5"])
+    assert not (tmp_path / "m").exists()  # nothing written
