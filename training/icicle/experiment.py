@@ -116,17 +116,22 @@ def _header_ids(tok, e: Exp) -> list[int]:
 _SENT = re.compile(r"(?<=[.!?])\s+")
 
 
+def _span_with_drops(w: list[str], lo: int, hi: int, rng: random.Random) -> str | None:
+    """lo to hi consecutive words of w (fewer if w is shorter), with about one word in five dropped; None when
+    fewer than 3 words are left."""
+    k = rng.randint(lo, min(hi, len(w)))
+    start = rng.randint(0, len(w) - k)
+    span = [x for x in w[start: start + k] if rng.random() > 0.2]
+    return " ".join(span) if len(span) >= 3 else None
+
+
 def synthetic_query(text: str, rng: random.Random) -> str | None:
     """A question-like span of a document: one of its first sentences (the part a prompt summary shows), 5-16
     words of it, with about one word in five dropped; None when the text has no usable sentence."""
     sents = [s for s in _SENT.split(text)[:3] if len(s.split()) >= 5]
     if not sents:
         return None
-    w = rng.choice(sents).split()
-    k = rng.randint(5, min(16, len(w)))
-    start = rng.randint(0, len(w) - k)
-    span = [x for x in w[start: start + k] if rng.random() > 0.2]
-    return " ".join(span) if len(span) >= 3 else None
+    return _span_with_drops(rng.choice(sents).split(), 5, 16, rng)
 
 
 def visible_query(text: str, rng: random.Random, words: int = 16) -> str | None:
@@ -135,10 +140,7 @@ def visible_query(text: str, rng: random.Random, words: int = 16) -> str | None:
     w = _extractive(text).split()[:words]
     if len(w) < 6:
         return None
-    k = rng.randint(4, min(8, len(w)))
-    start = rng.randint(0, len(w) - k)
-    span = [x for x in w[start: start + k] if rng.random() > 0.2]
-    return " ".join(span) if len(span) >= 3 else None
+    return _span_with_drops(w, 4, 8, rng)
 
 
 def run(e: Exp, out_dir: str, log=print) -> dict:
@@ -290,6 +292,7 @@ def main(argv=None) -> None:
     ap.add_argument("--minutes", type=float, default=6.0)
     ap.add_argument("--context-n", type=int, nargs="+", default=[3, 5, 10])
     ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--batch", type=int, default=16, help="instances per optimizer step")
     ap.add_argument("--synthetic", type=float, default=0.0)
     ap.add_argument("--wiki", action="store_true")
     ap.add_argument("--curriculum", action="store_true")
@@ -310,7 +313,7 @@ def main(argv=None) -> None:
                     help="no training: evaluate the untouched full-depth SmolLM2-135M-Instruct in this prompt format")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "results", "exp16"))
     a = ap.parse_args(argv)
-    e = Exp(a.name, a.prompt_format, a.query_first, a.model, a.minutes, tuple(a.context_n), lr=a.lr,
+    e = Exp(a.name, a.prompt_format, a.query_first, a.model, a.minutes, tuple(a.context_n), lr=a.lr, batch=a.batch,
             synthetic=a.synthetic, wiki=a.wiki, curriculum=a.curriculum, seed=a.seed, eval_n=a.eval_n,
             threads=a.threads, zero_shot=a.zero_shot, train_style=not a.no_train_style, steps=a.steps,
             choice_loss=a.choice_loss, shuffle=a.shuffle, visible=a.visible, swap_titles=a.swap_titles)
