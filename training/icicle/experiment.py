@@ -91,6 +91,9 @@ class Exp:
     # summary's new title): the query then cannot be mapped to its answer from memory, only by reading
     swap_titles: float = 0.0
     shuffle: float = 0.0  # share of training instances whose candidates are shuffled (the gold's rank says nothing)
+    # with --model smollm135: write the trained weights as WORK/stage3.pt, so that
+    # `python -m icicle.pipeline --config smollm30 --work WORK --from stage3 --out DIR` exports a servable directory
+    save_work: str = ""
 
 
 def make_builder(tok, e: Exp):
@@ -239,6 +242,8 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
             log(f"{e.name} step {len(losses)} loss(last 50) {sum(losses[-50:]) / 50:.3f} ({time.time() - t0:.0f}s)")
     model.eval()
     train_s = time.time() - t0
+    if e.save_work:
+        save_for_export(model, e, e.save_work, len(losses), train_s)
     step = torch_step(model)
     empty = [p.cpu().numpy() for p in model.empty_past()]
     gtrie = Trie.build(split.d_train, tok.encode, tok.end_id)
@@ -268,6 +273,17 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
     res["train_style"] = serve_table(step, empty, tok.encode, tok.end_id, tok.copy_id, gtrie, fake, build,
                                      e.eval_n, (10,), contexts=ctx_dt)
     return _save(res, out_dir, e, log)
+
+
+def save_for_export(model, e: Exp, work: str, steps: int, train_s: float) -> None:
+    """Writes WORK/stage3.pt and WORK/train_metrics.json as the pipeline's checkpoints do, for
+    `icicle.pipeline --config smollm30 --work WORK --from stage3` (export only): the experiment's pretrained model
+    is configs.smollm30's shape."""
+    os.makedirs(work, exist_ok=True)
+    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, os.path.join(work, "stage3.pt"))
+    with open(os.path.join(work, "train_metrics.json"), "w") as f:
+        json.dump({"config": "smollm30", "experiment": asdict(e), "steps": steps, "times_train": {"train_s": train_s}},
+                  f, indent=2)
 
 
 def _save(res: dict, out_dir: str, e: Exp, log) -> dict:
@@ -311,12 +327,18 @@ def main(argv=None) -> None:
                     help="share of training instances whose candidates are in a random order")
     ap.add_argument("--zero-shot", action="store_true",
                     help="no training: evaluate the untouched full-depth SmolLM2-135M-Instruct in this prompt format")
+    ap.add_argument("--save-work", default="", metavar="WORK",
+                    help=f"with --model {PRETRAINED}: write the trained weights as WORK/stage3.pt for "
+                    "`icicle.pipeline --config smollm30 --work WORK --from stage3 --out DIR` (export only)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "results", "exp16"))
     a = ap.parse_args(argv)
+    if a.save_work and not (a.zero_shot or a.model == PRETRAINED):
+        ap.error(f"--save-work: only --model {PRETRAINED} (or --zero-shot) has a pipeline config to export with, smollm30")
     e = Exp(a.name, a.prompt_format, a.query_first, a.model, a.minutes, tuple(a.context_n), lr=a.lr, batch=a.batch,
             synthetic=a.synthetic, wiki=a.wiki, curriculum=a.curriculum, seed=a.seed, eval_n=a.eval_n,
             threads=a.threads, zero_shot=a.zero_shot, train_style=not a.no_train_style, steps=a.steps,
-            choice_loss=a.choice_loss, shuffle=a.shuffle, visible=a.visible, swap_titles=a.swap_titles)
+            choice_loss=a.choice_loss, shuffle=a.shuffle, visible=a.visible, swap_titles=a.swap_titles,
+            save_work=a.save_work)
     run(e, a.out)
 
 

@@ -1,7 +1,14 @@
-"""Pure pieces of the issue-16 experiments: synthetic queries and the query-first prompt."""
+"""Pure pieces of the issue-16 experiments: synthetic queries, the query-first prompt, the export hand-off."""
+import json
+import os
 import random
 
-from icicle.experiment import Exp, make_builder, synthetic_query, visible_query
+import pytest
+import torch
+
+from icicle.model import Decoder
+
+from icicle.experiment import MODELS, PRETRAINED, Exp, main, make_builder, save_for_export, synthetic_query, visible_query
 from icicle.train import retitled
 from icicle.prompt import TEMPLATE_V2, Candidate, build_prompt
 
@@ -45,3 +52,20 @@ def test_retitled_gives_each_candidate_a_distinct_pool_title():
     m = retitled(["a", "b", "c"], pool, random.Random(3))
     assert sorted(m) == ["a", "b", "c"] and len(set(m.values())) == 3 and set(m.values()) <= set(pool)
     assert m == retitled(["a", "b", "c"], pool, random.Random(3))
+
+
+def test_save_for_export_writes_what_pipeline_from_stage3_reads(tmp_path):
+    model = Decoder(MODELS["2x64"])
+    save_for_export(model, Exp("r", model=PRETRAINED, save_work=str(tmp_path)), str(tmp_path), 7, 1.5)
+    back = Decoder(MODELS["2x64"])
+    back.load_state_dict(torch.load(os.path.join(tmp_path, "stage3.pt")))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), back.state_dict().values()))
+    m = json.load(open(os.path.join(tmp_path, "train_metrics.json")))
+    assert m["config"] == "smollm30" and m["steps"] == 7 and m["experiment"]["name"] == "r"
+
+
+def test_save_work_is_refused_for_a_from_scratch_model(tmp_path, capsys):
+    with pytest.raises(SystemExit) as ex:
+        main(["--name", "x", "--model", "2x64", "--save-work", str(tmp_path)])
+    assert ex.value.code == 2 and "--save-work" in capsys.readouterr().err
+    assert not os.listdir(tmp_path)
