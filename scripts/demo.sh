@@ -5,7 +5,8 @@
 #   scripts/demo.sh stop    (make stop)   stop the sidecar and the Elasticsearch node
 # Environment: ICICLE_MODEL_DIR [models/small], ICICLE_SERVER_ADDR [127.0.0.1:8080],
 # ICICLE_ES_PORT [9200], DEMO_QUERIES [100] (dev queries per seen/new group), DEMO_SWEEP [none] and
-# DEMO_PAPER_SHOTS [none] (e.g. 3,10,20,50,100: the N-shot sweep and the paper protocol, slower).
+# DEMO_PAPER_SHOTS [none] (e.g. 3,10,20,50,100: the N-shot sweep and the paper protocol, slower),
+# DEMO_CONCURRENCY [4] (requests in flight; 1 for per-query latency, or for a model slower than the queue).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 run=${ICICLE_RUN_DIR:-$PWD/.run}
@@ -55,7 +56,7 @@ curl -fsS "$url/readyz" >/dev/null || { echo "demo: sidecar not ready after 60 s
 printf '\n== Side by side: BM25 vs the sidecar on nq_qed dev queries (%s seen-document + %s new-document)\n\n' \
   "${DEMO_QUERIES:-100}" "${DEMO_QUERIES:-100}" >&2
 bin/icicle eval -sidecar "$url" -n "${DEMO_QUERIES:-100}" -sweep "${DEMO_SWEEP:-}" -paper-shots "${DEMO_PAPER_SHOTS:-}" \
-  -out "$run/eval"
+  -concurrency "${DEMO_CONCURRENCY:-4}" -out "$run/eval"
 echo "demo: full report in $run/eval/report.md (JSON and PNG plots beside it)" >&2
 
 cat <<TXT

@@ -101,8 +101,10 @@ def _tree_inputs(prefix_len: int, a: list[int], b: list[int]):
     return ids, pos, mask, idx
 
 
-def check_parity(model: Decoder, onnx_path: str, int8_path: str | None, seed: int = 0, trials: int = 4) -> ParityReport:
-    """Compares ORT against PyTorch as described in the module doc; raises AssertionError past tolerance."""
+def check_parity(model: Decoder, onnx_path: str, int8_path: str | None, seed: int = 0, trials: int = 4,
+                 int8_required: bool = True) -> ParityReport:
+    """Compares ORT against PyTorch as described in the module doc; raises AssertionError past tolerance.
+    int8_required=False (a model that ships its fp32 graph) reports the int8 agreement without enforcing it."""
     rng = np.random.default_rng(seed)
     c = model.c
     ts, os_ = torch_step(model), ort_step(ort_session(onnx_path), c.layers)
@@ -140,7 +142,7 @@ def check_parity(model: Decoder, onnx_path: str, int8_path: str | None, seed: in
     rep = ParityReport(fp32_max, tree_max, int8_max, agree / total if total else float("nan"))
     assert rep.fp32_max_abs <= FP32_ATOL, f"ORT vs PyTorch logits differ by {rep.fp32_max_abs}"
     assert rep.tree_max_abs <= FP32_ATOL, f"tree step differs from separate branches by {rep.tree_max_abs}"
-    if qs:
+    if qs and int8_required:
         assert rep.int8_top1_agreement >= INT8_MIN_TOP1, f"int8 top-1 agreement {rep.int8_top1_agreement}"
     return rep
 
