@@ -94,6 +94,7 @@ class Exp:
     # with --model smollm135: write the trained weights as WORK/stage3.pt, so that
     # `python -m icicle.pipeline --config smollm30 --work WORK --from stage3 --out DIR` exports a servable directory
     save_work: str = ""
+    init: str = ""  # start from these weights (a --save-work WORK/stage3.pt of the same --model) instead of the backbone
 
 
 def make_builder(tok, e: Exp):
@@ -193,6 +194,8 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
         model = load_backbone(cfg30.model, SMOLLM2, list(cfg30.backbone_keep), tok.copy_id)
     else:
         model = Decoder(MODELS[e.model])
+    if e.init:
+        model.load_state_dict(torch.load(e.init, map_location="cpu"))
     opt = torch.optim.AdamW(model.parameters(), lr=e.lr, betas=(0.9, 0.95))
     warm = 50
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
@@ -330,6 +333,8 @@ def main(argv=None) -> None:
     ap.add_argument("--save-work", default="", metavar="WORK",
                     help=f"with --model {PRETRAINED}: write the trained weights as WORK/stage3.pt for "
                     "`icicle.pipeline --config smollm30 --work WORK --from stage3 --out DIR` (export only)")
+    ap.add_argument("--init", default="", metavar="PT",
+                    help="start from these weights (WORK/stage3.pt of an earlier --save-work run of the same --model)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "results", "exp16"))
     a = ap.parse_args(argv)
     if a.save_work and not (a.zero_shot or a.model == PRETRAINED):
@@ -338,7 +343,7 @@ def main(argv=None) -> None:
             synthetic=a.synthetic, wiki=a.wiki, curriculum=a.curriculum, seed=a.seed, eval_n=a.eval_n,
             threads=a.threads, zero_shot=a.zero_shot, train_style=not a.no_train_style, steps=a.steps,
             choice_loss=a.choice_loss, shuffle=a.shuffle, visible=a.visible, swap_titles=a.swap_titles,
-            save_work=a.save_work)
+            save_work=a.save_work, init=a.init)
     run(e, a.out)
 
 
