@@ -279,14 +279,14 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
 
 
 def save_for_export(model, e: Exp, work: str, steps: int, train_s: float) -> None:
-    """Writes WORK/stage3.pt and WORK/train_metrics.json as the pipeline's checkpoints do, for
+    """Writes WORK/stage3.pt and WORK/train_metrics.json with the pipeline's own checkpoint, for
     `icicle.pipeline --config smollm30 --work WORK --from stage3` (export only): the experiment's pretrained model
     is configs.smollm30's shape."""
+    from .pipeline import checkpoint
+
     os.makedirs(work, exist_ok=True)
-    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, os.path.join(work, "stage3.pt"))
-    with open(os.path.join(work, "train_metrics.json"), "w") as f:
-        json.dump({"config": "smollm30", "experiment": asdict(e), "steps": steps, "times_train": {"train_s": train_s}},
-                  f, indent=2)
+    checkpoint(model, work, "stage3", {"config": "smollm30", "experiment": asdict(e), "steps": steps},
+               {"train_s": train_s})
 
 
 def _save(res: dict, out_dir: str, e: Exp, log) -> dict:

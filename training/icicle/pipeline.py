@@ -139,13 +139,13 @@ def main(argv=None) -> None:
         report["stage1_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
         log(f"stage1 round {done_rounds + 1}: {report[f'stage1_round{done_rounds + 1}']} ICL {report['stage1_icl']}")
         times[f"stage1_round{done_rounds + 1}_s"] = time.time() - t
-        _checkpoint(model, work, "stage1", report, times)
+        checkpoint(model, work, "stage1", report, times)
     _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times, work, log, start)
     _export(a, model, tok, split, corpus, cfg, report, times, t_all, log)
 
 
-def _checkpoint(model, work: str, stage: str, report: dict, times: dict) -> None:
-    """Writes WORK/<stage>.pt and the metrics so far (what --from reads back)."""
+def checkpoint(model, work: str, stage: str, report: dict, times: dict) -> None:
+    """Writes WORK/<stage>.pt and the metrics so far (what --from reads back; also icicle.experiment --save-work)."""
     torch.save({k: v.cpu() for k, v in model.state_dict().items()}, os.path.join(work, f"{stage}.pt"))
     with open(os.path.join(work, "train_metrics.json"), "w") as f:
         json.dump({**report, "times_train": times}, f, indent=2)
@@ -154,7 +154,7 @@ def _checkpoint(model, work: str, stage: str, report: dict, times: dict) -> None
 def _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times, work, log, start):
     def done(stage: str, t: float) -> None:
         times[f"{stage}_s"] = time.time() - t
-        _checkpoint(model, work, stage, report, times)
+        checkpoint(model, work, stage, report, times)
 
     def evaluate(stage: str, title_only: bool = False) -> None:
         report[f"{stage}_icl"] = icl_report(model, tok, cfg, split, corpus, gtrie)
