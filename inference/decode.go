@@ -77,7 +77,8 @@ type Result struct {
 type Options struct {
 	// BeamWidth is the number of docids returned and the parametric beam width (default 10).
 	BeamWidth int
-	// MaxPromptTokens bounds the prompt (0: the manifest's max_context_tokens).
+	// MaxPromptTokens bounds the prompt (0, or more than the manifest allows: the manifest's max_prompt_tokens,
+	// else its max_context_tokens).
 	MaxPromptTokens int
 	// MaxSummaryTokens caps each summary (default 256).
 	MaxSummaryTokens int
@@ -208,8 +209,9 @@ func (e *Engine) Rank(ctx context.Context, query string, cands []Candidate, opts
 	if e.man.MaxSummaryTokens > 0 {
 		opts.MaxSummaryTokens = min(opts.MaxSummaryTokens, e.man.MaxSummaryTokens)
 	}
-	if opts.MaxPromptTokens <= 0 || opts.MaxPromptTokens > e.man.MaxContextTokens {
-		opts.MaxPromptTokens = e.man.MaxContextTokens
+	limit := cmp.Or(e.man.MaxPromptTokens, e.man.MaxContextTokens)
+	if opts.MaxPromptTokens <= 0 || opts.MaxPromptTokens > limit {
+		opts.MaxPromptTokens = limit
 	}
 	prompt, err := e.prompts.Build(query, cands, PromptOptions{MaxTokens: opts.MaxPromptTokens, MaxSummaryTokens: opts.MaxSummaryTokens, TitleOnly: opts.TitleOnly})
 	if err != nil {

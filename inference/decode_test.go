@@ -279,3 +279,35 @@ func TestRankManifestSummaryCap(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 1}, res.SummaryTokens)
 }
+
+// TestRankManifestPromptCap: a manifest's max_prompt_tokens bounds the prompt when the request asks for more
+// or for nothing; a smaller request budget still wins.
+func TestRankManifestPromptCap(t *testing.T) {
+	cands := make([]Candidate, 20)
+	for i := range cands {
+		cands[i] = Candidate{Title: fmt.Sprintf("Title %d", i), Summary: "some words of summary"}
+	}
+	rank := func(manCap, reqCap int) Result {
+		man := fakeManifest()
+		man.MaxPromptTokens = manCap
+		e, err := NewEngine(man, fakeTokenizer{}, []Model{&fakeModel{logitsFn: hashLogits}}, []string{"Seen one"}, EngineOptions{PrefillChunk: 16})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = e.Close() })
+		res, err := e.Rank(t.Context(), "q", cands, Options{BeamWidth: 2, MaxPromptTokens: reqCap})
+		require.NoError(t, err)
+		return res
+	}
+	free := rank(0, 0)
+	require.Greater(t, free.PromptTokens, 400, "without a cap every candidate fits the fake context")
+	capped := rank(400, 0)
+	require.LessOrEqual(t, capped.PromptTokens, 400)
+	sum := func(xs []int) (n int) {
+		for _, x := range xs {
+			n += x
+		}
+		return n
+	}
+	require.Less(t, sum(capped.SummaryTokens), sum(free.SummaryTokens), "summaries shrink to fit the cap")
+	require.Equal(t, capped.PromptTokens, rank(400, 4096).PromptTokens, "a larger request budget cannot exceed the manifest's")
+	require.LessOrEqual(t, rank(400, 200).PromptTokens, 200, "a smaller request budget wins")
+}

@@ -58,6 +58,9 @@ type Manifest struct {
 	// MaxSummaryTokens is the longest candidate summary the model was trained with, in tokens; the engine
 	// never puts longer summaries into a prompt. Optional: 0 (absent) states no limit.
 	MaxSummaryTokens int `json:"max_summary_tokens,omitempty"`
+	// MaxPromptTokens is the longest prompt the model was trained with, in tokens; the engine never builds a
+	// longer one (more candidates than training showed it). Optional: 0 (absent) caps at MaxContextTokens.
+	MaxPromptTokens int `json:"max_prompt_tokens,omitempty"`
 	// PromptFormat is the prompt format the model was trained with (PromptFormatV1 or PromptFormatV2).
 	// Optional: 0 (absent) means PromptFormatV1.
 	PromptFormat int      `json:"prompt_format,omitempty"`
@@ -134,6 +137,9 @@ func (m *Manifest) validate() error {
 	}
 	if m.MaxSummaryTokens < 0 {
 		bad("max_summary_tokens", "must be positive or absent, got %d", m.MaxSummaryTokens)
+	}
+	if m.MaxPromptTokens < 0 || m.MaxPromptTokens > m.MaxContextTokens {
+		bad("max_prompt_tokens", "must be in [1, max_context_tokens=%d] or absent, got %d", m.MaxContextTokens, m.MaxPromptTokens)
 	}
 	if m.KVDType != "float32" {
 		bad("kv_dtype", "must be \"float32\", got %q", m.KVDType)

@@ -56,6 +56,7 @@ func TestLoadManifest(t *testing.T) {
 		}, []string{`"template.candidate"`, `"template.candidate_title_only"`, `"template.query"`}},
 		{"unknown field", func(m map[string]any) { m["vocab"] = 3 }, []string{`unknown field "vocab"`}},
 		{"negative summary cap", func(m map[string]any) { m["max_summary_tokens"] = -1 }, []string{`"max_summary_tokens": must be positive or absent`}},
+		{"prompt cap past the context", func(m map[string]any) { m["max_prompt_tokens"] = 1 << 20 }, []string{`"max_prompt_tokens": must be in [1, max_context_tokens=`}},
 		{"same copy and end token", func(m map[string]any) { m["end_token_id"] = 9 }, []string{`"end_token_id": equals copy_token_id`}},
 		{"unknown prompt format", func(m map[string]any) { m["prompt_format"] = 3 }, []string{`"prompt_format": is 3, this build reads 1 or 2`}},
 		{"format 2 title before summary", func(m map[string]any) {
