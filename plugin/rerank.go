@@ -289,7 +289,11 @@ func (s *Server) gated(ctx context.Context, res inference.Result, cands, base []
 	for i, h := range base {
 		ids[i], scores[i] = h.DocID, h.Score
 	}
-	f := gate.Compute(res.PCopy, beams, ids, scores)
+	inContext := make([]string, min(res.InContext, len(cands)))
+	for i := range inContext {
+		inContext[i] = cands[i].DocID
+	}
+	f := gate.Compute(res.PCopy, beams, ids, scores, inContext)
 	d := g.Decide(f)
 	rep := &GateReport{Decision: GateKeep, Reason: d.Reason, P: d.P, Threshold: g.Threshold, Never: g.Never,
 		ModelTop: res.Beams[0].DocID, Features: f}

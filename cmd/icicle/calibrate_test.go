@@ -22,8 +22,8 @@ import (
 // fakeGateSidecar stands in for a sidecar with policy gate: on "good N" queries the model's top is the
 // relevant document with strong evidence, on "bad N" queries BM25's top is and the model's evidence is weak.
 func fakeGateSidecar(t *testing.T, withGate bool, asked *sync.Map) *httptest.Server {
-	strong := gate.Compute(0.95, []gate.Beam{{DocID: "x", Copy: true, Score: -0.05}, {DocID: "y", Copy: true, Score: -4}}, []string{"b", "c", "x"}, []float64{10, 9.9, 9})
-	weak := gate.Compute(0.4, []gate.Beam{{DocID: "x", Copy: true, Score: -2.5}, {DocID: "y", Copy: true, Score: -2.6}}, []string{"b", "c"}, []float64{10, 3})
+	strong := gate.Compute(0.95, []gate.Beam{{DocID: "x", Copy: true, Score: -0.05}, {DocID: "y", Copy: true, Score: -4}}, []string{"b", "c", "x"}, []float64{10, 9.9, 9}, nil)
+	weak := gate.Compute(0.4, []gate.Beam{{DocID: "x", Copy: true, Score: -2.5}, {DocID: "y", Copy: true, Score: -2.6}}, []string{"b", "c"}, []float64{10, 3}, nil)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/model" {
 			_ = json.NewEncoder(w).Encode(plugin.ModelInfo{Name: "fake-model"})

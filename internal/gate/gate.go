@@ -11,19 +11,21 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
 // FileName is the gate's file in a model directory.
 const FileName = "gate.json"
 
-// Version is the gate.json format version this package reads and writes.
-const Version = 1
+// Version is the gate.json format version this package writes. It reads version 1 too (the nine features
+// before bm25_top_in_context), as a gate whose weight for the new feature is 0.
+const Version = 2
 
 // Feature names, in the order of Features.Vector.
 var FeatureNames = []string{
 	"p_copy", "top_score", "score_margin", "top_is_bm25_top", "log1p_bm25_rank", "not_in_bm25",
-	"bm25_margin", "route_copy", "parametric_in_bm25",
+	"bm25_margin", "route_copy", "parametric_in_bm25", "bm25_top_in_context",
 }
 
 // Features describe one query's model answer against the BM25 baseline. They are computed by the
@@ -47,12 +49,16 @@ type Features struct {
 	RouteCopy float64 `json:"route_copy"`
 	// ParametricInBM25 is 1 when some parametric beam is in the BM25 list.
 	ParametricInBM25 float64 `json:"parametric_in_bm25"`
+	// BM25TopInContext is 1 when BM25's top document was among the prompt's candidates, so the model could
+	// copy it. 0 when it was not: for a model without a memory route, its answer cannot be BM25's top (a
+	// document it was trained on, for example) and so is a different guess, not a correction.
+	BM25TopInContext float64 `json:"bm25_top_in_context"`
 }
 
 // Vector is the features in FeatureNames order.
 func (f Features) Vector() []float64 {
 	return []float64{f.PCopy, f.TopScore, f.ScoreMargin, f.TopIsBM25Top, f.Log1pBM25Rank, f.NotInBM25,
-		f.BM25Margin, f.RouteCopy, f.ParametricInBM25}
+		f.BM25Margin, f.RouteCopy, f.ParametricInBM25, f.BM25TopInContext}
 }
 
 // Beam is what Compute needs of one model beam.
@@ -62,10 +68,13 @@ type Beam struct {
 	Score float64
 }
 
-// Compute derives the features from the model's beams (best first), p([COPY]) and the BM25 baseline's
-// docids and scores (best first).
-func Compute(pCopy float64, beams []Beam, bm25 []string, bm25Scores []float64) Features {
+// Compute derives the features from the model's beams (best first), p([COPY]), the BM25 baseline's
+// docids and scores (best first) and the docids of the prompt's candidates.
+func Compute(pCopy float64, beams []Beam, bm25 []string, bm25Scores []float64, inContext []string) Features {
 	f := Features{PCopy: pCopy, NotInBM25: 1}
+	if len(bm25) > 0 && slices.Contains(inContext, bm25[0]) {
+		f.BM25TopInContext = 1
+	}
 	rank := make(map[string]int, len(bm25))
 	for i, d := range bm25 {
 		if _, ok := rank[d]; !ok {
@@ -201,7 +210,7 @@ func sigmoid(z float64) float64 { return 1 / (1 + math.Exp(-z)) }
 func (g *Gate) Validate() error {
 	var errs []error
 	if g.Version != Version {
-		errs = append(errs, fmt.Errorf("version: %d, this build reads %d", g.Version, Version))
+		errs = append(errs, fmt.Errorf("version: %d, this build reads %d (and 1, upgraded by Load)", g.Version, Version))
 	}
 	if len(g.Features) != len(FeatureNames) {
 		errs = append(errs, fmt.Errorf("features: %d names, want %d %v", len(g.Features), len(FeatureNames), FeatureNames))
@@ -231,6 +240,19 @@ func (g *Gate) Validate() error {
 	return errors.Join(errs...)
 }
 
+// upgrade turns a version-1 gate (the first nine features) into the current version: the added feature gets
+// weight 0, so its decisions are unchanged. Anything else is left for Validate to report.
+func (g *Gate) upgrade() {
+	v1 := FeatureNames[:9]
+	if g.Version != 1 || !slices.Equal(g.Features, v1) {
+		return
+	}
+	g.Version, g.Features = Version, FeatureNames
+	if len(g.Weights) == len(v1) && len(g.Mean) == len(v1) && len(g.Scale) == len(v1) {
+		g.Mean, g.Scale, g.Weights = append(g.Mean, 0), append(g.Scale, 1), append(g.Weights, 0)
+	}
+}
+
 // Load reads dir/gate.json. A directory without one gets Default (and no error).
 func Load(dir string) (*Gate, error) {
 	path := filepath.Join(dir, FileName)
@@ -245,6 +267,7 @@ func Load(dir string) (*Gate, error) {
 	if err := json.Unmarshal(b, &g); err != nil {
 		return nil, fmt.Errorf("gate %s: %w", path, err)
 	}
+	g.upgrade()
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("gate %s: %w", path, err)
 	}

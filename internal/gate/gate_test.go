@@ -11,8 +11,8 @@ import (
 // strong and weak are crafted model answers: a confident copy beam far ahead of the second, at BM25 rank
 // 3; and a hesitant one, not in the BM25 list.
 var (
-	strong = Compute(0.95, []Beam{{"a", true, -0.05}, {"b", true, -4}}, []string{"x", "y", "a"}, []float64{10, 9.9, 9})
-	weak   = Compute(0.40, []Beam{{"c", true, -2.5}, {"d", true, -2.6}}, []string{"x", "y", "a"}, []float64{10, 3, 2})
+	strong = Compute(0.95, []Beam{{"a", true, -0.05}, {"b", true, -4}}, []string{"x", "y", "a"}, []float64{10, 9.9, 9}, []string{"x", "a"})
+	weak   = Compute(0.40, []Beam{{"c", true, -2.5}, {"d", true, -2.6}}, []string{"x", "y", "a"}, []float64{10, 3, 2}, []string{"x"})
 )
 
 // crafted draws n samples: strong answers are right where BM25 is wrong, weak ones wrong where BM25 is right.
@@ -33,19 +33,22 @@ func TestCompute(t *testing.T) {
 		name  string
 		beams []Beam
 		bm25  []string
+		ctx   []string
 		want  Features
 	}{
-		{"top in bm25 at 3", []Beam{{"a", true, -0.5}, {"b", false, -1}}, []string{"x", "b", "a"},
-			Features{PCopy: 0.7, TopScore: -0.5, ScoreMargin: 0.5, Log1pBM25Rank: math.Log1p(3), BM25Margin: 0.5, RouteCopy: 1, ParametricInBM25: 1}},
-		{"agrees with bm25", []Beam{{"x", true, -0.1}}, []string{"x", "y"},
-			Features{PCopy: 0.7, TopScore: -0.1, TopIsBM25Top: 1, Log1pBM25Rank: math.Log1p(1), BM25Margin: 0.5, RouteCopy: 1}},
-		{"parametric not in list", []Beam{{"p", false, -0.2}}, []string{"x", "y"},
+		{"top in bm25 at 3", []Beam{{"a", true, -0.5}, {"b", false, -1}}, []string{"x", "b", "a"}, []string{"a", "x"},
+			Features{BM25TopInContext: 1, PCopy: 0.7, TopScore: -0.5, ScoreMargin: 0.5, Log1pBM25Rank: math.Log1p(3), BM25Margin: 0.5, RouteCopy: 1, ParametricInBM25: 1}},
+		{"agrees with bm25", []Beam{{"x", true, -0.1}}, []string{"x", "y"}, []string{"x"},
+			Features{BM25TopInContext: 1, PCopy: 0.7, TopScore: -0.1, TopIsBM25Top: 1, Log1pBM25Rank: math.Log1p(1), BM25Margin: 0.5, RouteCopy: 1}},
+		{"parametric not in list", []Beam{{"p", false, -0.2}}, []string{"x", "y"}, nil,
 			Features{PCopy: 0.7, TopScore: -0.2, NotInBM25: 1, BM25Margin: 0.5}},
-		{"no beams", nil, []string{"x", "y"}, Features{PCopy: 0.7, NotInBM25: 1, BM25Margin: 0.5}},
+		{"bm25 top not a candidate", []Beam{{"c", true, -0.2}}, []string{"x", "c"}, []string{"c", "y"},
+			Features{PCopy: 0.7, TopScore: -0.2, Log1pBM25Rank: math.Log1p(2), BM25Margin: 0.5, RouteCopy: 1}},
+		{"no beams", nil, []string{"x", "y"}, []string{"x"}, Features{BM25TopInContext: 1, PCopy: 0.7, NotInBM25: 1, BM25Margin: 0.5}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Compute(0.7, tt.beams, tt.bm25, []float64{10, 5}); got != tt.want {
+			if got := Compute(0.7, tt.beams, tt.bm25, []float64{10, 5}, tt.ctx); got != tt.want {
 				t.Errorf("Compute = %+v, want %+v", got, tt.want)
 			}
 		})
@@ -60,7 +63,7 @@ func TestDecide(t *testing.T) {
 	if fitted.Never {
 		t.Fatalf("fit on data where strong evidence is always right: Never, want a threshold (fit %+v)", fitted.Fit)
 	}
-	agree := Compute(0.99, []Beam{{"x", true, -0.01}}, []string{"x", "y"}, []float64{10, 1})
+	agree := Compute(0.99, []Beam{{"x", true, -0.01}}, []string{"x", "y"}, []float64{10, 1}, nil)
 	tests := []struct {
 		name    string
 		g       *Gate
@@ -69,7 +72,7 @@ func TestDecide(t *testing.T) {
 	}{
 		{"strong evidence moves the hit", fitted, strong, true},
 		{"weak evidence keeps bm25", fitted, weak, false},
-		{"absent evidence (no beams) keeps bm25", fitted, Compute(0, nil, []string{"x"}, []float64{1}), false},
+		{"absent evidence (no beams) keeps bm25", fitted, Compute(0, nil, []string{"x"}, []float64{1}, nil), false},
 		{"model top is bm25 top: nothing to move", fitted, agree, false},
 		{"default gate never fires", Default(), strong, false},
 		{"nil gate never fires", nil, strong, false},
@@ -111,7 +114,7 @@ func TestFitNeverWhenTheModelNeverHelps(t *testing.T) {
 			return ss
 		}()},
 		{"model always agrees with bm25", func() []Sample {
-			agree := Compute(0.9, []Beam{{"x", true, -0.1}}, []string{"x"}, []float64{1})
+			agree := Compute(0.9, []Beam{{"x", true, -0.1}}, []string{"x"}, []float64{1}, nil)
 			return []Sample{{Features: agree, ModelRight: true, BM25Right: true}, {Features: agree}, {Features: agree}, {Features: agree}, {Features: agree}}
 		}()},
 	}
@@ -180,10 +183,11 @@ func TestSaveLoad(t *testing.T) {
 		t.Errorf("round trip: %+v, want %+v", back, fitted)
 	}
 	bad := map[string]string{
-		`{"version": 2}`: "version",
+		`{"version": 3}`: "version",
+		`{"version": 2, "features": ["p_copy"], "threshold": 0.5}`:                           "features",
+		`{"version": 2, "features": ` + featuresJSON() + `, "weights": [1], "threshold": 2}`: "threshold",
 		`{"version": 1, "features": ["p_copy"], "threshold": 0.5}`:                           "features",
-		`{"version": 1, "features": ` + featuresJSON() + `, "weights": [1], "threshold": 2}`: "threshold",
-		`{"version": 1`: "unexpected end",
+		`{"version": 2`: "unexpected end",
 	}
 	for body, want := range bad {
 		if err := os.WriteFile(filepath.Join(dir, FileName), []byte(body), 0o644); err != nil {
@@ -196,3 +200,27 @@ func TestSaveLoad(t *testing.T) {
 }
 
 func featuresJSON() string { return `["` + strings.Join(FeatureNames, `", "`) + `"]` }
+
+// TestLoadVersion1: a gate.json of version 1 (nine features) loads as the current version with weight 0 for
+// bm25_top_in_context, deciding exactly as before.
+func TestLoadVersion1(t *testing.T) {
+	dir := t.TempDir()
+	v1 := `{"version": 1, "features": ["` + strings.Join(FeatureNames[:9], `", "`) + `"],
+	  "mean": [0,0,0,0,0,0,0,0,0], "scale": [1,1,1,1,1,1,1,1,1], "weights": [2,0,0,0,0,0,0,0,0], "bias": -1, "threshold": 0.5}`
+	if err := os.WriteFile(filepath.Join(dir, FileName), []byte(v1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Version != Version || len(g.Weights) != len(FeatureNames) || g.Weights[9] != 0 {
+		t.Fatalf("upgraded gate = %+v", g)
+	}
+	f := Features{PCopy: 1}
+	on, off := f, f
+	on.BM25TopInContext = 1
+	if g.Prob(on) != g.Prob(off) || math.Abs(g.Prob(f)-1/(1+math.Exp(-1))) > 1e-12 {
+		t.Errorf("Prob = %v / %v, want sigmoid(1) for both", g.Prob(on), g.Prob(off))
+	}
+}
