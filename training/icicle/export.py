@@ -1,9 +1,13 @@
 """ONNX export to the MODEL_FORMAT.md contract, parity checks, int8 variant, and the model directory files.
 
 Parity tolerances (checked by ``check_parity`` and the tests):
-- fp32 ONNX vs PyTorch: max |logit diff| <= FP32_ATOL (1e-4) on random prompts (prefill, past = 0), on a
-  chunk after a cache, and on a tree step (two branches after a shared prefix give the same logits and
-  presents as each branch run alone); presents within the same tolerance.
+- fp32 ONNX vs PyTorch: for every compared tensor, max |diff| <= FP32_ATOL (1e-4) + FP32_RTOL (1e-4) x its
+  largest |value|, on random prompts (prefill, past = 0), on a chunk after a cache, and on a tree step (two
+  branches after a shared prefix give the same logits and presents as each branch run alone); presents within
+  the same tolerance. The relative term is for deep pretrained models: ORT sums in another order than PyTorch,
+  and the 30-block SmolLM2 carries very large activations at early positions, where its logits (up to about
+  30) differed by up to 9.6e-4 (position 2 of a 28-token probe; reader135), while a 2-block fixture differs
+  by 1e-5 (tests/test_export.py still holds the fixture to FP32_ATOL alone).
 - int8 ONNX vs PyTorch: max |logit diff| reported, top-1 agreement reported (must be >= INT8_MIN_TOP1).
 """
 from __future__ import annotations
@@ -20,6 +24,7 @@ from .model import Decoder
 
 OPSET = 17
 FP32_ATOL = 1e-4
+FP32_RTOL = 1e-4
 INT8_MIN_TOP1 = 0.5
 
 
@@ -81,9 +86,16 @@ class ParityReport:
     tree_max_abs: float
     int8_max_abs: float
     int8_top1_agreement: float
+    fp32_worst: float = 0.0  # largest max|diff| / (FP32_ATOL + FP32_RTOL x max|ref|) over the fp32 comparisons
+    tree_worst: float = 0.0  # the same over the tree-step comparisons; both must be <= 1
 
     def to_dict(self) -> dict:
         return self.__dict__.copy()
+
+
+def _over_tol(got: np.ndarray, ref: np.ndarray) -> float:
+    """max |got - ref| as a fraction of the fp32 tolerance for ref (<= 1 passes)."""
+    return float(np.abs(got - ref).max()) / (FP32_ATOL + FP32_RTOL * float(np.abs(ref).max()))
 
 
 def _tree_inputs(prefix_len: int, a: list[int], b: list[int]):
@@ -110,7 +122,7 @@ def check_parity(model: Decoder, onnx_path: str, int8_path: str | None, seed: in
     ts, os_ = torch_step(model), ort_step(ort_session(onnx_path), c.layers)
     qs = ort_step(ort_session(int8_path), c.layers) if int8_path else None
     empty = [np.zeros((1, 0, c.kv_heads, c.head_dim), np.float32)] * (2 * c.layers)
-    fp32_max = tree_max = int8_max = 0.0
+    fp32_max = tree_max = int8_max = fp32_worst = tree_worst = 0.0
     agree = total = 0
     for _ in range(trials):
         p = int(rng.integers(5, 40))
@@ -121,6 +133,7 @@ def check_parity(model: Decoder, onnx_path: str, int8_path: str | None, seed: in
         lt, pt = ts(*args)
         lo, po = os_(*args)  # prefill with past = 0
         fp32_max = max(fp32_max, float(np.abs(lt - lo).max()), *(float(np.abs(a - b).max()) for a, b in zip(pt, po)))
+        fp32_worst = max(fp32_worst, _over_tol(lo, lt), *(_over_tol(b, a) for a, b in zip(pt, po)))
         if qs:
             lq, _ = qs(*args)
             int8_max = max(int8_max, float(np.abs(lt - lq).max()))
@@ -133,15 +146,20 @@ def check_parity(model: Decoder, onnx_path: str, int8_path: str | None, seed: in
         tree_t, tree_pt = ts(tid, tpos, tmask, tidx, pt)
         tree_o, tree_po = os_(tid, tpos, tmask, tidx, po)
         tree_max = max(tree_max, float(np.abs(tree_t - tree_o).max()))
+        tree_worst = max(tree_worst, _over_tol(tree_o, tree_t))
         for off, br in ((0, a), (len(a), b)):
             k = len(br)
             alone, alone_p = os_(np.asarray([br], np.int64), np.arange(p, p + k, dtype=np.int64)[None],
                                  causal_mask_np(p, k), np.arange(k, dtype=np.int64), po)
             tree_max = max(tree_max, float(np.abs(alone[0] - tree_o[0, off:off + k]).max()),
                            *(float(np.abs(x - y[:, off:off + k]).max()) for x, y in zip(alone_p, tree_po)))
-    rep = ParityReport(fp32_max, tree_max, int8_max, agree / total if total else float("nan"))
-    assert rep.fp32_max_abs <= FP32_ATOL, f"ORT vs PyTorch logits differ by {rep.fp32_max_abs}"
-    assert rep.tree_max_abs <= FP32_ATOL, f"tree step differs from separate branches by {rep.tree_max_abs}"
+            tree_worst = max(tree_worst, _over_tol(alone[0], tree_o[0, off:off + k]),
+                             *(_over_tol(x, y[:, off:off + k]) for x, y in zip(alone_p, tree_po)))
+    rep = ParityReport(fp32_max, tree_max, int8_max, agree / total if total else float("nan"), fp32_worst, tree_worst)
+    assert rep.fp32_worst <= 1, (f"ORT vs PyTorch differ by {rep.fp32_max_abs} ({rep.fp32_worst:.2f} x the tolerance "
+                                 f"{FP32_ATOL} + {FP32_RTOL} x max|value|)")
+    assert rep.tree_worst <= 1, (f"tree step differs from separate branches by {rep.tree_max_abs} "
+                                 f"({rep.tree_worst:.2f} x the tolerance)")
     if qs and int8_required:
         assert rep.int8_top1_agreement >= INT8_MIN_TOP1, f"int8 top-1 agreement {rep.int8_top1_agreement}"
     return rep
@@ -149,7 +167,7 @@ def check_parity(model: Decoder, onnx_path: str, int8_path: str | None, seed: in
 
 def write_manifest(out: str, *, name: str, config: str, backbone: str, model_version: str, data_version: str,
                    model: Decoder, copy_token_id: int, end_token_id: int, template: dict,
-                   quantized: bool = True, int8_only: bool = False, max_summary_tokens: int = 0,
+                   quantized: bool = True, int8_only: bool = False, max_summary_tokens: int = 0, max_prompt_tokens: int = 0,
                    prompt_format: int = 1) -> dict:
     """Writes manifest.json (MODEL_FORMAT.md version 1) into out and returns it. int8_only: the directory ships
     only the int8 file, named as `onnx` (for models whose fp32 file is too big to commit). prompt_format: the
@@ -177,6 +195,8 @@ def write_manifest(out: str, *, name: str, config: str, backbone: str, model_ver
     }
     if max_summary_tokens > 0:  # the trained summary cap; the engine never exceeds it
         m["max_summary_tokens"] = max_summary_tokens
+    if max_prompt_tokens > 0:  # the trained prompt budget; the engine never builds a longer prompt
+        m["max_prompt_tokens"] = max_prompt_tokens
     if prompt_format != 1:
         m["prompt_format"] = prompt_format
     if quantized and not int8_only:
