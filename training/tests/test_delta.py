@@ -1,0 +1,81 @@
+"""icicle.delta: a fine-tune stored as the low-rank int8 difference from its base, and rebuilt from it."""
+import pytest
+import torch
+
+from icicle.delta import pack, unpack
+
+
+def _weights(seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {"layers.0.mlp.up_proj.weight": torch.randn(48, 32, generator=g),
+            "embed_tokens.weight": torch.randn(100, 32, generator=g),
+            "norm.weight": torch.ones(32)}
+
+
+def test_a_low_rank_change_comes_back_to_int8_precision():
+    base = _weights(0)
+    g = torch.Generator().manual_seed(1)
+    tuned = {k: v.clone() for k, v in base.items()}
+    low = torch.randn(48, 3, generator=g) @ torch.randn(3, 32, generator=g) * 0.01
+    tuned["layers.0.mlp.up_proj.weight"] += low
+    tuned["norm.weight"] += 0.125
+    d = pack(tuned, base, rank=4)
+    assert d["layers.0.mlp.up_proj.weight.a"].dtype == torch.int8 and d["layers.0.mlp.up_proj.weight.a"].shape == (48, 4)
+    assert d["layers.0.mlp.up_proj.weight.b"].shape == (4, 32)
+    back = unpack(d, base)
+    err = (back["layers.0.mlp.up_proj.weight"] - tuned["layers.0.mlp.up_proj.weight"]).abs().max()
+    assert err < 0.02 * low.abs().max()  # int8 factors: about 1 % of the change, not of the weight
+    assert torch.equal(back["norm.weight"], tuned["norm.weight"])  # vectors whole (0.125 is exact in fp16)
+    assert torch.allclose(back["embed_tokens.weight"], base["embed_tokens.weight"], atol=1e-6)  # unchanged stays
+
+
+def test_the_rank_cut_keeps_the_largest_directions():
+    base = _weights(0)
+    g = torch.Generator().manual_seed(2)
+    u, _ = torch.linalg.qr(torch.randn(48, 2, generator=g))
+    v, _ = torch.linalg.qr(torch.randn(32, 2, generator=g))
+    tuned = {k: w.clone() for k, w in base.items()}
+    tuned["layers.0.mlp.up_proj.weight"] += 1.0 * u[:, :1] @ v[:, :1].T + 0.01 * u[:, 1:] @ v[:, 1:].T
+    back = unpack(pack(tuned, base, rank=1), base)
+    left = back["layers.0.mlp.up_proj.weight"] - tuned["layers.0.mlp.up_proj.weight"]
+    assert 0.005 < left.norm() < 0.02  # only the small direction is lost
+
+
+def test_names_must_match():
+    base = _weights(0)
+    with pytest.raises(ValueError, match="differ in names"):
+        pack({**base, "extra.weight": torch.ones(2)}, base, rank=2)
+    d = pack(base, base, rank=2)
+    with pytest.raises(ValueError, match="differ in names"):
+        unpack(d, {k: v for k, v in base.items() if k != "norm.weight"})
+
+
+def _case(docid: str, score: float, prompt=(1, 2, 3)) -> dict:
+    return {"prompt_ids": list(prompt), "beams": [{"docid": docid, "route": "copy", "score": score}]}
+
+
+def test_same_decodes_accepts_float_noise_and_refuses_another_model(tmp_path):
+    import json
+
+    from icicle.delta import same_decodes
+
+    def write(name, cases):
+        p = tmp_path / name
+        p.write_text("".join(json.dumps(c) + "\n" for c in cases))
+        return str(p)
+
+    committed = write("c.jsonl", [_case("Alpha", -0.5), _case("Beta", -1.0)])
+    same_decodes(write("a.jsonl", [_case("Alpha", -0.5004), _case("Beta", -1.0)]), committed)
+    for bad, why in (([_case("Alpha", -0.5), _case("Gamma", -1.0)], "case 1"),
+                     ([_case("Alpha", -0.51), _case("Beta", -1.0)], "case 0"),
+                     ([_case("Alpha", -0.5, (9,)), _case("Beta", -1.0)], "prompt differs"),
+                     ([_case("Alpha", -0.5)], "2 golden cases")):
+        with pytest.raises(SystemExit, match=why):
+            same_decodes(write("b.jsonl", bad), committed)
+
+
+def test_pack_refuses_a_rank_below_one():
+    from icicle.delta import main
+
+    with pytest.raises(SystemExit):
+        main(["pack", "--work", "w", "--config", "reader135", "--rank", "0", "--out", "x"])
