@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,9 +79,16 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 			perSubset[r.Subset]++
 			model = r.Model
 		}
-		data := fmt.Sprintf("%s (new %d, seen %d)", f.samplesIn, perSubset[eval.SubsetNew], perSubset[eval.SubsetSeen])
-		if len(rows) > 0 {
-			data = rows[0].Data + "; refitted from " + f.samplesIn
+		// The runs the samples came from (a file may join several, e.g. new- and seen-document runs).
+		var runs []string
+		for _, r := range rows {
+			if r.Data != "" && !slices.Contains(runs, r.Data) {
+				runs = append(runs, r.Data)
+			}
+		}
+		data := fmt.Sprintf("refitted from %s (new %d, seen %d)", f.samplesIn, perSubset[eval.SubsetNew], perSubset[eval.SubsetSeen])
+		if len(runs) > 0 {
+			data = strings.Join(runs, " | ") + "; " + data
 		}
 		return fitAndWrite(ss, data, model, f, outDir, out)
 	}

@@ -99,6 +99,7 @@ func TestCalibrate(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, g.Threshold, again.Threshold)
 		require.Equal(t, g.Weights, again.Weights)
+		require.True(t, strings.HasPrefix(again.Fit.Data, g.Fit.Data+"; refitted from "+f.samplesOut), "the refit names the run and the file: %q", again.Fit.Data)
 	})
 	t.Run("a sidecar not in policy gate is an error naming the policy", func(t *testing.T) {
 		var asked sync.Map
