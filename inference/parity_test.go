@@ -81,7 +81,8 @@ type goldenModel struct {
 }
 
 // goldenModels lists every committed model directory with golden vectors (models/*/golden), the
-// shipped default models/small included, or only $ICICLE_MODEL_DIR when set.
+// shipped default models/reader135 (model.onnx built by scripts/model.sh first) and models/small included, or
+// only $ICICLE_MODEL_DIR when set.
 func goldenModels(t *testing.T) []goldenModel {
 	t.Helper()
 	var dirs []string
@@ -93,14 +94,21 @@ func goldenModels(t *testing.T) []goldenModel {
 		for _, f := range found {
 			dirs = append(dirs, filepath.Dir(filepath.Dir(f)))
 		}
-		if !slices.Contains(dirs, filepath.Join("..", "models", "small")) {
-			testenv.Missing(t, "no golden vectors in models/small, the shipped default (training/ writes them with the model); found %v", dirs)
+		for _, want := range []string{"small", "reader135"} {
+			if !slices.Contains(dirs, filepath.Join("..", "models", want)) {
+				testenv.Missing(t, "no golden vectors in models/%s (training/ writes them with the model); found %v", want, dirs)
+			}
 		}
 	}
 	var out []goldenModel
 	for _, dir := range dirs {
 		if _, err := os.Stat(filepath.Join(dir, "golden", "decode.jsonl")); err != nil {
 			testenv.Missing(t, "no golden vectors in %s (make model-tiny writes them): %v", dir, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "delta.safetensors")); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, "model.onnx")); err != nil {
+				testenv.Missing(t, "%s ships as a delta and has no model.onnx yet: run scripts/model.sh %s (scripts/test.sh does)", dir, dir)
+			}
 		}
 		man, err := inference.LoadManifest(dir)
 		require.NoError(t, err, dir)

@@ -2,7 +2,8 @@
 # The whole test suite (make test; .ci/run runs exactly this). Installs what is missing first.
 #   1. Go, CGO off: vet + tests of every pure package against fakes (native seams are stubs)
 #   2. Go, race detector, pure packages
-#   3. Go native: ONNX Runtime + HF tokenizer against the committed models/tiny fixture (golden vectors)
+#   3. Go native: ONNX Runtime + HF tokenizer against the committed models' golden vectors (tiny, small, and
+#      reader135, whose model.onnx scripts/model.sh builds from its delta first)
 #   4. Python: training/ stages, export parity, reference decoder (pytest)
 #   5. Integration: a real Elasticsearch node on loopback + the real model, end to end; nginx in front of
 #      it as a secured cluster (scripts/authproxy.sh) for the security tests; the official Python and
@@ -44,6 +45,11 @@ CGO_ENABLED=0 go test -count=1 ./...
 
 step "Go: race detector"
 go test -race -count=1 ./...
+
+step "Models shipped as a delta (models/*/delta.safetensors): model.onnx built once, checked against their golden decodes"
+for d in models/*/; do
+  if [[ -f $d/delta.safetensors ]]; then scripts/model.sh "$d"; fi
+done
 
 step "Go: native ONNX Runtime + tokenizers against models/tiny"
 go vet -tags "ort tokenizers" ./...
