@@ -135,7 +135,9 @@ type Elasticsearch struct {
 // Model configures the model directory (see inference/MODEL_FORMAT.md) and the ONNX Runtime session.
 type Model struct {
 	// Dir is the model directory holding manifest.json, model.onnx, tokenizer.json and seen_docids.txt.
-	// Default "models/small" (the shipped default model; models/tiny is the CI fixture).
+	// Default "models/reader135" (the shipped default: the whole SmolLM2-135M fine-tuned to read its candidates,
+	// its model.onnx built once from a committed delta by scripts/model.sh); models/small is the smaller model
+	// with both routes that the integration tests run, models/tiny the CI fixture.
 	Dir string `yaml:"dir"`
 	// Quantized loads model.int8.onnx (int8 dynamically quantised MatMul weights) instead of model.onnx.
 	// Default false.
@@ -395,7 +397,7 @@ func Default() Config {
 			AllowedIndices:    []string{},
 		},
 		Model: Model{
-			Dir:            "models/small",
+			Dir:            "models/reader135",
 			Provider:       "cpu",
 			InterOpThreads: 1,
 		},

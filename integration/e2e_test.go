@@ -40,8 +40,9 @@ type stack struct {
 	ingested []string
 }
 
-// defaultModelDir is the model the integration tests run: $ICICLE_MODEL_DIR, else the shipped default
-// (models/small), else the tiny fixture.
+// defaultModelDir is the model the integration tests run: $ICICLE_MODEL_DIR, else models/small (the model
+// with both routes, memory and copy; the shipped default models/reader135 has only the copy route), else
+// the tiny fixture.
 func defaultModelDir() string {
 	if d := os.Getenv("ICICLE_MODEL_DIR"); d != "" {
 		return d

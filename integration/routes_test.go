@@ -68,7 +68,8 @@ func devQueries(t *testing.T) []labelledQuery {
 
 // TestRoutes: through /v1/search on the real node, dev queries about documents the model never saw come back
 // at rank 1 through the copy route, and queries about seen documents through the parametric route, resolved
-// to the stored document. Needs a model that reads its context: it runs on the default model (models/small)
+// to the stored document. Needs a model that reads its context: it runs on models/small (both routes; the shipped default
+// models/reader135 has no memory route)
 // and skips on the tiny fixture.
 func TestRoutes(t *testing.T) {
 	s := newStack(t, 1000)
