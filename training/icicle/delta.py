@@ -87,11 +87,8 @@ def unpack(delta: dict[str, torch.Tensor], base: dict[str, torch.Tensor]) -> dic
 
 
 def _sha256(path: str) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def cmd_pack(a) -> None:
