@@ -59,6 +59,10 @@ type Options struct {
 	// Transport replaces the HTTP transport; tests use it to serve fixtures. Default: http.DefaultTransport
 	// configured by go-elasticsearch.
 	Transport http.RoundTripper
+	// VectorDims is the length of the first stage's document vectors (the encoder's dims). With it the
+	// index has VectorField and VectorModelField: EnsureIndex creates them, and adds them to an index that
+	// has neither (a mapping addition, nothing stored changes). Default 0: no vectors (BM25 only).
+	VectorDims int
 }
 
 // Adapter is a client for the corpus index. It is safe for concurrent use; create one per process with New
@@ -69,6 +73,8 @@ type Adapter struct {
 	transport http.RoundTripper
 	index     string
 	timeout   time.Duration
+	// vectorDims is Options.VectorDims: with it the mapping contract includes the vector fields.
+	vectorDims int
 	log       *slog.Logger
 	now       func() time.Time
 	// retries and backoff are the retrier's policy (rt), which Ingest also applies to bulk items that
@@ -136,7 +142,10 @@ func New(opts Options, logger *slog.Logger) (*Adapter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configure elasticsearch client: %w", err)
 	}
-	a := &Adapter{es: es, transport: cfg.Transport, index: index, timeout: timeout, log: logger, now: time.Now,
+	if opts.VectorDims < 0 || opts.VectorDims > 4096 {
+		return nil, fmt.Errorf("configure elasticsearch client: vector dims %d, want 0..4096", opts.VectorDims)
+	}
+	a := &Adapter{es: es, transport: cfg.Transport, index: index, timeout: timeout, log: logger, now: time.Now, vectorDims: opts.VectorDims,
 		retries: max(retries, 0), backoff: retryBackoff, seenPageSize: SeenPageSize}
 	a.rt = &retrier{es: es, retries: a.retries, backoff: retryBackoff, log: logger}
 	return a, nil
@@ -202,7 +211,7 @@ func (a *Adapter) Check(ctx context.Context) (ClusterInfo, error) {
 		return info, fmt.Errorf("check index %q: %w", a.index, err)
 	}
 	info.IndexExists = true
-	if err := m.check(a.index); err != nil {
+	if err := m.check(a.index, a.fields()); err != nil {
 		return info, fmt.Errorf("check index %q: %w", a.index, err)
 	}
 	info.MappingOK = true
@@ -210,21 +219,29 @@ func (a *Adapter) Check(ctx context.Context) (ClusterInfo, error) {
 }
 
 // EnsureIndex creates the index with the package's mapping if it does not exist. If it exists, its mapping
-// is verified and never altered: a difference is returned as an error wrapping ErrMappingMismatch whose text
-// names each field and problem.
+// is verified and never altered, with one exception: an index that has none of the vector fields (made
+// before vectors, or by a sidecar without an encoder) gets them added, which changes no stored document
+// (Backfill then fills them). Any other difference is returned as an error wrapping ErrMappingMismatch whose
+// text names each field and problem.
 func (a *Adapter) EnsureIndex(ctx context.Context) error {
 	var m mappingResponse
 	err := a.do(ctx, esapi.IndicesGetMappingRequest{Index: []string{a.index}}, &m)
 	switch {
 	case err == nil:
-		if err := m.check(a.index); err != nil {
+		if a.vectorDims > 0 && m.check(a.index, wantFields) == nil && m.lacksAll(vectorFields(a.vectorDims)) {
+			if err := a.addVectorFields(ctx); err != nil {
+				return fmt.Errorf("ensure index %q: %w", a.index, err)
+			}
+			return a.EnsureIndex(ctx)
+		}
+		if err := m.check(a.index, a.fields()); err != nil {
 			return fmt.Errorf("ensure index %q: %w", a.index, err)
 		}
 		return nil
 	case !errors.Is(err, ErrIndexMissing):
 		return fmt.Errorf("ensure index %q: %w", a.index, err)
 	}
-	err = a.do(ctx, esapi.IndicesCreateRequest{Index: a.index, Body: bytes.NewReader(indexBody())}, nil)
+	err = a.do(ctx, esapi.IndicesCreateRequest{Index: a.index, Body: bytes.NewReader(indexBody(a.fields()))}, nil)
 	var re *ResponseError
 	if errors.As(err, &re) && re.Type == "resource_already_exists_exception" {
 		// Another process created it between our two requests: verify theirs.
@@ -236,6 +253,26 @@ func (a *Adapter) EnsureIndex(ctx context.Context) error {
 	a.log.Info("created index", "index", a.index)
 	return nil
 }
+
+// addVectorFields puts the vector fields into the index's mapping.
+func (a *Adapter) addVectorFields(ctx context.Context) error {
+	props := map[string]any{}
+	for name, f := range vectorFields(a.vectorDims) {
+		props[name] = fieldMapping(f)
+	}
+	body, err := json.Marshal(map[string]any{"properties": props})
+	if err != nil {
+		return err
+	}
+	if err := a.do(ctx, esapi.IndicesPutMappingRequest{Index: []string{a.index}, Body: bytes.NewReader(body)}, nil); err != nil {
+		return fmt.Errorf("add vector fields (dims %d): %w", a.vectorDims, err)
+	}
+	a.log.Info("added the vector fields to the index mapping", "index", a.index, "dims", a.vectorDims)
+	return nil
+}
+
+// VectorDims returns Options.VectorDims: the length of the vectors the index holds, 0 without vectors.
+func (a *Adapter) VectorDims() int { return a.vectorDims }
 
 // request is satisfied by every esapi request type.
 type request interface {

@@ -188,8 +188,8 @@ func TestSearch(t *testing.T) {
 			routes: map[string][]reply{routeSearch: {{status: 200, file: "search.json"}}},
 			query:  "wild card super bowl", k: 5,
 			wantHits: []adapter.Hit{
-				{ID: adapter.DocumentID("Super Bowl XV"), DocID: "Super Bowl XV", Title: "Super Bowl XV", Summary: "Oakland won Super Bowl XV as a wild card.", Score: 3.621187, Rank: 1},
-				{ID: adapter.DocumentID("Green Bay Packers"), DocID: "Green Bay Packers", Title: "Green Bay Packers", Score: 0.9926106, Rank: 2},
+				{ID: adapter.DocumentID("Super Bowl XV"), DocID: "Super Bowl XV", Title: "Super Bowl XV", Summary: "Oakland won Super Bowl XV as a wild card.", Score: 3.621187, Rank: 1, BM25: 3.621187, BM25Rank: 1},
+				{ID: adapter.DocumentID("Green Bay Packers"), DocID: "Green Bay Packers", Title: "Green Bay Packers", Score: 0.9926106, Rank: 2, BM25: 0.9926106, BM25Rank: 2},
 			},
 			golden: "search_new.request.json",
 		},

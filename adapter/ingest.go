@@ -31,6 +31,9 @@ type Doc struct {
 	Summary string
 	// Seen marks documents the deployed model was trained on (D_train).
 	Seen bool
+	// Vector is the document's first-stage vector; Ingest fills it through IngestOptions.Embed (or keeps
+	// the stored one), so callers leave it nil.
+	Vector []float32
 	// KeepSeen, with Seen false and IngestOptions.KeepStored, keeps the seen flag of the stored document
 	// with the same docid instead of clearing it (a new document is written with seen=false): the request
 	// did not say. Seen true always sets the flag.
@@ -63,6 +66,15 @@ type IngestOptions struct {
 	KeepStored bool
 	// Replace, with KeepStored, overwrites a stored document whose text differs. Default: false.
 	Replace bool
+	// Embed, if set, returns the vectors of docs (one per document, in order; PassageText of the title and
+	// text in the sidecar): every written document then carries VectorField and VectorModelField. With
+	// KeepStored, a stored document with the same title and text whose vector VectorModel made keeps its
+	// vector and is not embedded again, so re-ingesting a corpus costs no encoder time. Documents are
+	// embedded in batches of KeepStoredBatch; an Embed error fails its batch (retryable) and ends the run.
+	// Default nil: no vectors (an adapter with VectorDims writes documents without them; Backfill adds them).
+	Embed func(ctx context.Context, docs []Doc) ([][]float32, error)
+	// VectorModel names the encoder behind Embed (the stored VectorModelField). Required with Embed.
+	VectorModel string
 	// Progress, if set, is called after each bulk request has been answered (or has failed) with the number
 	// of documents accounted for so far (written or failed, invalid ones included), and once more with the
 	// final count before Ingest returns. It is called from the
@@ -100,12 +112,14 @@ func (r IngestReport) Total() int { return r.Indexed + r.Updated + len(r.Failed)
 
 // stored is the JSON document written to the index.
 type stored struct {
-	DocID      string    `json:"docid"`
-	Title      string    `json:"title"`
-	Text       string    `json:"text"`
-	Summary    string    `json:"summary,omitempty"`
-	Seen       bool      `json:"seen"`
-	IngestedAt time.Time `json:"ingested_at"`
+	DocID       string    `json:"docid"`
+	Title       string    `json:"title"`
+	Text        string    `json:"text"`
+	Summary     string    `json:"summary,omitempty"`
+	Seen        bool      `json:"seen"`
+	IngestedAt  time.Time `json:"ingested_at"`
+	Vector      []float32 `json:"vector,omitempty"`
+	VectorModel string    `json:"vector_model,omitempty"`
 }
 
 // Ingest writes docs with the bulk API, replacing documents with the same docid. Every document drawn from
@@ -124,13 +138,16 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 	if a.closed.Load() {
 		return rep, fmt.Errorf("ingest %q: %w", a.index, ErrClosed)
 	}
+	if opts.Embed != nil && (opts.VectorModel == "" || a.vectorDims <= 0) {
+		return rep, fmt.Errorf("ingest %q: %w: Embed needs VectorModel and an adapter with VectorDims", a.index, ErrInvalidArgument)
+	}
 	// Bulk writes to a missing index would auto-create it with a dynamic mapping (text+keyword for every
 	// string, no boolean seen), which EnsureIndex would then reject forever. Check first.
 	var m mappingResponse
 	if err := a.do(ctx, esapi.IndicesGetMappingRequest{Index: []string{a.index}}, &m); err != nil {
 		return rep, fmt.Errorf("ingest %q: %w", a.index, err)
 	}
-	if err := m.check(a.index); err != nil {
+	if err := m.check(a.index, a.fields()); err != nil {
 		return rep, fmt.Errorf("ingest %q: %w", a.index, err)
 	}
 	workers := opts.Workers
@@ -263,9 +280,11 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 				w.seqNo, w.primaryTerm = &st.seqNo, &st.primaryTerm
 			}
 		}
-		body, err := json.Marshal(stored{
-			DocID: d.DocID, Title: d.Title, Text: d.Text, Summary: d.Summary, Seen: seen, IngestedAt: start.UTC(),
-		})
+		doc := stored{DocID: d.DocID, Title: d.Title, Text: d.Text, Summary: d.Summary, Seen: seen, IngestedAt: start.UTC()}
+		if len(d.Vector) > 0 {
+			doc.Vector, doc.VectorModel = d.Vector, opts.VectorModel
+		}
+		body, err := json.Marshal(doc)
 		if err != nil {
 			fail(-1, d.DocID, "encode: "+err.Error(), false)
 			return nil
@@ -281,23 +300,60 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 		}
 		return nil
 	}
-	// With KeepStored, documents wait in batch until a multi-get has read their stored versions.
+	// With KeepStored or Embed, documents wait in batch until a multi-get has read their stored versions
+	// and the encoder has embedded those that need it.
 	var batch []Doc
 	writeBatch := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		ids := make([]string, len(batch))
-		for k, d := range batch {
-			ids[k] = d.DocID
-		}
-		stored, err := a.readStored(ctx, ids)
-		if err != nil {
+		failBatch := func(err error) error {
 			for _, d := range batch {
 				fail(-1, d.DocID, "not sent: "+err.Error(), true)
 			}
 			batch = batch[:0]
 			return err
+		}
+		stored := map[string]storedState{}
+		if opts.KeepStored {
+			ids := make([]string, len(batch))
+			for k, d := range batch {
+				ids[k] = d.DocID
+			}
+			var err error
+			if stored, err = a.readStored(ctx, ids, opts.Embed != nil); err != nil {
+				return failBatch(err)
+			}
+		}
+		if opts.Embed != nil {
+			var need []int
+			for k, d := range batch {
+				if st, ok := stored[d.DocID]; ok && st.vectorModel == opts.VectorModel && len(st.vector) == a.vectorDims &&
+					st.text == d.Text && st.title == d.Title {
+					batch[k].Vector = st.vector
+					continue
+				}
+				need = append(need, k)
+			}
+			if len(need) > 0 {
+				docs := make([]Doc, len(need))
+				for j, k := range need {
+					docs[j] = batch[k]
+				}
+				vs, err := opts.Embed(ctx, docs)
+				if err == nil && len(vs) != len(docs) {
+					err = fmt.Errorf("%d vectors for %d documents", len(vs), len(docs))
+				}
+				if err != nil {
+					return failBatch(fmt.Errorf("embed: %w", err))
+				}
+				for j, k := range need {
+					if len(vs[j]) != a.vectorDims {
+						return failBatch(fmt.Errorf("embed: a vector of %d dims, the index has %d", len(vs[j]), a.vectorDims))
+					}
+					batch[k].Vector = vs[j]
+				}
+			}
 		}
 		for k, d := range batch {
 			var st *storedState
@@ -325,7 +381,7 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 			fail(-1, d.DocID, reason, false)
 			continue
 		}
-		if !opts.KeepStored {
+		if !opts.KeepStored && opts.Embed == nil {
 			if addErr = write(d, nil); addErr != nil {
 				break
 			}
@@ -428,27 +484,38 @@ const ReasonDocIDTaken = "docid taken"
 
 // storedState is what KeepStored reads of a stored document.
 type storedState struct {
-	text        string
+	text, title string
 	seen        bool
 	seqNo       int64
 	primaryTerm int64
+	vector      []float32 // read only when asked (vectors)
+	vectorModel string
 }
 
-// readStored multi-gets the documents of docids and returns the stored ones by docid.
-func (a *Adapter) readStored(ctx context.Context, docids []string) (map[string]storedState, error) {
+// readStored multi-gets the documents of docids and returns the stored ones by docid; with vectors, their
+// vectors too.
+func (a *Adapter) readStored(ctx context.Context, docids []string, vectors bool) (map[string]storedState, error) {
 	type stored struct {
-		DocID string `json:"docid"`
-		Text  string `json:"text"`
-		Seen  bool   `json:"seen"`
+		DocID       string    `json:"docid"`
+		Title       string    `json:"title"`
+		Text        string    `json:"text"`
+		Seen        bool      `json:"seen"`
+		Vector      []float32 `json:"vector"`
+		VectorModel string    `json:"vector_model"`
 	}
-	docs, err := mgetByDocID[stored](ctx, a, docids, []string{"docid", "text", "seen"})
+	fields := []string{"docid", "title", "text", "seen"}
+	if vectors {
+		fields = append(fields, VectorField, VectorModelField)
+	}
+	docs, err := mgetByDocID[stored](ctx, a, docids, fields)
 	if err != nil {
 		return nil, fmt.Errorf("read stored documents: %w", err)
 	}
 	out := make(map[string]storedState, len(docs))
 	for _, d := range docs {
 		if d.Found {
-			out[d.Source.DocID] = storedState{text: d.Source.Text, seen: d.Source.Seen, seqNo: d.SeqNo, primaryTerm: d.PrimaryTerm}
+			out[d.Source.DocID] = storedState{text: d.Source.Text, title: d.Source.Title, seen: d.Source.Seen, seqNo: d.SeqNo,
+				primaryTerm: d.PrimaryTerm, vector: d.Source.Vector, vectorModel: d.Source.VectorModel}
 		}
 	}
 	return out, nil

@@ -11,6 +11,7 @@ import (
 type fieldSpec struct {
 	typ    string
 	fields map[string]string // multi-fields: name -> type
+	dims   int               // dense_vector only: the vector's length
 }
 
 // wantFields is the contract between this package and the index. Changing it is a mapping migration:
@@ -24,26 +25,67 @@ var wantFields = map[string]fieldSpec{
 	"ingested_at": {typ: "date"},
 }
 
+// Vector fields (Options.VectorDims > 0): the first stage's document vector and the name of the encoder
+// that made it, so vectors of another encoder are found and replaced (Backfill) rather than compared.
+const (
+	// VectorField holds the document's dense vector (dense_vector, indexed for kNN, dot_product over
+	// L2-normalised vectors).
+	VectorField = "vector"
+	// VectorModelField holds the name of the encoder that made VectorField.
+	VectorModelField = "vector_model"
+)
+
+// fields returns the mapping contract of this adapter: wantFields, and the vector fields when the
+// adapter stores vectors.
+func (a *Adapter) fields() map[string]fieldSpec {
+	if a.vectorDims <= 0 {
+		return wantFields
+	}
+	out := make(map[string]fieldSpec, len(wantFields)+2)
+	for k, v := range wantFields {
+		out[k] = v
+	}
+	for k, v := range vectorFields(a.vectorDims) {
+		out[k] = v
+	}
+	return out
+}
+
+func vectorFields(dims int) map[string]fieldSpec {
+	return map[string]fieldSpec{VectorField: {typ: "dense_vector", dims: dims}, VectorModelField: {typ: "keyword"}}
+}
+
+// fieldMapping is the mapping of one field as sent to Elasticsearch.
+func fieldMapping(f fieldSpec) map[string]any {
+	p := map[string]any{"type": f.typ}
+	if f.typ == "dense_vector" {
+		// Plain HNSW (not 8.14's default int8_hnsw): the kNN search's scores are then exact cosines,
+		// comparable with the exact ones of an ids-filtered search (Dense).
+		p["dims"], p["index"], p["similarity"] = f.dims, true, "dot_product"
+		p["index_options"] = map[string]any{"type": "hnsw"}
+	}
+	if len(f.fields) > 0 {
+		sub := map[string]any{}
+		for n, t := range f.fields {
+			s := map[string]any{"type": t}
+			if t == "keyword" {
+				// Terms over 32 KiB are rejected by Lucene; the title is for exact lookup, not storage.
+				s["ignore_above"] = 1024
+			}
+			sub[n] = s
+		}
+		p["fields"] = sub
+	}
+	return p
+}
+
 // indexBody is the create-index request: one primary shard (the corpora are small, and one shard keeps BM25
 // statistics global, so scores do not depend on routing) and a strict mapping so a typo in a field name
 // fails the write instead of creating a new field.
-func indexBody() []byte {
+func indexBody(want map[string]fieldSpec) []byte {
 	props := map[string]any{}
-	for name, f := range wantFields {
-		p := map[string]any{"type": f.typ}
-		if len(f.fields) > 0 {
-			sub := map[string]any{}
-			for n, t := range f.fields {
-				s := map[string]any{"type": t}
-				if t == "keyword" {
-					// Terms over 32 KiB are rejected by Lucene; the title is for exact lookup, not storage.
-					s["ignore_above"] = 1024
-				}
-				sub[n] = s
-			}
-			p["fields"] = sub
-		}
-		props[name] = p
+	for name, f := range want {
+		props[name] = fieldMapping(f)
 	}
 	b, err := json.Marshal(map[string]any{
 		"settings": map[string]any{"index": map[string]any{"number_of_shards": 1}},
@@ -58,6 +100,7 @@ func indexBody() []byte {
 // mappedField is the part of a field mapping the check reads.
 type mappedField struct {
 	Type       string                 `json:"type"`
+	Dims       int                    `json:"dims"`
 	Fields     map[string]mappedField `json:"fields"`
 	Properties map[string]mappedField `json:"properties"`
 }
@@ -69,17 +112,17 @@ func (f mappedField) kind() string {
 	return f.Type
 }
 
-// checkMapping compares the properties of one index's mapping with wantFields. It returns nil or the
+// checkMapping compares the properties of one index's mapping with want. It returns nil or the
 // errors.Join of one *MappingError per problem, in field order.
-func checkMapping(props map[string]mappedField) error {
-	names := make([]string, 0, len(wantFields))
-	for n := range wantFields {
+func checkMapping(props map[string]mappedField, want map[string]fieldSpec) error {
+	names := make([]string, 0, len(want))
+	for n := range want {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	var errs []error
 	for _, name := range names {
-		want := wantFields[name]
+		want := want[name]
 		got, ok := props[name]
 		if !ok {
 			errs = append(errs, &MappingError{Field: name, Problem: fmt.Sprintf("missing, want type %q", want.typ)})
@@ -87,6 +130,10 @@ func checkMapping(props map[string]mappedField) error {
 		}
 		if got.kind() != want.typ {
 			errs = append(errs, &MappingError{Field: name, Problem: fmt.Sprintf("type is %q, want %q", got.kind(), want.typ)})
+			continue
+		}
+		if want.dims > 0 && got.Dims != want.dims {
+			errs = append(errs, &MappingError{Field: name, Problem: fmt.Sprintf("dims is %d, the encoder's vectors have %d (another encoder's index: use its encoder, or a new index)", got.Dims, want.dims)})
 			continue
 		}
 		subs := make([]string, 0, len(want.fields))
@@ -115,9 +162,21 @@ type mappingResponse map[string]struct {
 	} `json:"mappings"`
 }
 
+// lacksAll reports whether every index in the response has none of the fields.
+func (m mappingResponse) lacksAll(fields map[string]fieldSpec) bool {
+	for _, idx := range m {
+		for name := range fields {
+			if _, ok := idx.Mappings.Properties[name]; ok {
+				return false
+			}
+		}
+	}
+	return len(m) > 0
+}
+
 // check verifies every index in the response. Problems are prefixed with the concrete index name when it
 // differs from the requested one (an alias).
-func (m mappingResponse) check(requested string) error {
+func (m mappingResponse) check(requested string, want map[string]fieldSpec) error {
 	names := make([]string, 0, len(m))
 	for n := range m {
 		names = append(names, n)
@@ -125,7 +184,7 @@ func (m mappingResponse) check(requested string) error {
 	sort.Strings(names)
 	var errs []error
 	for _, n := range names {
-		err := checkMapping(m[n].Mappings.Properties)
+		err := checkMapping(m[n].Mappings.Properties, want)
 		switch {
 		case err == nil:
 		case n == requested:

@@ -50,7 +50,7 @@ func TestCheckMapping(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var props map[string]mappedField
 			require.NoError(t, json.Unmarshal([]byte(tt.props), &props))
-			err := checkMapping(props)
+			err := checkMapping(props, wantFields)
 			if len(tt.want) == 0 {
 				require.NoError(t, err)
 				return
@@ -74,6 +74,6 @@ func TestIndexBodyMatchesCheck(t *testing.T) {
 			Properties map[string]mappedField `json:"properties"`
 		} `json:"mappings"`
 	}
-	require.NoError(t, json.Unmarshal(indexBody(), &body))
-	require.NoError(t, checkMapping(body.Mappings.Properties))
+	require.NoError(t, json.Unmarshal(indexBody(wantFields), &body))
+	require.NoError(t, checkMapping(body.Mappings.Properties, wantFields))
 }

@@ -23,10 +23,22 @@ type Hit struct {
 	Title string
 	// Summary is the stored compressed summary; empty if none was ingested.
 	Summary string
-	// Score is the BM25 score; 0 for Resolve.
+	// Score is the score of the list the hit is in: the BM25 score of a BM25 search, the cosine of a dense
+	// search, the fused score of the first stage (package retrieve); 0 for Resolve.
 	Score float64
 	// Rank is the 1-based position in the result list; 0 for Resolve.
 	Rank int
+	// BM25 and BM25Rank are the document's BM25 score and 1-based rank when BM25 found it (BM25Rank 0 when
+	// it did not, e.g. a document only the kNN search found). A BM25 search sets them to Score and Rank.
+	BM25     float64
+	BM25Rank int
+	// Dense is the cosine of the query's and the document's vectors; HasDense is false when unknown (no
+	// encoder, or the document has no vector).
+	Dense    float64
+	HasDense bool
+	// Seen is the document's seen flag; set by the lean searches (SearchLean, Dense), which also leave
+	// Title and Summary empty until Sources fills them.
+	Seen bool
 }
 
 // returnedFields is the _source filter of every read: never the body, which can be tens of kilobytes.
@@ -56,6 +68,115 @@ func (a *Adapter) SearchAll(ctx context.Context, query string, k int) ([]Hit, er
 		return nil, fmt.Errorf("search %q: %w", a.index, err)
 	}
 	return hits, nil
+}
+
+// leanFields are the doc values a lean search returns instead of _source: what the first stage ranks
+// and filters by, without Elasticsearch loading and filtering each document's stored text.
+var leanFields = []string{"docid", "seen"}
+
+// leanHit is a hit of a lean search: its doc values.
+type leanHit struct {
+	ID     string   `json:"_id"`
+	Score  *float64 `json:"_score"`
+	Fields struct {
+		DocID []string `json:"docid"`
+		Seen  []bool   `json:"seen"`
+	} `json:"fields"`
+}
+
+func (h leanHit) hit(rank int) Hit {
+	out := Hit{ID: h.ID, Rank: rank}
+	if len(h.Fields.DocID) > 0 {
+		out.DocID = h.Fields.DocID[0]
+	}
+	if len(h.Fields.Seen) > 0 {
+		out.Seen = h.Fields.Seen[0]
+	}
+	if h.Score != nil {
+		out.Score = *h.Score
+	}
+	return out
+}
+
+// SearchLean is SearchAll (onlyNew false) or SearchNew without the stored documents: each hit has ID,
+// DocID, Seen and its BM25 score and rank, read from doc values. The first stage ranks many more
+// documents than it returns, and fetching every hit's _source would make Elasticsearch parse each stored
+// text; Sources then reads title and summary of the few it returns.
+func (a *Adapter) SearchLean(ctx context.Context, query string, k int, onlyNew bool) ([]Hit, error) {
+	if strings.TrimSpace(query) == "" {
+		return nil, fmt.Errorf("search %q: %w: empty query", a.index, ErrInvalidArgument)
+	}
+	if k < 1 || k > MaxK {
+		return nil, fmt.Errorf("search %q: %w: k=%d, want 1..%d", a.index, ErrInvalidArgument, k, MaxK)
+	}
+	var body map[string]any
+	b, err := searchBody(query, k, onlyNew)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, &body); err != nil {
+		return nil, err
+	}
+	body["_source"], body["docvalue_fields"] = false, leanFields
+	b, err = json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	var res struct {
+		Hits struct {
+			Hits []leanHit `json:"hits"`
+		} `json:"hits"`
+	}
+	if err := a.do(ctx, esapi.SearchRequest{Index: []string{a.index}, Body: bytes.NewReader(b)}, &res); err != nil {
+		return nil, fmt.Errorf("search %q: %w", a.index, err)
+	}
+	hits := make([]Hit, len(res.Hits.Hits))
+	for i, h := range res.Hits.Hits {
+		hits[i] = h.hit(i + 1)
+		hits[i].BM25, hits[i].BM25Rank = hits[i].Score, i+1
+	}
+	return hits, nil
+}
+
+// Sources fills in the title and summary (and docid, when empty) of hits from their stored documents,
+// by _id, in one multi-get. A hit whose document is gone keeps what it had.
+func (a *Adapter) Sources(ctx context.Context, hits []Hit) error {
+	if len(hits) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(hits))
+	seen := make(map[string]bool, len(hits))
+	for _, h := range hits {
+		if h.ID != "" && !seen[h.ID] {
+			seen[h.ID] = true
+			ids = append(ids, h.ID)
+		}
+	}
+	body, err := json.Marshal(map[string]any{"ids": ids})
+	if err != nil {
+		return err
+	}
+	var res struct {
+		Docs []mgetDoc[source] `json:"docs"`
+	}
+	if err := a.do(ctx, esapi.MgetRequest{Index: a.index, Body: bytes.NewReader(body), SourceIncludes: returnedFields}, &res); err != nil {
+		return fmt.Errorf("read sources %q: %w", a.index, err)
+	}
+	byID := make(map[string]source, len(res.Docs))
+	for _, d := range res.Docs {
+		if d.Found {
+			byID[d.ID] = d.Source
+		}
+	}
+	for i := range hits {
+		if src, ok := byID[hits[i].ID]; ok {
+			hits[i].Title, hits[i].Summary = src.Title, src.Summary
+			if hits[i].DocID == "" {
+				hits[i].DocID = src.DocID
+			}
+		}
+	}
+	return nil
 }
 
 // searchBody is the one BM25 query: best_fields multi_match with tie_breaker 0.5 over title, summary and
@@ -110,9 +231,9 @@ func (a *Adapter) search(ctx context.Context, query string, k int, onlyNew bool)
 	}
 	hits := make([]Hit, len(res.Hits.Hits))
 	for i, h := range res.Hits.Hits {
-		hits[i] = Hit{ID: h.ID, DocID: h.Source.DocID, Title: h.Source.Title, Summary: h.Source.Summary, Rank: i + 1}
+		hits[i] = Hit{ID: h.ID, DocID: h.Source.DocID, Title: h.Source.Title, Summary: h.Source.Summary, Rank: i + 1, BM25Rank: i + 1}
 		if h.Score != nil {
-			hits[i].Score = *h.Score
+			hits[i].Score, hits[i].BM25 = *h.Score, *h.Score
 		}
 	}
 	a.log.Debug("search", "index", a.index, "only_new", onlyNew, "query", query, "k", k, "hits", len(hits), "took_ms", res.Took)

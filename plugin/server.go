@@ -20,6 +20,7 @@ import (
 
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/retrieve"
 	"github.com/icicle-search/sidecar/internal/compress"
 	"github.com/icicle-search/sidecar/internal/gate"
 )
@@ -50,6 +51,21 @@ type Searcher interface {
 	IndexNames(ctx context.Context) ([]string, error)
 	// Index is the index Resolve reads: the _index of the parametric hits the drop-in inserts.
 	Index() string
+}
+
+// FirstStage is the ranking every answer starts from (*retrieve.Stage): BM25 fused with a dense encoder, or
+// BM25 alone. Its order is the baseline (what policy bm25, a gate that keeps and every fallback answer)
+// and the order of the model's candidates.
+type FirstStage interface {
+	// Search ranks a query over all documents (the baseline) and over new ones (the model's context, the
+	// top req.NewK). A *retrieve.NewSearchError comes with All set: the context is missing.
+	Search(ctx context.Context, req retrieve.Request) (retrieve.Lists, error)
+	// Rescore re-ranks the caller's hits (/v1/rerank, the drop-in) by the first stage's fusion.
+	Rescore(ctx context.Context, query string, hits []adapter.Hit) ([]adapter.Hit, retrieve.Info, error)
+	// Params are the fusion settings in use (/v1/model).
+	Params() retrieve.Params
+	// Encoder names the dense encoder, "" without one.
+	Encoder() string
 }
 
 // Ingester is what POST /v1/ingest needs from Elasticsearch (*adapter.Adapter satisfies it).
@@ -108,6 +124,8 @@ type Options struct {
 	MaxHits          int
 	MaxCandidates    int
 	Decode           inference.Options
+	// FirstStage ranks every answer's baseline; nil is BM25 alone (retrieve.Stage without an encoder).
+	FirstStage FirstStage
 	// MaxInflight is how many requests run the model at once: the engine's session count (default 2).
 	// QueueSize is how many more may wait for one, first come first served (0: none wait), and
 	// QueueTimeout the longest wait (default 500ms); a request that gets no session in time, or finds
@@ -194,6 +212,7 @@ type Options struct {
 // Server serves the sidecar API.
 type Server struct {
 	es      Searcher
+	first   FirstStage
 	model   Reranker
 	opts    Options
 	log     *slog.Logger
@@ -221,10 +240,19 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	opts.FusionK = cmp.Or(opts.FusionK, 60)
 	opts.SeenDiffInterval = cmp.Or(opts.SeenDiffInterval, 5*time.Minute)
 	opts.AB = opts.AB.withDefaults()
-	s := &Server{es: es, model: model, opts: opts, log: opts.Logger,
+	s := &Server{es: es, first: opts.FirstStage, model: model, opts: opts, log: opts.Logger,
 		admit: newAdmission(opts.MaxInflight, max(opts.QueueSize, 0), opts.QueueTimeout)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.first == nil {
+		bm25 := retrieve.DefaultParams
+		bm25.Method = retrieve.MethodBM25
+		st, err := retrieve.New(bm25Only{es}, nil, bm25, s.log)
+		if err != nil {
+			panic(err) // static parameters
+		}
+		s.first = st
 	}
 	reg := opts.Registry
 	if reg == nil {
@@ -301,6 +329,22 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	s.refreshSeenDiff() // in the background, so the first readiness probes usually have it
 	return s
 }
+
+// bm25Only lets a Searcher serve as the first stage's without dense searches (no encoder).
+type bm25Only struct{ Searcher }
+
+func (bm25Only) Dense(context.Context, []float32, []adapter.DenseQuery) ([][]adapter.Hit, error) {
+	return nil, errors.New("dense search: no encoder configured")
+}
+
+func (b bm25Only) SearchLean(ctx context.Context, query string, k int, onlyNew bool) ([]adapter.Hit, error) {
+	if onlyNew {
+		return b.SearchNew(ctx, query, k)
+	}
+	return b.SearchAll(ctx, query, k)
+}
+
+func (bm25Only) Sources(context.Context, []adapter.Hit) error { return nil }
 
 // Handler returns the HTTP handler.
 func (s *Server) Handler() http.Handler { return s.router }

@@ -174,9 +174,9 @@ func (f *fakeReranker) Rank(ctx context.Context, q string, cands []inference.Can
 
 func threeHits() []adapter.Hit {
 	return []adapter.Hit{
-		{ID: "1", DocID: "Alpha", Title: "Alpha", Summary: "a", Score: 3, Rank: 1},
-		{ID: "2", DocID: "Beta", Title: "Beta", Summary: "b", Score: 2, Rank: 2},
-		{ID: "3", DocID: "Gamma", Title: "Gamma", Score: 1, Rank: 3},
+		{ID: "1", DocID: "Alpha", Title: "Alpha", Summary: "a", Score: 3, Rank: 1, BM25: 3, BM25Rank: 1},
+		{ID: "2", DocID: "Beta", Title: "Beta", Summary: "b", Score: 2, Rank: 2, BM25: 2, BM25Rank: 2},
+		{ID: "3", DocID: "Gamma", Title: "Gamma", Score: 1, Rank: 3, BM25: 1, BM25Rank: 3},
 	}
 }
 

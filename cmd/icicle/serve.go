@@ -23,6 +23,7 @@ import (
 	"github.com/icicle-search/sidecar/inference/ort"
 	"github.com/icicle-search/sidecar/internal/gate"
 	"github.com/icicle-search/sidecar/plugin"
+	"github.com/icicle-search/sidecar/retrieve"
 )
 
 func serve(ctx context.Context, args []string) error {
@@ -71,7 +72,19 @@ func serve(ctx context.Context, args []string) error {
 		}
 	}()
 
-	es, err := newAdapter(cfg.Elasticsearch, log)
+	// The first stage's encoder: a configured one that cannot open stops the start, naming the file.
+	enc, err := openEncoder(cfg.FirstStage, log)
+	if err != nil {
+		return err
+	}
+	if enc != nil {
+		defer enc.Close()
+	}
+	params, err := firstStageParams(cfg.FirstStage)
+	if err != nil {
+		return err
+	}
+	es, err := newAdapter(cfg.Elasticsearch, vectorDims(enc), log)
 	if err != nil {
 		return fmt.Errorf("elasticsearch client: %w", err)
 	}
@@ -87,7 +100,23 @@ func serve(ctx context.Context, args []string) error {
 	if n, err := es.SeenCount(checkCtx); err == nil && n != info.SeenDocIDs {
 		log.Warn("seen corpus differs between the index and the model", "index_seen", n, "model_seen", info.SeenDocIDs)
 	}
+	if enc != nil {
+		if n, err := es.CountWithoutVector(checkCtx, enc.Name()); err == nil && n > 0 {
+			log.Warn("documents without the encoder's vector rank by BM25 alone until `icicle enrich` gives them one",
+				"documents", n, "encoder", enc.Name())
+		}
+	}
 	cancel()
+	var embedder retrieve.Embedder
+	if enc != nil {
+		embedder = enc
+	}
+	stage, err := retrieve.New(es, embedder, params, log)
+	if err != nil {
+		return err
+	}
+	log.Info("first stage", "encoder", stage.Encoder(), "method", params.Method, "dense_weight", params.DenseWeight,
+		"rrf_k", params.RRFK, "depth", params.Depth, "knn", params.KNN, "params_file", cfg.FirstStage.ParamsFile)
 
 	var impressions *plugin.ImpressionLog
 	if path := cfg.AB.ImpressionLog; path != "" {
@@ -122,7 +151,7 @@ func serve(ctx context.Context, args []string) error {
 	srv := plugin.New(es, model, plugin.Options{
 		MaxBodyBytes: cfg.Server.MaxBodyBytes, RequestTimeout: cfg.Server.RequestTimeout,
 		ESBudgetFraction: cfg.Server.ESBudgetFraction, MaxQueryChars: cfg.Server.MaxQueryChars,
-		MaxHits: cfg.Server.MaxHits, MaxCandidates: cfg.Decode.MaxCandidates,
+		MaxHits: cfg.Server.MaxHits, MaxCandidates: cfg.Decode.MaxCandidates, FirstStage: stage,
 		Decode: inference.Options{BeamWidth: cfg.Decode.BeamWidth, MaxPromptTokens: cfg.Decode.MaxPromptTokens,
 			MaxSummaryTokens: cfg.Decode.MaxSummaryTokens, TitleOnly: cfg.Decode.TitleOnly},
 		MaxInflight: cfg.Concurrency.MaxInflight, QueueSize: cfg.Concurrency.QueueSize, QueueTimeout: cfg.Concurrency.QueueTimeout,

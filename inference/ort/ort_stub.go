@@ -45,3 +45,22 @@ func (m *Model) Provider() string { return "" }
 
 // Close does nothing and returns nil.
 func (m *Model) Close() error { return nil }
+
+// Encoder is the stub built without the "ort" tag; it cannot be loaded.
+type Encoder struct{}
+
+// LoadEncoder returns inference.ErrNativeDisabled: this binary was built without the "ort" tag.
+func LoadEncoder(path string, dims int, typeIDs bool, opts Options, logger *slog.Logger) (*Encoder, error) {
+	return nil, inference.ErrNativeDisabled
+}
+
+// Run returns inference.ErrNativeDisabled.
+func (e *Encoder) Run(ctx context.Context, ids, mask []int64, batch, seqLen int) ([]float32, error) {
+	return nil, inference.ErrNativeDisabled
+}
+
+// Provider returns "".
+func (e *Encoder) Provider() string { return "" }
+
+// Close does nothing and returns nil.
+func (e *Encoder) Close() error { return nil }

@@ -1,6 +1,9 @@
 package eval
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 func TestTopChanges(t *testing.T) {
 	rel := map[string]bool{"g": true}
@@ -24,5 +27,22 @@ func TestTopChanges(t *testing.T) {
 	}
 	if got[SubsetAll].Gain() != 0 {
 		t.Errorf("gain %d", got[SubsetAll].Gain())
+	}
+}
+
+func TestSignTest(t *testing.T) {
+	near := func(want, got float64) bool { return math.Abs(want-got) < 1e-12 }
+	// 8 right, 1 wrong: 2 x P(X <= 1 | n=9) = 2 x (1 + 9) / 512.
+	if got := SignTest(8, 1); !near(20.0/512, got) {
+		t.Errorf("SignTest(8, 1) = %v, want %v", got, 20.0/512)
+	}
+	if got := SignTest(1, 8); !near(20.0/512, got) {
+		t.Errorf("SignTest(1, 8) = %v: two-sided, want %v", got, 20.0/512)
+	}
+	if SignTest(0, 0) != 1 || SignTest(3, 3) != 1 {
+		t.Errorf("no change or an even split must give 1, got %v and %v", SignTest(0, 0), SignTest(3, 3))
+	}
+	if got := SignTest(400, 300); !(got > 0 && got < 0.001) {
+		t.Errorf("SignTest(400, 300) = %v: large counts must stay finite and small", got)
 	}
 }

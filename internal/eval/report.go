@@ -12,8 +12,11 @@ import (
 const (
 	// ProtocolBM25All is arm A: Elasticsearch BM25 over every document, seen and new.
 	ProtocolBM25All = "bm25_all"
-	// ProtocolSearch is arm B: the sidecar's /v1/search (under its policy.mode; the model reads BM25 top
-	// candidates over new documents).
+	// ProtocolFirstStage is the first stage alone: the sidecar's /v1/search with policy bm25 (BM25 fused
+	// with the dense encoder, the model not called); the baseline the model must beat.
+	ProtocolFirstStage = "first_stage"
+	// ProtocolSearch is arm B: the sidecar's /v1/search (under its policy.mode; the model reads the first
+	// stage's top candidates over new documents).
 	ProtocolSearch = "search"
 	// ProtocolTopN is the N-shot sweep: the BM25 top N new documents posted to /v1/rerank.
 	ProtocolTopN = "bm25_top_n"
@@ -99,21 +102,32 @@ func (r Report) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "Sidecar %s (model %s), index %s, concurrency %d, seed %d, %d calibration bins, %.1f s.\n",
 		m.Sidecar, m.Model, m.Index, m.Concurrency, m.Seed, m.Bins, m.TookS)
 	groups := []struct{ title, protocol string }{
-		{"A/B: BM25 over all documents vs the sidecar's /v1/search", ""},
+		{"BM25 over all documents (A: what a team runs today), the first stage alone (F) and the sidecar's /v1/search (B)", ""},
 		{"N-shot sweep: BM25 top N new documents posted to /v1/rerank", ProtocolTopN},
 		{"Paper protocol: gold + N-1 random new documents (new), N random new documents (seen, all-noise), posted to /v1/rerank", ProtocolPaper},
 	}
 	for _, g := range groups {
 		arms := r.ByProtocol(g.protocol)
 		if g.protocol == "" {
-			arms = append(r.ByProtocol(ProtocolBM25All), r.ByProtocol(ProtocolSearch)...)
+			arms = append(append(r.ByProtocol(ProtocolBM25All), r.ByProtocol(ProtocolFirstStage)...), r.ByProtocol(ProtocolSearch)...)
 		}
 		if len(arms) == 0 {
 			continue
 		}
 		fmt.Fprintf(w, "\n### %s\n\n", g.title)
 		WriteTable(w, arms)
-		if a, b := r.ByProtocol(ProtocolBM25All), r.ByProtocol(ProtocolSearch); g.protocol == "" && len(a) == 1 && len(b) == 1 {
+		if g.protocol != "" {
+			continue
+		}
+		a, f, b := r.ByProtocol(ProtocolBM25All), r.ByProtocol(ProtocolFirstStage), r.ByProtocol(ProtocolSearch)
+		// The model's contribution is measured above the first stage: that is what it must beat.
+		if len(f) == 1 && len(b) == 1 {
+			writeChanges(w, f[0], b[0])
+		}
+		if len(a) == 1 && len(f) == 1 {
+			writeChanges(w, a[0], f[0])
+		}
+		if len(a) == 1 && len(b) == 1 {
 			writeChanges(w, a[0], b[0])
 		}
 	}

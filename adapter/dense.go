@@ -1,0 +1,111 @@
+package adapter
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/elastic/go-elasticsearch/v8/esapi"
+)
+
+// DenseQuery is one search of Dense: either the kNN top K over the index (OnlyNew: over seen=false
+// documents), or, with IDs, the exact cosine of those documents (by _id) and no others.
+type DenseQuery struct {
+	// K is how many nearest documents the kNN search returns; ignored with IDs.
+	K int
+	// OnlyNew restricts the kNN search to documents the model was not trained on.
+	OnlyNew bool
+	// IDs are Elasticsearch _ids whose exact cosine is wanted (at most MaxK).
+	IDs []string
+}
+
+// Dense runs the queries with vec in one multi-search and returns each one's hits, nearest first, with
+// Dense (and Score) the cosine of vec and the document's vector. kNN hits carry ID, DocID and Seen (doc
+// values, as SearchLean; Sources reads the rest); IDs hits carry only ID, since the caller has the rest.
+// A document without a vector is never returned.
+// Scores are exact: the index's vectors use plain HNSW (no quantisation), and a kNN query filtered to at
+// most num_candidates ids is searched exhaustively. Any one search failing fails the call.
+func (a *Adapter) Dense(ctx context.Context, vec []float32, qs []DenseQuery) ([][]Hit, error) {
+	if a.vectorDims <= 0 {
+		return nil, fmt.Errorf("dense search %q: %w: the adapter has no vector dims (no encoder configured)", a.index, ErrInvalidArgument)
+	}
+	if len(vec) != a.vectorDims {
+		return nil, fmt.Errorf("dense search %q: %w: query vector has %d dims, the index %d", a.index, ErrInvalidArgument, len(vec), a.vectorDims)
+	}
+	if len(qs) == 0 {
+		return nil, nil
+	}
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
+	for i, q := range qs {
+		s, err := denseBody(vec, q)
+		if err != nil {
+			return nil, fmt.Errorf("dense search %q: query %d: %w", a.index, i, err)
+		}
+		_ = enc.Encode(map[string]any{})
+		_ = enc.Encode(s)
+	}
+	var res struct {
+		Responses []struct {
+			Status int `json:"status"`
+			Error  *struct {
+				Type   string `json:"type"`
+				Reason string `json:"reason"`
+			} `json:"error"`
+			Hits struct {
+				Hits []leanHit `json:"hits"`
+			} `json:"hits"`
+		} `json:"responses"`
+	}
+	req := esapi.MsearchRequest{Index: []string{a.index}, Body: &body}
+	if err := a.do(ctx, req, &res); err != nil {
+		return nil, fmt.Errorf("dense search %q: %w", a.index, err)
+	}
+	if len(res.Responses) != len(qs) {
+		return nil, fmt.Errorf("dense search %q: %d responses for %d searches", a.index, len(res.Responses), len(qs))
+	}
+	out := make([][]Hit, len(qs))
+	for i, r := range res.Responses {
+		if r.Error != nil {
+			return nil, fmt.Errorf("dense search %q: search %d: %w", a.index, i, &ResponseError{Status: r.Status, Type: r.Error.Type, Reason: r.Error.Reason})
+		}
+		hits := make([]Hit, 0, len(r.Hits.Hits))
+		for j, h := range r.Hits.Hits {
+			hit := h.hit(j + 1)
+			if h.Score != nil {
+				// dot_product similarity scores (1 + cos) / 2.
+				hit.Dense, hit.HasDense = 2*(*h.Score)-1, true
+				hit.Score = hit.Dense
+			}
+			hits = append(hits, hit)
+		}
+		out[i] = hits
+	}
+	return out, nil
+}
+
+func denseBody(vec []float32, q DenseQuery) (map[string]any, error) {
+	if len(q.IDs) > 0 {
+		if len(q.IDs) > MaxK {
+			return nil, fmt.Errorf("%w: %d ids, at most %d", ErrInvalidArgument, len(q.IDs), MaxK)
+		}
+		return map[string]any{
+			"size":             len(q.IDs),
+			"_source":          false,
+			"track_total_hits": false,
+			"query": map[string]any{"knn": map[string]any{
+				"field": VectorField, "query_vector": vec, "num_candidates": len(q.IDs),
+				"filter": map[string]any{"ids": map[string]any{"values": q.IDs}},
+			}},
+		}, nil
+	}
+	if q.K < 1 || q.K > MaxK {
+		return nil, fmt.Errorf("%w: k=%d, want 1..%d", ErrInvalidArgument, q.K, MaxK)
+	}
+	knn := map[string]any{"field": VectorField, "query_vector": vec, "k": q.K, "num_candidates": min(MaxK, max(2*q.K, 100))}
+	if q.OnlyNew {
+		knn["filter"] = map[string]any{"term": map[string]any{"seen": false}}
+	}
+	return map[string]any{"size": q.K, "knn": knn, "_source": false, "docvalue_fields": leanFields, "track_total_hits": false}, nil
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/icicle-search/sidecar/retrieve"
+)
+
+// firstStageFit is the "fit" record of a params file: what the settings were fitted on and how they did.
+type firstStageFit struct {
+	Queries     int                `json:"queries"`
+	QueriesFile string             `json:"queries_file"`
+	Split       string             `json:"split"`
+	Index       string             `json:"index"`
+	Encoder     string             `json:"encoder"`
+	Objective   string             `json:"objective"`
+	Result      retrieve.FitResult `json:"result"`
+	Fitted      time.Time          `json:"fitted"`
+}
+
+// calibrateFirstStage is `icicle calibrate -first-stage FILE`: every labelled query is searched once,
+// straight from Elasticsearch with the configured encoder (BM25's top depth, the kNN's top 100, every
+// cosine exact), every setting of retrieve.Grid is replayed on what was found, and the best by Hits@1
+// (then MRR@10) is written to FILE with its k-fold held-out score. The sidecar loads it with
+// first_stage.params_file. No model runs: the first stage does not depend on it.
+func calibrateFirstStage(ctx context.Context, f calibrateFlags, path string, out, log io.Writer) error {
+	cfg, err := loadConfig(f.cfgPath)
+	if err != nil {
+		return err
+	}
+	qs, _, err := f.read(f.modelDir0(cfg.Model.Dir))
+	if err != nil {
+		return err
+	}
+	if len(qs) == 0 {
+		return fmt.Errorf("no labelled queries of split %q in %s", f.split, f.queries)
+	}
+	logger := newLogger(cfg.Log, os.Stderr)
+	enc, closeEnc, err := openIngestEncoder(cfg, logger)
+	if err != nil {
+		return err
+	}
+	if enc == nil {
+		return fmt.Errorf("first_stage.encoder_dir is empty: there is nothing to fuse BM25 with")
+	}
+	defer closeEnc()
+	es, err := newAdapter(cfg.Elasticsearch, enc.Dims(), logger)
+	if err != nil {
+		return err
+	}
+	defer es.Close()
+	st, err := retrieve.New(es, enc, retrieve.DefaultParams, logger)
+	if err != nil {
+		return err
+	}
+	depth := cfg.FirstStage.Depth
+	samples := make([]retrieve.Sample, len(qs))
+	errs := make([]error, len(qs))
+	start := time.Now()
+	var mu sync.Mutex
+	done := 0
+	forEach(ctx, len(qs), f.concurrency, func(i int) {
+		s, err := st.Gather(ctx, qs[i].Text, depth, 100)
+		s.QueryID, s.Relevant = qs[i].ID, qs[i].Relevant
+		samples[i], errs[i] = s, err
+		mu.Lock()
+		done++
+		if done%100 == 0 {
+			fmt.Fprintf(log, "calibrate: first stage: %d/%d queries searched\n", done, len(qs))
+		}
+		mu.Unlock()
+	}, nil)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("query %s: %w", qs[i].ID, err)
+		}
+	}
+	fmt.Fprintf(log, "calibrate: first stage: %d queries searched in %.1f s\n", len(qs), time.Since(start).Seconds())
+	res, err := retrieve.Fit(samples, retrieve.Grid(depth), f.folds)
+	if err != nil {
+		return err
+	}
+	file := paramsFile{Params: res.Params}
+	rec := firstStageFit{Queries: len(qs), QueriesFile: f.queries, Split: f.split, Index: es.Index(), Encoder: enc.Name(),
+		Objective: "Hits@1, then MRR@10", Result: res, Fitted: time.Now().UTC()}
+	if file.Fit, err = json.Marshal(rec); err != nil {
+		return err
+	}
+	p := res.Params
+	fmt.Fprintf(out, "first stage fitted on %d queries of %s (split %q), index %s, encoder %s:\n", len(qs), f.queries, f.split, es.Index(), enc.Name())
+	fmt.Fprintf(out, "  chosen: method %s, dense_weight %.1f, rrf_k %g, depth %d, knn %d\n", p.Method, p.DenseWeight, p.RRFK, p.Depth, p.KNN)
+	fmt.Fprintf(out, "  Hits@1 / MRR@10: chosen %.3f / %.3f (in sample), %.3f / %.3f held out (%d-fold); BM25 %.3f / %.3f; default %.3f / %.3f\n",
+		res.Score.Hits1, res.Score.MRR10, res.HeldOut.Hits1, res.HeldOut.MRR10, res.Folds, res.BM25.Hits1, res.BM25.MRR10, res.Default.Hits1, res.Default.MRR10)
+	if f.dryRun {
+		return nil
+	}
+	b, err := json.MarshalIndent(file, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	fmt.Fprintf(out, "wrote %s (serve it with first_stage.params_file)\n", path)
+	return nil
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/config"
+	"github.com/icicle-search/sidecar/inference/dense"
+	"github.com/icicle-search/sidecar/inference/loader"
+	"github.com/icicle-search/sidecar/inference/ort"
+	"github.com/icicle-search/sidecar/retrieve"
+)
+
+// openEncoder opens first_stage.encoder_dir (nil, nil when it is ""). ONNX Runtime must be initialised.
+func openEncoder(c config.FirstStage, log *slog.Logger) (*dense.Encoder, error) {
+	if c.EncoderDir == "" {
+		return nil, nil
+	}
+	enc, err := loader.OpenEncoder(c.EncoderDir, loader.EncoderOptions{
+		Runtime: ort.Options{Threads: c.EncoderThreads, InterOpThreads: 1}, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("first stage encoder (first_stage.encoder_dir %q): %w", c.EncoderDir, err)
+	}
+	log.Info("first stage encoder loaded", "encoder", enc.Name(), "dir", c.EncoderDir, "dims", enc.Dims(), "threads", c.EncoderThreads)
+	return enc, nil
+}
+
+// firstStageParams are the fusion settings of c, replaced by c.ParamsFile's when it is set.
+func firstStageParams(c config.FirstStage) (retrieve.Params, error) {
+	p := retrieve.Params{Method: c.Method, DenseWeight: c.DenseWeight, RRFK: c.RRFK, Depth: c.Depth, KNN: c.KNN}
+	if c.ParamsFile == "" {
+		return p, p.Validate()
+	}
+	f, err := readParamsFile(c.ParamsFile)
+	if err != nil {
+		return p, fmt.Errorf("first_stage.params_file: %w", err)
+	}
+	return f.Params, nil
+}
+
+// paramsFile is what `icicle calibrate -first-stage` writes: the fitted settings and how they were fitted.
+type paramsFile struct {
+	retrieve.Params
+	// Fit describes the fit: the queries, the objective and the held-out figures.
+	Fit json.RawMessage `json:"fit,omitempty"`
+}
+
+func readParamsFile(path string) (paramsFile, error) {
+	var f paramsFile
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return f, err
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return f, fmt.Errorf("read %s: %w", path, err)
+	}
+	if err := f.Params.Validate(); err != nil {
+		return f, fmt.Errorf("read %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// embedDocs turns an encoder into the adapter's Embed callback: each document's PassageText.
+func embedDocs(enc *dense.Encoder) func(ctx context.Context, docs []adapter.Doc) ([][]float32, error) {
+	return func(ctx context.Context, docs []adapter.Doc) ([][]float32, error) {
+		texts := make([]string, len(docs))
+		for i, d := range docs {
+			texts[i] = dense.PassageText(d.Title, d.Text)
+		}
+		return enc.Passages(ctx, texts)
+	}
+}
+
+// vectorDims is the adapter's VectorDims for an encoder (0 without one).
+func vectorDims(enc *dense.Encoder) int {
+	if enc == nil {
+		return 0
+	}
+	return enc.Dims()
+}
+
+// backfillOptions are the adapter's Backfill options for an encoder.
+func backfillOptions(enc *dense.Encoder, page int, progress func(done, total int)) adapter.BackfillOptions {
+	return adapter.BackfillOptions{Embed: embedDocs(enc), VectorModel: enc.Name(), PageSize: page, Progress: progress}
+}

@@ -1,0 +1,173 @@
+package retrieve
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/icicle-search/sidecar/adapter"
+)
+
+// Sample is one labelled query's first-stage evidence, gathered once (Gather) and fused under every
+// candidate setting by Fit: BM25's hits, the kNN's deepest list and the exact cosines of both.
+type Sample struct {
+	QueryID  string
+	Relevant map[string]bool
+	BM25     []adapter.Hit
+	KNN      []adapter.Hit
+	Dense    map[string]float64
+}
+
+// Gather searches one query the way Search does, as deep as Fit may need: BM25's top depth and the
+// kNN's top maxKNN, with every cosine exact.
+func (s *Stage) Gather(ctx context.Context, query string, depth, maxKNN int) (Sample, error) {
+	if s.enc == nil {
+		return Sample{}, fmt.Errorf("gather %q: the first stage has no encoder", query)
+	}
+	vec, err := s.enc.Query(ctx, query)
+	if err != nil {
+		return Sample{}, err
+	}
+	bm25, err := s.es.SearchLean(ctx, query, depth, false)
+	if err != nil {
+		return Sample{}, err
+	}
+	ids := make([]string, len(bm25))
+	for i, h := range bm25 {
+		ids[i] = h.ID
+	}
+	qs := []adapter.DenseQuery{{K: maxKNN}}
+	if len(ids) > 0 {
+		qs = append(qs, adapter.DenseQuery{IDs: ids})
+	}
+	res, err := s.es.Dense(ctx, vec, qs)
+	if err != nil {
+		return Sample{}, err
+	}
+	out := Sample{BM25: bm25, KNN: res[0], Dense: map[string]float64{}}
+	for _, list := range res {
+		for _, h := range list {
+			out.Dense[h.ID] = h.Dense
+		}
+	}
+	return out, nil
+}
+
+// Score is how a setting ranks a set of samples: the share of queries with a relevant document first, and
+// the mean reciprocal rank of the first relevant one within the top 10.
+type Score struct {
+	Hits1 float64 `json:"hits_at_1"`
+	MRR10 float64 `json:"mrr_at_10"`
+	N     int     `json:"queries"`
+}
+
+// better orders scores by Hits@1, then MRR@10: the gate and the model compete for the top result.
+func (s Score) better(o Score) bool {
+	if s.Hits1 != o.Hits1 {
+		return s.Hits1 > o.Hits1
+	}
+	return s.MRR10 > o.MRR10
+}
+
+// Evaluate fuses every sample under p and scores the rankings.
+func Evaluate(samples []Sample, p Params) Score {
+	var sc Score
+	for _, s := range samples {
+		knn := s.KNN[:min(len(s.KNN), p.KNN)]
+		ranked := Fuse(s.BM25[:min(len(s.BM25), p.Depth)], knn, s.Dense, p)
+		for i, h := range ranked[:min(len(ranked), 10)] {
+			if s.Relevant[h.DocID] {
+				if i == 0 {
+					sc.Hits1++
+				}
+				sc.MRR10 += 1 / float64(i+1)
+				break
+			}
+		}
+	}
+	sc.N = len(samples)
+	if sc.N > 0 {
+		sc.Hits1 /= float64(sc.N)
+		sc.MRR10 /= float64(sc.N)
+	}
+	return sc
+}
+
+// Grid is the settings Fit tries: linear at dense weights 0, 0.1, ..., 1 (0 is BM25's order) and rrf at
+// k 10, 30, 60 with dense weights 0.3 .. 0.7, each with kNN 0, 10 and 100, at the given depth.
+func Grid(depth int) []Params {
+	var out []Params
+	for _, knn := range []int{0, 10, 100} {
+		for i := 0; i <= 10; i++ {
+			out = append(out, Params{Method: MethodLinear, DenseWeight: float64(i) / 10, RRFK: 60, Depth: depth, KNN: knn})
+		}
+		for _, k := range []float64{10, 30, 60} {
+			for _, w := range []float64{0.3, 0.4, 0.5, 0.6, 0.7} {
+				out = append(out, Params{Method: MethodRRF, DenseWeight: w, RRFK: k, Depth: depth, KNN: knn})
+			}
+		}
+	}
+	return out
+}
+
+// FitResult is what Fit chose and how well it did.
+type FitResult struct {
+	// Params is the best setting on all samples.
+	Params Params `json:"params"`
+	// Score is Params' score on all samples (in-sample: optimistic).
+	Score Score `json:"score"`
+	// HeldOut is the score of k-fold cross-validation: each fold ranked by the setting that was best on
+	// the other folds. This is the figure to expect on queries like these.
+	HeldOut Score `json:"held_out"`
+	// BM25 and Default are BM25's order and DefaultParams (with this depth) on all samples, for reference.
+	BM25    Score `json:"bm25"`
+	Default Score `json:"default"`
+	Folds   int   `json:"folds"`
+}
+
+// Fit picks the setting of grid with the best score on samples (Hits@1, then MRR@10; among equals the
+// earlier in grid, so the simpler), and estimates how it generalises by folds-fold cross-validation over
+// the samples in their order (fold i holds samples i, i+folds, ...).
+func Fit(samples []Sample, grid []Params, folds int) (FitResult, error) {
+	if len(samples) == 0 || len(grid) == 0 {
+		return FitResult{}, fmt.Errorf("fit the first stage: %d samples, %d settings: need both", len(samples), len(grid))
+	}
+	folds = max(2, min(folds, len(samples)))
+	best := func(ss []Sample) (Params, Score) {
+		bp, bs := grid[0], Evaluate(ss, grid[0])
+		for _, p := range grid[1:] {
+			if sc := Evaluate(ss, p); sc.better(bs) {
+				bp, bs = p, sc
+			}
+		}
+		return bp, bs
+	}
+	res := FitResult{Folds: folds}
+	res.Params, res.Score = best(samples)
+	var held Score
+	for f := range folds {
+		var train, test []Sample
+		for i, s := range samples {
+			if i%folds == f {
+				test = append(test, s)
+			} else {
+				train = append(train, s)
+			}
+		}
+		p, _ := best(train)
+		sc := Evaluate(test, p)
+		held.Hits1 += sc.Hits1 * float64(sc.N)
+		held.MRR10 += sc.MRR10 * float64(sc.N)
+		held.N += sc.N
+	}
+	held.Hits1 /= float64(held.N)
+	held.MRR10 /= float64(held.N)
+	res.HeldOut = held
+	depth := cmp.Or(slices.MaxFunc(grid, func(a, b Params) int { return cmp.Compare(a.Depth, b.Depth) }).Depth, DefaultParams.Depth)
+	res.BM25 = Evaluate(samples, Params{Method: MethodLinear, DenseWeight: 0, Depth: depth})
+	def := DefaultParams
+	def.Depth = depth
+	res.Default = Evaluate(samples, def)
+	return res, nil
+}

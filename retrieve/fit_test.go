@@ -1,0 +1,43 @@
+package retrieve
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/icicle-search/sidecar/adapter"
+)
+
+func TestFit(t *testing.T) {
+	// Two kinds of query: on "lexical" ones BM25's first is relevant and the cosine prefers another; on
+	// "semantic" ones the reverse. With more semantic ones, a dense-leaning setting must win, and its
+	// held-out score must be what the folds give, not the in-sample one.
+	sample := func(id string, semantic bool) Sample {
+		s := Sample{QueryID: id, BM25: bm25Hits("x", "y"), Dense: map[string]float64{"x": 0.2, "y": 0.9}}
+		s.Relevant = map[string]bool{"dx": !semantic, "dy": semantic}
+		return s
+	}
+	var ss []Sample
+	for i := range 10 {
+		ss = append(ss, sample(string(rune('a'+i)), i%5 != 0)) // 8 semantic, 2 lexical
+	}
+	res, err := Fit(ss, Grid(100), 5)
+	require.NoError(t, err)
+	require.InDelta(t, 0.8, res.Score.Hits1, 1e-9)
+	require.InDelta(t, 0.2, res.BM25.Hits1, 1e-9)
+	require.Positive(t, res.Params.DenseWeight, "the cosine decides: %+v", res.Params)
+	require.Equal(t, 10, res.HeldOut.N)
+	require.LessOrEqual(t, res.HeldOut.Hits1, res.Score.Hits1)
+	require.Equal(t, 5, res.Folds)
+
+	_, err = Fit(nil, Grid(100), 5)
+	require.Error(t, err)
+}
+
+func TestEvaluateCutsToTheSetting(t *testing.T) {
+	s := Sample{Relevant: map[string]bool{"dk": true}, BM25: bm25Hits("a"),
+		KNN: []adapter.Hit{{ID: "k", DocID: "dk", Dense: 0.9, HasDense: true}}, Dense: map[string]float64{"a": 0.1, "k": 0.9}}
+	require.InDelta(t, 0.0, Evaluate([]Sample{s}, Params{Method: MethodLinear, DenseWeight: 1, Depth: 10, KNN: 0}).Hits1, 1e-9,
+		"without the kNN the relevant document is not a candidate")
+	require.InDelta(t, 1.0, Evaluate([]Sample{s}, Params{Method: MethodLinear, DenseWeight: 1, Depth: 10, KNN: 10}).Hits1, 1e-9)
+}
