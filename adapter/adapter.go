@@ -75,8 +75,8 @@ type Adapter struct {
 	timeout   time.Duration
 	// vectorDims is Options.VectorDims: with it the mapping contract includes the vector fields.
 	vectorDims int
-	log       *slog.Logger
-	now       func() time.Time
+	log        *slog.Logger
+	now        func() time.Time
 	// retries and backoff are the retrier's policy (rt), which Ingest also applies to bulk items that
 	// Elasticsearch shed for load; seenPageSize is ListSeen's page (SeenPageSize; tests shrink it).
 	retries      int

@@ -20,9 +20,9 @@ import (
 
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/inference"
-	"github.com/icicle-search/sidecar/retrieve"
 	"github.com/icicle-search/sidecar/internal/compress"
 	"github.com/icicle-search/sidecar/internal/gate"
+	"github.com/icicle-search/sidecar/retrieve"
 )
 
 // Searcher is what the handlers need from Elasticsearch.

@@ -20,7 +20,9 @@ type fakeSearcher struct {
 	sourced   int
 }
 
-func (f *fakeSearcher) SearchAll(context.Context, string, int) ([]adapter.Hit, error) { return f.all, nil }
+func (f *fakeSearcher) SearchAll(context.Context, string, int) ([]adapter.Hit, error) {
+	return f.all, nil
+}
 func (f *fakeSearcher) SearchNew(context.Context, string, int) ([]adapter.Hit, error) {
 	return f.new, f.newErr
 }
@@ -64,8 +66,10 @@ func (f *fakeSearcher) Dense(_ context.Context, _ []float32, qs []adapter.DenseQ
 // fakeEmbedder embeds every query as the same vector, or fails.
 type fakeEmbedder struct{ err error }
 
-func (f fakeEmbedder) Query(context.Context, string) ([]float32, error) { return []float32{1, 0}, f.err }
-func (fakeEmbedder) Name() string                                       { return "fake-encoder" }
+func (f fakeEmbedder) Query(context.Context, string) ([]float32, error) {
+	return []float32{1, 0}, f.err
+}
+func (fakeEmbedder) Name() string { return "fake-encoder" }
 
 func TestStageSearch(t *testing.T) {
 	// BM25 over all documents: a (seen), b, c; the kNN adds k. Cosines order k, b, c, a.
