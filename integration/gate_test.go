@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/config"
 	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/internal/compress"
 	"github.com/icicle-search/sidecar/internal/gate"
@@ -159,8 +160,12 @@ func serveDefault(t *testing.T, bin, esURL, index, modelDir, lib string) string 
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "ICICLE_POLICY_") })
 	// The policy is the configured default; only the connection is set, and the request timeout raised so
 	// that a loaded CI machine does not turn the model's answer into a model_timeout fallback.
+	// The default encoder, found from the repository root the way the configured relative path is. The
+	// index's documents have no vectors, so the first stage ranks them by BM25 alone.
+	encoderDir, err := filepath.Abs(filepath.Join("..", config.Default().FirstStage.EncoderDir))
+	require.NoError(t, err)
 	cmd.Env = append(env, "ICICLE_SERVER_REQUEST_TIMEOUT=20s", "ICICLE_SERVER_WRITE_TIMEOUT=60s", "ICICLE_ELASTICSEARCH_ADDRESSES="+esURL, "ICICLE_ELASTICSEARCH_INDEX="+index,
-		"ICICLE_MODEL_DIR="+modelDir, "ICICLE_SERVER_ADDR="+addr, "ICICLE_ORT_LIB="+lib)
+		"ICICLE_MODEL_DIR="+modelDir, "ICICLE_SERVER_ADDR="+addr, "ICICLE_ORT_LIB="+lib, "ICICLE_FIRST_STAGE_ENCODER_DIR="+encoderDir)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	require.NoError(t, cmd.Start())
