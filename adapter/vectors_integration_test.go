@@ -1,0 +1,226 @@
+//go:build integration
+
+package adapter_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/icicle-search/sidecar/adapter"
+)
+
+const testDims = 8
+
+// hashEmbed stands in for the encoder here (the encoder itself is tested in inference/loader and
+// integration/): a deterministic unit vector per title and text, so the tests check what the adapter
+// stores and searches, not what a model thinks.
+func hashEmbed(_ context.Context, docs []adapter.Doc) ([][]float32, error) {
+	out := make([][]float32, len(docs))
+	for i, d := range docs {
+		out[i] = hashVector(d.Title + "\n" + d.Text)
+	}
+	return out, nil
+}
+
+func hashVector(s string) []float32 {
+	sum := sha256.Sum256([]byte(s))
+	v := make([]float32, testDims)
+	var n float64
+	for i := range v {
+		v[i] = float32(int(sum[i])-128) / 128
+		n += float64(v[i]) * float64(v[i])
+	}
+	for i := range v {
+		v[i] /= float32(math.Sqrt(n))
+	}
+	return v
+}
+
+// vectorIndex is newIndex with vectors of testDims.
+func vectorIndex(t *testing.T) (*adapter.Adapter, string) {
+	t.Helper()
+	_, index := newIndex(t)
+	a, err := adapter.New(adapter.Options{Addresses: []string{esURL(t)}, Index: index, RequestTimeout: 30 * time.Second, VectorDims: testDims}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	return a, index
+}
+
+// sources reads every document's _source by _id.
+func sources(t *testing.T, index string) map[string]map[string]any {
+	t.Helper()
+	res, err := plain.Get(esURL(t) + "/" + index + "/_search?size=1000&seq_no_primary_term=true")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	var body struct {
+		Hits struct {
+			Hits []struct {
+				ID     string         `json:"_id"`
+				Source map[string]any `json:"_source"`
+			} `json:"hits"`
+		} `json:"hits"`
+	}
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
+	out := map[string]map[string]any{}
+	for _, h := range body.Hits.Hits {
+		out[h.ID] = h.Source
+	}
+	return out
+}
+
+func TestIngestWithVectors(t *testing.T) {
+	a, index := vectorIndex(t)
+	require.NoError(t, a.EnsureIndex(t.Context()))
+	docs := corpus(t, 20)
+	calls := 0
+	embed := func(ctx context.Context, ds []adapter.Doc) ([][]float32, error) {
+		calls += len(ds)
+		return hashEmbed(ctx, ds)
+	}
+	opts := adapter.IngestOptions{Refresh: true, KeepStored: true, Embed: embed, VectorModel: "hash-v1"}
+	rep, err := a.Ingest(t.Context(), slices.Values(docs), opts)
+	require.NoError(t, err)
+	require.Equal(t, 20, rep.Indexed)
+	require.Equal(t, 20, calls)
+	n, err := a.CountWithoutVector(t.Context(), "hash-v1")
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	t.Run("re-ingesting the same texts embeds nothing", func(t *testing.T) {
+		calls = 0
+		rep, err := a.Ingest(t.Context(), slices.Values(docs), opts)
+		require.NoError(t, err)
+		require.Equal(t, 20, rep.Updated)
+		require.Zero(t, calls)
+		n, err := a.CountWithoutVector(t.Context(), "hash-v1")
+		require.NoError(t, err)
+		require.Zero(t, n, "the stored vectors were kept")
+	})
+	t.Run("a changed text is embedded again", func(t *testing.T) {
+		calls = 0
+		changed := slices.Clone(docs[:1])
+		changed[0].Text += " More text."
+		ropts := opts
+		ropts.Replace = true
+		_, err := a.Ingest(t.Context(), slices.Values(changed), ropts)
+		require.NoError(t, err)
+		require.Equal(t, 1, calls)
+		src := sources(t, index)[adapter.DocumentID(changed[0].DocID)]
+		require.InDeltaSlice(t, toFloats(hashVector(changed[0].Title+"\n"+changed[0].Text)), src["vector"], 1e-6)
+	})
+	t.Run("the exact cosine and the kNN agree with the stored vectors", func(t *testing.T) {
+		q := hashVector(docs[3].Title + "\n" + docs[3].Text) // the query is document 3's own vector
+		ids := []string{adapter.DocumentID(docs[3].DocID), adapter.DocumentID(docs[4].DocID), "no-such-id"}
+		res, err := a.Dense(t.Context(), q, []adapter.DenseQuery{{IDs: ids}, {K: 3}, {K: 3, OnlyNew: true}})
+		require.NoError(t, err)
+		require.Len(t, res, 3)
+		require.Len(t, res[0], 2, "an unknown id is absent")
+		require.Equal(t, ids[0], res[0][0].ID)
+		require.InDelta(t, 1.0, res[0][0].Dense, 1e-5, "a vector's cosine with itself")
+		var want4 float64
+		for i, x := range hashVector(docs[4].Title + "\n" + docs[4].Text) {
+			want4 += float64(x) * float64(q[i])
+		}
+		require.InDelta(t, want4, res[0][1].Dense, 1e-5)
+		require.Equal(t, docs[3].DocID, res[1][0].DocID, "the kNN's nearest is the document itself")
+		require.Len(t, res[1], 3)
+	})
+	t.Run("a vector of the wrong length fails its batch, retryable", func(t *testing.T) {
+		bad := func(context.Context, []adapter.Doc) ([][]float32, error) { return [][]float32{{1, 0}}, nil }
+		other := corpus(t, 21)[20:]
+		rep, err := a.Ingest(t.Context(), slices.Values(other), adapter.IngestOptions{Refresh: true, KeepStored: true, Embed: bad, VectorModel: "hash-v1"})
+		require.Error(t, err)
+		require.ErrorContains(t, err, "dims")
+		require.Len(t, rep.Failed, 1)
+		require.True(t, rep.Failed[0].Retryable)
+	})
+}
+
+// TestBackfillResumes gives vectors to an index written without them, stopping the first run halfway (as
+// an interrupted `icicle enrich` would): the second run writes the rest, each document is written once in
+// all, and nothing but the vector fields changed.
+func TestBackfillResumes(t *testing.T) {
+	plainA, index := newIndex(t)
+	require.NoError(t, plainA.EnsureIndex(t.Context()))
+	docs := corpus(t, 40)
+	_, err := plainA.Ingest(t.Context(), slices.Values(docs), adapter.IngestOptions{Refresh: true})
+	require.NoError(t, err)
+	before := sources(t, index)
+
+	a, err := adapter.New(adapter.Options{Addresses: []string{esURL(t)}, Index: index, VectorDims: testDims}, nil)
+	require.NoError(t, err)
+	defer a.Close()
+	require.NoError(t, a.EnsureIndex(t.Context()), "the vector fields are added to an index that has none")
+
+	interrupted := errors.New("interrupted")
+	embedded := map[string]int{}
+	pages := 0
+	stopAfterTwo := func(ctx context.Context, ds []adapter.Doc) ([][]float32, error) {
+		if pages == 2 {
+			return nil, interrupted
+		}
+		pages++
+		for _, d := range ds {
+			embedded[d.DocID]++
+		}
+		return hashEmbed(ctx, ds)
+	}
+	rep, err := a.Backfill(t.Context(), adapter.BackfillOptions{Embed: stopAfterTwo, VectorModel: "hash-v1", PageSize: 8})
+	require.ErrorIs(t, err, interrupted)
+	require.Equal(t, 40, rep.Needed)
+	require.Equal(t, 16, rep.Written)
+
+	res, err := plain.Do(mustRequest(t, http.MethodPost, esURL(t)+"/"+index+"/_refresh"))
+	require.NoError(t, err)
+	res.Body.Close()
+	count := func(ctx context.Context, ds []adapter.Doc) ([][]float32, error) {
+		for _, d := range ds {
+			embedded[d.DocID]++
+		}
+		return hashEmbed(ctx, ds)
+	}
+	rep, err = a.Backfill(t.Context(), adapter.BackfillOptions{Embed: count, VectorModel: "hash-v1", PageSize: 8})
+	require.NoError(t, err)
+	require.Equal(t, 24, rep.Needed)
+	require.Equal(t, 24, rep.Written)
+	require.Len(t, embedded, 40)
+	for d, n := range embedded {
+		require.Equal(t, 1, n, "%q embedded once over both runs", d)
+	}
+	after := sources(t, index)
+	require.Len(t, after, 40)
+	for id, src := range after {
+		require.Equal(t, "hash-v1", src["vector_model"])
+		require.Len(t, src["vector"], testDims)
+		delete(src, "vector")
+		delete(src, "vector_model")
+		require.Equal(t, before[id], src, "only the vector fields changed")
+	}
+	rep, err = a.Backfill(t.Context(), adapter.BackfillOptions{Embed: count, VectorModel: "hash-v1"})
+	require.NoError(t, err)
+	require.Zero(t, rep.Needed, "a third run has nothing to do")
+}
+
+func toFloats(v []float32) []any {
+	out := make([]any, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+func mustRequest(t *testing.T, method, url string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	require.NoError(t, err)
+	return req
+}
