@@ -84,6 +84,11 @@ type Options struct {
 	MaxSummaryTokens int
 	// TitleOnly puts candidates in by title alone.
 	TitleOnly bool
+	// Admit, if set, is called once the prompt is built and a session is free, before the first forward
+	// pass, with the prompt's length in tokens; an error ends the call without running the model (returned
+	// wrapped). The server's admission control uses it to refuse a run its cost model says cannot end
+	// within the time left.
+	Admit func(promptTokens int) error
 }
 
 // DefaultCopyMaskBytes is the default EngineOptions.CopyMaskBytes.
@@ -227,6 +232,11 @@ func (e *Engine) Rank(ctx context.Context, query string, cands []Candidate, opts
 		return Result{}, fmt.Errorf("rank: wait for a model: %w", ctx.Err())
 	}
 	defer func() { e.workers <- w }()
+	if opts.Admit != nil {
+		if err := opts.Admit(len(prompt.IDs)); err != nil {
+			return Result{}, fmt.Errorf("rank: admit a prompt of %d tokens: %w", len(prompt.IDs), err)
+		}
+	}
 	d := decoding{e: e, w: w, opts: opts, prompt: prompt, cands: cands}
 	res, err := d.run(ctx)
 	if err != nil {

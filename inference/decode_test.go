@@ -2,6 +2,7 @@ package inference
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -310,4 +311,20 @@ func TestRankManifestPromptCap(t *testing.T) {
 	require.Less(t, sum(capped.SummaryTokens), sum(free.SummaryTokens), "summaries shrink to fit the cap")
 	require.Equal(t, capped.PromptTokens, rank(400, 4096).PromptTokens, "a larger request budget cannot exceed the manifest's")
 	require.LessOrEqual(t, rank(400, 200).PromptTokens, 200, "a smaller request budget wins")
+}
+
+// TestRankAdmit: the admission hook sees the built prompt's length before any Run, and its refusal ends
+// the call without running the model.
+func TestRankAdmit(t *testing.T) {
+	e, m := newTestEngine(t, []string{"Oslo"}, hashLogits)
+	refused := errors.New("no budget")
+	var seen int
+	cands := []Candidate{{Title: "Bern", Summary: "capital"}}
+	_, err := e.Rank(t.Context(), "q", cands, Options{Admit: func(n int) error { seen = n; return refused }})
+	require.ErrorIs(t, err, refused)
+	require.Zero(t, m.calls, "a refused run never reaches the model")
+	res, err := e.Rank(t.Context(), "q", cands, Options{Admit: func(n int) error { seen = n; return nil }})
+	require.NoError(t, err)
+	require.Equal(t, res.PromptTokens, seen)
+	require.Positive(t, m.calls)
 }

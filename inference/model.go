@@ -45,8 +45,8 @@ type Model interface {
 	// Forward runs step against the first cache.Len() positions of cache, appends the n new tokens' keys
 	// and values to cache (so cache.Len() grows by n), and returns the logits at step.LogitsIndex as an
 	// m x VocabSize row-major slice. The returned slice is owned by the model and valid only until the
-	// next Forward or Close. ctx is checked before the native Run; a Run already started is not
-	// interrupted.
+	// next Forward or Close. ctx is checked before the native Run, and its end stops a Run in progress
+	// (the error then wraps ctx.Err(); the cache is left as it was).
 	Forward(ctx context.Context, step Step, cache *KVCache) ([]float32, error)
 	// Spec describes the model's shapes.
 	Spec() Spec

@@ -1,8 +1,10 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -85,36 +87,134 @@ func (a *admission) acquire(ctx context.Context, deadline time.Time) (release fu
 	}
 }
 
-// runTimes keeps the durations of the last model runs that succeeded, for their median: what a run
-// takes on this machine at its current load.
-type runTimes struct {
-	mu   sync.Mutex
-	ring [64]time.Duration
-	n    int // runs recorded, at most len(ring)
+// costModel predicts what a model run costs on this machine, from the sidecar's own runs: the time per
+// prompt token, per level of concurrency (how many runs shared the cores: the most in flight at the run's
+// start or end). It predicts tokens x the level's 75th percentile of recent time per token; a level
+// without enough samples borrows the nearest level's, scaled by the ratio of the levels (runs sharing the
+// cores slow down in proportion: measured 0.37 s alone, 0.83-0.88 s two at a time for reader135 on 2
+// cores). A swapped-in model starts a new cost model.
+type costModel struct {
+	mu     sync.Mutex
+	levels map[int]*samples // concurrency level -> seconds per token
+	tokens samples          // prompt lengths, for the typical run
+}
+
+// samples is a ring of the last len(ring) values.
+type samples struct {
+	ring [64]float64
+	n    int
 	next int
 }
 
-// minRunSamples is how many runs median needs before it answers.
-const minRunSamples = 8
-
-func (r *runTimes) add(d time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.ring[r.next] = d
+func (r *samples) add(v float64) {
+	r.ring[r.next] = v
 	r.next = (r.next + 1) % len(r.ring)
 	r.n = min(r.n+1, len(r.ring))
 }
 
-// median is the median of the recorded runs; ok is false with fewer than minRunSamples.
-func (r *runTimes) median() (time.Duration, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.n < minRunSamples {
+// quantile returns the q-quantile (nearest rank) of the samples; ok is false with fewer than minCostSamples.
+func (r *samples) quantile(q float64) (float64, bool) {
+	if r.n < minCostSamples {
 		return 0, false
 	}
-	d := slices.Clone(r.ring[:r.n])
-	slices.Sort(d)
-	return d[len(d)/2], true
+	v := slices.Clone(r.ring[:r.n])
+	slices.Sort(v)
+	return v[min(len(v)-1, int(q*float64(len(v))))], true
+}
+
+// minCostSamples is how many runs a level needs before its own figure is used.
+const minCostSamples = 4
+
+func newCostModel() *costModel { return &costModel{levels: map[int]*samples{}} }
+
+// observe records a run of tokens prompt tokens that took d at concurrency level (a run stopped at its
+// deadline is recorded with the time it had: a lower bound, which still moves the estimate up).
+func (c *costModel) observe(tokens, level int, d time.Duration) {
+	if tokens <= 0 || level <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.levels[level]
+	if !ok {
+		r = &samples{}
+		c.levels[level] = r
+	}
+	r.add(d.Seconds() / float64(tokens))
+	c.tokens.add(float64(tokens))
+}
+
+// perToken is the predicted seconds per token at level; ok is false before any level has samples.
+func (c *costModel) perToken(level int) (float64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.levels[level]; ok {
+		if v, ok := r.quantile(0.75); ok {
+			return v, true
+		}
+	}
+	best, bestDist := 0.0, -1
+	for l, r := range c.levels {
+		v, ok := r.quantile(0.75)
+		if !ok {
+			continue
+		}
+		dist := l - level
+		if dist < 0 {
+			dist = -dist
+		}
+		if bestDist < 0 || dist < bestDist {
+			best, bestDist = v*float64(level)/float64(l), dist
+		}
+	}
+	return best, bestDist >= 0
+}
+
+// predict is the predicted time of a run of tokens prompt tokens at level.
+func (c *costModel) predict(tokens, level int) (time.Duration, bool) {
+	v, ok := c.perToken(level)
+	if !ok {
+		return 0, false
+	}
+	return time.Duration(v * float64(tokens) * float64(time.Second)), true
+}
+
+// typical is the predicted time of a median-length prompt at level (before the prompt is built).
+func (c *costModel) typical(level int) (time.Duration, bool) {
+	c.mu.Lock()
+	med, ok := c.tokens.quantile(0.5)
+	c.mu.Unlock()
+	if !ok {
+		return 0, false
+	}
+	return c.predict(int(med), level)
+}
+
+// CostLevel is one concurrency level's cost as /v1/model shows it.
+type CostLevel struct {
+	// Level is how many runs shared the machine.
+	Level int `json:"level"`
+	// Runs is how many recent runs the figures come from (at most 64).
+	Runs int `json:"runs"`
+	// MSPerToken is the 75th percentile of the time per prompt token, in milliseconds.
+	MSPerToken float64 `json:"ms_per_token"`
+	// TypicalMS is the predicted time of a median-length prompt.
+	TypicalMS float64 `json:"typical_ms"`
+}
+
+// snapshot is every level with enough samples, in order.
+func (c *costModel) snapshot() []CostLevel {
+	c.mu.Lock()
+	med, _ := c.tokens.quantile(0.5)
+	var out []CostLevel
+	for l, r := range c.levels {
+		if v, ok := r.quantile(0.75); ok {
+			out = append(out, CostLevel{Level: l, Runs: r.n, MSPerToken: v * 1000, TypicalMS: v * med * 1000})
+		}
+	}
+	c.mu.Unlock()
+	slices.SortFunc(out, func(a, b CostLevel) int { return a.Level - b.Level })
+	return out
 }
 
 // modelDeadline is when the model must have answered: the request's deadline less Elasticsearch's
@@ -135,51 +235,49 @@ func (s *Server) runBudget() time.Duration {
 	return time.Duration(float64(s.opts.RequestTimeout)*(1-2*s.opts.ESBudgetFraction)) - s.opts.QueueTimeout
 }
 
-// failedTimeout is the least time a run must have started with for its timeout to be the model's
-// failure: runBudget, and once minRunSamples runs have succeeded, at least twice their median. A run
-// that had twice what runs take at the current load and still did not finish is stuck or broken; one
-// that ran out of a budget squeezed by load (slow Elasticsearch, a long wait, cores shared with the
-// other session) is not, and is answered model_timeout without counting towards the breaker.
-func (s *Server) failedTimeout() time.Duration {
-	if med, ok := s.runs.median(); ok {
-		return max(s.runBudget(), 2*med)
-	}
-	return s.runBudget()
+// loadTimeoutError is a model timeout that load explains: the run was not given at least twice what the
+// cost model predicted for it at the concurrency it ran at (or, before the cost model knows anything, less
+// than runBudget). It is answered model_timeout and does not count for the breaker.
+type loadTimeoutError struct {
+	budget, predicted time.Duration
+	err               error
 }
 
-// shortBudgetError is a model timeout of a run that started with less than runBudget.
-type shortBudgetError struct {
-	budget time.Duration
-	err    error
+func (e *loadTimeoutError) Error() string {
+	return fmt.Sprintf("model run with %s left (predicted %s): %v", e.budget, e.predicted, e.err)
 }
 
-func (e *shortBudgetError) Error() string {
-	return "model run started with " + e.budget.String() + " left: " + e.err.Error()
-}
+func (e *loadTimeoutError) Unwrap() error { return e.err }
 
-func (e *shortBudgetError) Unwrap() error { return e.err }
+// errNoBudget is a run the cost model refused before it started: what is left of the budget is less
+// than the predicted time. Load, not failure: answered overloaded, not counted by the breaker.
+var errNoBudget = errors.New("predicted run time exceeds the budget left")
 
 // runModel admits the request to the model and runs it: the single admission point of rank(). It
 // returns the model's result, or a fallback reason ("" when the model answered): the caller then
-// answers from BM25 with that reason. err is only the client's cancellation (context.Canceled).
+// answers from the baseline with that reason. err is only the client's cancellation (context.Canceled).
 //
 // Order: an open breaker sheds at once; then the request waits in the bounded FIFO queue for a session
-// at most concurrency.queue_timeout and never so long that the median run (runTimes) could not finish
-// before the model's deadline (modelDeadline); not getting one is "overloaded" and is NOT reported to
-// the breaker, because a busy model is not a failing one. Only the run itself goes through the
-// breaker, with the rest of the model's share of the budget: an error, or a timeout of a run that
-// started with at least failedTimeout, counts as a failure; a cancellation, a prompt too long for the
-// context, or a timeout of a run that started with less does not (Server.New's IsSuccessful).
+// at most concurrency.queue_timeout and never so long that a typical run (the cost model's) could not
+// finish before the model's deadline (modelDeadline); once the prompt is built, the run starts only if
+// the cost model's prediction for its length, at the concurrency it will run at, fits what is left.
+// Either refusal is "overloaded", answered at once and NOT reported to the breaker: a busy model is not a
+// failing one. The run itself goes through the breaker and is stopped at the deadline (ONNX Runtime's run
+// termination), so the answer leaves on time. The breaker counts errors, and timeouts that load does not
+// explain: runs that had at least twice their predicted time (runBudget before the cost model has
+// samples). A cancellation, a prompt too long for the context, an admission refusal, or a timeout of a
+// run squeezed by load does not count (Server.New's IsSuccessful).
 func (s *Server) runModel(ctx context.Context, query string, in []inference.Candidate) (inference.Result, string, error) {
 	if s.breaker.State() == gobreaker.StateOpen {
 		return inference.Result{}, ReasonBreakerOpen, nil
 	}
 	deadline := s.modelDeadline(ctx)
+	cost := s.costs()
 	// Wait only while a run could still finish: a session given to a run that cannot make its deadline
 	// is taken from one that could.
 	waitUntil := deadline
-	if med, ok := s.runs.median(); ok {
-		waitUntil = deadline.Add(-med)
+	if typ, ok := cost.typical(min(int(s.inflight.Load())+1, s.opts.MaxInflight)); ok {
+		waitUntil = deadline.Add(-typ)
 	}
 	waitStart := time.Now()
 	s.metrics.queued.Inc()
@@ -195,20 +293,45 @@ func (s *Server) runModel(ctx context.Context, query string, in []inference.Cand
 	defer release()
 	s.metrics.running.Inc()
 	defer s.metrics.running.Dec()
+	level := int(s.inflight.Add(1))
+	defer s.inflight.Add(-1)
 
 	mctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	var (
+		tokens    int
+		predicted time.Duration
+		start     time.Time
+	)
+	opts := s.opts.Decode
+	opts.Admit = func(n int) error {
+		tokens, start = n, time.Now()
+		if p, ok := cost.predict(n, level); ok {
+			predicted = p
+			if time.Until(deadline) < p {
+				return errNoBudget
+			}
+		}
+		return nil
+	}
 	modelStart := time.Now()
-	budget := deadline.Sub(modelStart)
 	res, err := s.breaker.Execute(func() (inference.Result, error) {
-		res, err := s.model.Rank(mctx, query, in, s.opts.Decode)
+		res, err := s.model.Rank(mctx, query, in, opts)
+		if start.IsZero() { // the model did not call Admit (a fake, or an error before it)
+			start = modelStart
+		}
+		ran := time.Since(start)
+		lvl := max(level, int(s.inflight.Load()))
 		switch {
 		case err == nil:
-			s.runs.add(time.Since(modelStart))
-		case errors.Is(err, context.DeadlineExceeded) && budget < s.failedTimeout():
-			// Started with less than a run needs at the current load: running out of it is not the
-			// model's failure.
-			err = &shortBudgetError{budget: budget, err: err}
+			cost.observe(cmp.Or(res.PromptTokens, tokens), lvl, ran)
+		case errors.Is(err, context.DeadlineExceeded):
+			cost.observe(tokens, lvl, ran) // at least this long
+			budget := deadline.Sub(start)
+			if predicted > 0 && budget < 2*predicted || predicted == 0 && budget < s.runBudget() {
+				// Load explains it: the run had less than twice what runs take at this concurrency.
+				err = &loadTimeoutError{budget: budget, predicted: predicted, err: err}
+			}
 		}
 		return res, err
 	})
@@ -222,6 +345,9 @@ func (s *Server) runModel(ctx context.Context, query string, in []inference.Cand
 		return inference.Result{}, ReasonBreakerOpen, nil
 	case errors.Is(err, inference.ErrContextFull):
 		return inference.Result{}, ReasonContextFull, nil
+	case errors.Is(err, errNoBudget):
+		s.metrics.admissionRefused.Inc()
+		return inference.Result{}, ReasonOverloaded, nil
 	case errors.Is(err, context.DeadlineExceeded):
 		s.log.Warn("model timed out", "budget_ms", deadline.Sub(modelStart).Milliseconds(), "err", err)
 		return inference.Result{}, ReasonModelTimeout, nil
@@ -229,4 +355,17 @@ func (s *Server) runModel(ctx context.Context, query string, in []inference.Cand
 		s.log.Error("model failed", "err", err)
 		return inference.Result{}, ReasonModelError, nil
 	}
+}
+
+// costs is the cost model of the model serving now: a new one after a swap, whose runs cost what they
+// cost, not what the old model's did.
+func (s *Server) costs() *costModel {
+	info := s.modelInfo()
+	key := info.Dir + "\x00" + info.Name + "\x00" + info.ModelVersion
+	s.costMu.Lock()
+	defer s.costMu.Unlock()
+	if s.cost == nil || s.costOf != key {
+		s.cost, s.costOf = newCostModel(), key
+	}
+	return s.cost
 }

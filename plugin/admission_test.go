@@ -316,9 +316,16 @@ func TestShortBudgetTimeoutIsNotABreakerFailure(t *testing.T) {
 	require.Equal(t, gobreaker.StateOpen, s.breaker.State(), "a run that had its budget and overran is")
 }
 
-// TestTimeoutCountsAgainstRecentRunTimes: once runs have a median, a timeout counts only when the run
-// had at least twice that median; load that makes every run slower does not open the breaker.
-func TestTimeoutCountsAgainstRecentRunTimes(t *testing.T) {
+// seed records n runs of 100 tokens taking d at level into the serving model's cost model.
+func seed(s *Server, n, level int, d time.Duration) {
+	for range n {
+		s.costs().observe(100, level, d)
+	}
+}
+
+// TestTimeoutCountsAgainstPredictedCost: a timeout counts for the breaker only when the run had at least
+// twice the time the cost model predicted for it; load that makes every run slower does not open it.
+func TestTimeoutCountsAgainstPredictedCost(t *testing.T) {
 	m := &fakeReranker{rank: func(ctx context.Context, _ string, _ []inference.Candidate) (inference.Result, error) {
 		<-ctx.Done()
 		return inference.Result{}, ctx.Err()
@@ -326,27 +333,112 @@ func TestTimeoutCountsAgainstRecentRunTimes(t *testing.T) {
 	s := newTestServer(t, &fakeSearcher{}, m, func(o *Options) {
 		o.RequestTimeout, o.ESBudgetFraction, o.QueueTimeout, o.ConsecutiveFailures = time.Second, 0.3, 100*time.Millisecond, 1
 	})
-	med, ok := s.runs.median()
-	require.False(t, ok, "no median before %d runs", minRunSamples)
-	require.Zero(t, med)
-	for range minRunSamples {
-		s.runs.add(400 * time.Millisecond) // runs at the current load take 400ms
-	}
-	require.Equal(t, 800*time.Millisecond, s.failedTimeout(), "twice the median, above runBudget 300ms")
+	_, ok := s.costs().predict(100, 1)
+	require.False(t, ok, "no prediction before %d runs", minCostSamples)
+	seed(s, minCostSamples, 1, 400*time.Millisecond) // runs at the current load take 400ms
+	p, ok := s.costs().predict(100, 1)
+	require.True(t, ok)
+	require.Equal(t, 400*time.Millisecond, p)
 	in := []inference.Candidate{{Title: "Alpha"}}
-	_, reason, err := s.runModel(t.Context(), "q", in) // a ~700ms budget: less than 800ms
+	_, reason, err := s.runModel(t.Context(), "q", in) // a ~700ms budget: less than twice 400ms
 	require.NoError(t, err)
 	require.Equal(t, ReasonModelTimeout, reason)
 	require.Equal(t, gobreaker.StateClosed, s.breaker.State())
 
-	for range minRunSamples * 8 {
-		s.runs.add(100 * time.Millisecond) // the machine is idle again: runs take 100ms
-	}
-	require.Equal(t, 300*time.Millisecond, s.failedTimeout(), "runBudget when twice the median is less")
-	_, reason, err = s.runModel(t.Context(), "q", in) // ~700ms and still not done: stuck
+	s.costMu.Lock()
+	s.cost = newCostModel() // the machine is idle again: runs take 100ms
+	s.costMu.Unlock()
+	seed(s, minCostSamples, 1, 100*time.Millisecond)
+	_, reason, err = s.runModel(t.Context(), "q", in) // ~700ms, over twice 100ms, and still not done: stuck
 	require.NoError(t, err)
 	require.Equal(t, ReasonModelTimeout, reason)
 	require.Equal(t, gobreaker.StateOpen, s.breaker.State())
+}
+
+// TestAdmissionRefusesARunThatCannotFit: once the prompt is built, a run predicted to take longer than
+// the time left is not started: overloaded at once, the model untouched, the breaker closed.
+func TestAdmissionRefusesARunThatCannotFit(t *testing.T) {
+	var ran atomic.Int64
+	m := &fakeReranker{rank: func(context.Context, string, []inference.Candidate) (inference.Result, error) {
+		ran.Add(1)
+		return copyBeta(context.Background(), "", nil)
+	}}
+	s := newTestServer(t, &fakeSearcher{}, m, func(o *Options) {
+		o.RequestTimeout, o.ESBudgetFraction, o.ConsecutiveFailures = time.Second, 0.3, 1
+	})
+	seed(s, minCostSamples, 1, 5*time.Second)
+	start := time.Now()
+	_, reason, err := s.runModel(t.Context(), "q", []inference.Candidate{{Title: "Beta"}})
+	require.NoError(t, err)
+	require.Equal(t, ReasonOverloaded, reason)
+	require.Less(t, time.Since(start), 500*time.Millisecond, "answered at once, not at the deadline")
+	require.Zero(t, ran.Load())
+	require.Equal(t, gobreaker.StateClosed, s.breaker.State())
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Contains(t, rec.Body.String(), "icicle_model_admission_refused_total 1")
+}
+
+// TestContentionLeavesTheBreakerClosed: a fake model whose runs slow down with the runs beside it (the
+// cores shared), under more concurrent requests than the budget allows: answers are the model's,
+// overloaded or timeouts, every one on time, and the breaker never opens. A model that fails does open
+// it, and it heals once the model answers again.
+func TestContentionLeavesTheBreakerClosed(t *testing.T) {
+	var inflight atomic.Int64
+	var failing atomic.Bool
+	m := &fakeReranker{rank: func(ctx context.Context, _ string, cands []inference.Candidate) (inference.Result, error) {
+		n := inflight.Add(1)
+		defer inflight.Add(-1)
+		if failing.Load() {
+			return inference.Result{}, errors.New("injected model failure")
+		}
+		select { // 80ms per run in flight
+		case <-time.After(time.Duration(n) * 80 * time.Millisecond):
+			return copyBeta(ctx, "", cands)
+		case <-ctx.Done():
+			return inference.Result{}, ctx.Err()
+		}
+	}}
+	s := newTestServer(t, &fakeSearcher{}, m, func(o *Options) {
+		o.MaxInflight, o.QueueSize, o.QueueTimeout = 4, 8, 100*time.Millisecond
+		o.RequestTimeout, o.ESBudgetFraction, o.ConsecutiveFailures, o.OpenTimeout = 600*time.Millisecond, 0.1, 2, 200*time.Millisecond
+	})
+	reasons := map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 12 {
+		wg.Go(func() {
+			for range 8 {
+				ctx, cancel := context.WithTimeout(t.Context(), s.opts.RequestTimeout)
+				start := time.Now()
+				_, reason, err := s.runModel(ctx, "q", []inference.Candidate{{Title: "Beta"}})
+				took := time.Since(start)
+				cancel()
+				require.NoError(t, err)
+				require.Less(t, took, s.opts.RequestTimeout+100*time.Millisecond, "every answer on time (reason %q)", reason)
+				mu.Lock()
+				reasons[reason]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, gobreaker.StateClosed, s.breaker.State(), "load is not failure: %v", reasons)
+	require.Positive(t, reasons[""], "the model answered some: %v", reasons)
+	require.Zero(t, reasons[ReasonModelError]+reasons[ReasonBreakerOpen], "%v", reasons)
+
+	failing.Store(true)
+	for range 2 {
+		_, reason, err := s.runModel(t.Context(), "q", []inference.Candidate{{Title: "Beta"}})
+		require.NoError(t, err)
+		require.Equal(t, ReasonModelError, reason)
+	}
+	require.Equal(t, gobreaker.StateOpen, s.breaker.State(), "real errors open it")
+	failing.Store(false)
+	require.Eventually(t, func() bool {
+		_, reason, _ := s.runModel(t.Context(), "q", []inference.Candidate{{Title: "Beta"}})
+		return reason == "" && s.breaker.State() == gobreaker.StateClosed
+	}, 3*time.Second, 50*time.Millisecond, "it heals once the model answers")
 }
 
 // TestNoWaitForARunThatCannotFinish: with the median run longer than what is left after the wait,
@@ -357,15 +449,13 @@ func TestNoWaitForARunThatCannotFinish(t *testing.T) {
 		o.MaxInflight, o.QueueSize, o.QueueTimeout = 1, 2, 5*time.Second
 		o.RequestTimeout, o.ESBudgetFraction = 20*time.Second, 0.2
 	})
-	for range minRunSamples {
-		s.runs.add(30 * time.Second) // longer than the whole model share
-	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		_, _, _ = s.runModel(t.Context(), "q", []inference.Candidate{{Title: "Alpha"}})
 	}()
 	<-fm.started
+	seed(s, minCostSamples, 1, 30*time.Second) // runs take longer than the whole model share
 	start := time.Now()
 	_, reason, err := s.runModel(t.Context(), "q", []inference.Candidate{{Title: "Alpha"}})
 	require.NoError(t, err)

@@ -25,6 +25,8 @@ type metrics struct {
 	running            prometheus.Gauge
 	queueWait          prometheus.Histogram
 	breakerTransitions *prometheus.CounterVec
+	// admissionRefused counts runs the cost model refused before they started (answered overloaded).
+	admissionRefused prometheus.Counter
 	// Issue 14 (gate).
 	gateDecisions *prometheus.CounterVec
 	// Issue 22 (first stage): answers by baseline (hybrid, bm25) and the reason a configured encoder was
@@ -63,8 +65,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help: "Time a request waited for a model session, admitted or shed as overloaded.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
 	m.breakerTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_breaker_transitions_total",
 		Help: "Model circuit breaker state changes by the state entered (closed, half-open, open)."}, []string{"to"})
+	m.admissionRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "icicle_model_admission_refused_total",
+		Help: "Model runs not started because the cost model predicted they would not end within the time left (answered overloaded)."})
 	reg.MustRegister(m.requests, m.duration, m.stage, m.routes, m.fallbacks, m.inContext, m.breakerState,
-		m.abArms, m.interleaved, m.swaps, m.queued, m.running, m.queueWait, m.breakerTransitions)
+		m.abArms, m.interleaved, m.swaps, m.queued, m.running, m.queueWait, m.breakerTransitions, m.admissionRefused)
 	// Issue 14 (gate): decisions of policy gate, each label registered at zero.
 	m.gateDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_gate_decisions_total",
 		Help: "Gate decisions (policy gate): promote_model (the model's top moved to rank 1) or keep_bm25."}, []string{"decision"})

@@ -10,6 +10,7 @@ import (
 	"iter"
 	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -218,7 +219,12 @@ type Server struct {
 	log     *slog.Logger
 	breaker *gobreaker.CircuitBreaker[inference.Result]
 	admit   *admission
-	runs    runTimes
+	// inflight counts the runs in progress (the cost model's concurrency level); cost is the serving
+	// model's cost model, replaced on a swap (costs).
+	inflight atomic.Int64
+	costMu   sync.Mutex
+	cost     *costModel
+	costOf   any // the model the cost model measures
 	metrics *metrics
 	router  *gin.Engine
 	admin   *gin.Engine // the write and admin endpoints when Options.SeparateAdmin; else router
@@ -281,8 +287,9 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 		// A request that waited for a session and got none never gets here (runModel answers it
 		// "overloaded"): only the model's own runs are counted.
 		IsSuccessful: func(err error) bool {
-			var short *shortBudgetError
-			return err == nil || errors.Is(err, context.Canceled) || errors.Is(err, inference.ErrContextFull) || errors.As(err, &short)
+			var load *loadTimeoutError
+			return err == nil || errors.Is(err, context.Canceled) || errors.Is(err, inference.ErrContextFull) ||
+				errors.Is(err, errNoBudget) || errors.As(err, &load)
 		},
 	})
 

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -166,9 +167,17 @@ func (f *fakeSearcher) Index() string { return "icicle-docs" }
 // fakeReranker scripts the model's answer.
 type fakeReranker struct {
 	rank func(ctx context.Context, q string, cands []inference.Candidate) (inference.Result, error)
+	// tokens is the prompt length the fake reports to the admission hook (inference.Options.Admit), as the
+	// engine does once it has built the prompt; 0 is 100.
+	tokens int
 }
 
-func (f *fakeReranker) Rank(ctx context.Context, q string, cands []inference.Candidate, _ inference.Options) (inference.Result, error) {
+func (f *fakeReranker) Rank(ctx context.Context, q string, cands []inference.Candidate, o inference.Options) (inference.Result, error) {
+	if o.Admit != nil {
+		if err := o.Admit(cmp.Or(f.tokens, 100)); err != nil {
+			return inference.Result{}, fmt.Errorf("rank: %w", err)
+		}
+	}
 	return f.rank(ctx, q, cands)
 }
 

@@ -6,9 +6,11 @@
 # What it runs (docs/evaluation.md, "Calibrating the gate", says why these queries):
 #   1. an Elasticsearch node on loopback (its own, in $ICICLE_RUN_DIR/calibrate), or the one at
 #      ICICLE_CALIBRATE_ES_URL (left running);
-#   2. data/nq_qed ingested into the index icicle-calibrate, MODEL_DIR/seen_docids.txt marking the seen ones;
-#   3. the sidecar on that index with MODEL_DIR, policy.mode gate, a 20 s request budget (so a loaded machine
-#      gives the model's answer, not a timeout fallback, for every query);
+#   2. data/nq_qed ingested into the index icicle-calibrate with the first stage's vectors, MODEL_DIR/seen_docids.txt
+#      marking the seen ones;
+#   3. the sidecar on that index with MODEL_DIR, policy.mode gate, the first stage of data/nq_qed/first_stage.json
+#      (ICICLE_FIRST_STAGE_PARAMS_FILE), a 20 s request budget (so a loaded machine gives the model's answer, not a
+#      timeout fallback, for every query);
 #   4. bin/icicle calibrate on the NQ train queries whose document is in D_new (training/icicle/data.py:
 #      no D_new document is ever trained on), which writes MODEL_DIR/gate.json and keeps the features in
 #      $run/samples.jsonl (refit with `bin/icicle calibrate -samples FILE -model-dir MODEL_DIR`).
@@ -47,6 +49,8 @@ fi
 
 export ICICLE_ELASTICSEARCH_ADDRESSES=$es_url ICICLE_ELASTICSEARCH_INDEX=icicle-calibrate
 export ICICLE_MODEL_DIR=$model ICICLE_POLICY_MODE=gate
+# The gate decides against the baseline the sidecar serves: the first stage fitted on nq_qed's training queries.
+export ICICLE_FIRST_STAGE_PARAMS_FILE=${ICICLE_FIRST_STAGE_PARAMS_FILE:-data/nq_qed/first_stage.json}
 export ICICLE_SERVER_ADDR=${ICICLE_CALIBRATE_ADDR:-127.0.0.1:8170}
 export ICICLE_SERVER_REQUEST_TIMEOUT=20s ICICLE_SERVER_WRITE_TIMEOUT=60s
 url=http://$ICICLE_SERVER_ADDR

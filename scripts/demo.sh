@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: a real Elasticsearch node on loopback, the demo corpus (nq_qed),
-# the default model, the sidecar, and a side-by-side comparison with BM25. Leaves the sidecar running.
+# The main job on the embedded default: a real Elasticsearch node on loopback, the demo corpus (nq_qed) with
+# the first stage's vectors, the default model, the sidecar, and a side-by-side comparison of BM25, the first
+# stage alone and the sidecar. Leaves the sidecar running.
 #   scripts/demo.sh         (make demo)   set up and run
 #   scripts/demo.sh stop    (make stop)   stop the sidecar and the Elasticsearch node
 # Environment: ICICLE_MODEL_DIR [models/reader135; its model.onnx is built once, scripts/model.sh], ICICLE_SERVER_ADDR [127.0.0.1:8080],
+# ICICLE_FIRST_STAGE_PARAMS_FILE [data/nq_qed/first_stage.json: the fusion fitted on nq_qed's training queries],
 # ICICLE_ES_PORT [9200], DEMO_QUERIES [100] (dev queries per seen/new group), DEMO_SWEEP [none] and
 # DEMO_PAPER_SHOTS [none] (e.g. 3,10,20,50,100: the N-shot sweep and the paper protocol, slower),
 # DEMO_CONCURRENCY [1] (requests in flight). One at a time: on 2 cores the default model (0.7 s a query) serves
@@ -36,13 +38,16 @@ eval "$(scripts/env.sh)"
 export ICICLE_MODEL_DIR=${ICICLE_MODEL_DIR:-models/reader135}
 scripts/model.sh "$ICICLE_MODEL_DIR"  # a model shipped as a delta gets its model.onnx built once
 export ICICLE_SERVER_ADDR=${ICICLE_SERVER_ADDR:-127.0.0.1:8080}
+# The first stage's fusion as `icicle calibrate -first-stage` fitted it on nq_qed's training queries (a team
+# fits its own the same way; docs/evaluation.md, "The first stage").
+export ICICLE_FIRST_STAGE_PARAMS_FILE=${ICICLE_FIRST_STAGE_PARAMS_FILE:-data/nq_qed/first_stage.json}
 export ICICLE_ELASTICSEARCH_ADDRESSES=$(scripts/es.sh url)
 url=http://$ICICLE_SERVER_ADDR
 
 printf '\n== Elasticsearch\n' >&2
 scripts/es.sh start
 
-printf '\n== Ingest the demo corpus (documents in %s/seen_docids.txt are marked seen)\n' "$ICICLE_MODEL_DIR" >&2
+printf '\n== Ingest the demo corpus with the first stage'"'"'s vectors (documents in %s/seen_docids.txt are marked seen; a rerun keeps the stored vectors)\n' "$ICICLE_MODEL_DIR" >&2
 bin/icicle ingest -corpus data/nq_qed/corpus.jsonl.gz
 
 printf '\n== Sidecar\n' >&2
@@ -56,7 +61,7 @@ for _ in $(seq 120); do
 done
 curl -fsS "$url/readyz" >/dev/null || { echo "demo: sidecar not ready after 60 s; log: $run/sidecar.log" >&2; exit 1; }
 
-printf '\n== Side by side: BM25 vs the sidecar on nq_qed dev queries (%s seen-document + %s new-document)\n\n' \
+printf '\n== Side by side: BM25, the first stage alone and the sidecar on nq_qed dev queries (%s seen-document + %s new-document)\n\n' \
   "${DEMO_QUERIES:-100}" "${DEMO_QUERIES:-100}" >&2
 bin/icicle eval -sidecar "$url" -n "${DEMO_QUERIES:-100}" -sweep "${DEMO_SWEEP:-}" -paper-shots "${DEMO_PAPER_SHOTS:-}" \
   -concurrency "${DEMO_CONCURRENCY:-1}" -out "$run/eval"

@@ -354,7 +354,7 @@ func (m *Model) Forward(ctx context.Context, step inference.Step, cache *inferen
 		return nil, ErrClosed
 	}
 	// Checked after taking the lock, since waiting for it may have used up the budget; a Run that has
-	// started cannot be interrupted.
+	// started is stopped by runCtx when ctx ends (ONNX Runtime's run termination).
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("forward %d tokens after %d: %w", n, past, err)
 	}
@@ -395,7 +395,7 @@ func (m *Model) Forward(ctx context.Context, step inference.Step, cache *inferen
 		}
 	}
 
-	if err := m.session.Run(m.inputs, m.outputs); err != nil {
+	if err := runCtx(ctx, m.session, m.inputs, m.outputs); err != nil {
 		return nil, fmt.Errorf("run model on %d tokens after %d: %w", n, past, err)
 	}
 	if err := cache.Append(n, m.presentK, m.presentV); err != nil {

@@ -17,6 +17,8 @@ func WriteMarkdown(w io.Writer, r Report) error {
 		title += ": experiment " + r.Experiment
 	}
 	b.WriteString(title + "\n\n")
+	b.WriteString("Arm A is BM25 over the whole index, as Elasticsearch ranks it: what a team runs today. Arm B is the sidecar's " +
+		"answer: its first stage (BM25 fused with the dense encoder, or BM25 alone without one) and the model above it.\n\n")
 	arms := slices.Sorted(maps.Keys(r.Impressions))
 	var parts []string
 	for _, a := range arms {
