@@ -301,4 +301,3 @@ func hitDocIDs(hs []adapter.Hit) []string {
 	}
 	return out
 }
-

@@ -225,10 +225,10 @@ type Server struct {
 	costMu   sync.Mutex
 	cost     *costModel
 	costOf   any // the model the cost model measures
-	metrics *metrics
-	router  *gin.Engine
-	admin   *gin.Engine // the write and admin endpoints when Options.SeparateAdmin; else router
-	seen    seenDiffState
+	metrics  *metrics
+	router   *gin.Engine
+	admin    *gin.Engine // the write and admin endpoints when Options.SeparateAdmin; else router
+	seen     seenDiffState
 	// allow is the drop-in's allow-list (dropin_proxy.go); nil until resolved: the configured index alone.
 	allow atomic.Pointer[allowList]
 }
