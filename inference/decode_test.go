@@ -328,3 +328,14 @@ func TestRankAdmit(t *testing.T) {
 	require.Equal(t, res.PromptTokens, seen)
 	require.Positive(t, m.calls)
 }
+
+func TestWarmUp(t *testing.T) {
+	e, m := newTestEngine(t, []string{"Oslo"}, hashLogits)
+	tokens, took, err := e.WarmUp(t.Context(), Options{MaxPromptTokens: 300})
+	require.NoError(t, err)
+	require.Greater(t, tokens, 250, "the synthetic candidates fill the prompt budget")
+	require.LessOrEqual(t, tokens, 300)
+	require.Positive(t, took)
+	require.Positive(t, m.calls)
+	require.Equal(t, 1, e.Sessions())
+}

@@ -263,6 +263,12 @@ func TestDockerfile(t *testing.T) {
 	for _, want := range []string{"scripts/ort.sh", "scripts/tokenizers.sh", `-tags "ort tokenizers"`, "CGO_ENABLED=1", "./cmd/icicle"} {
 		require.Contains(t, build, want)
 	}
+	// The image carries the encoder the configured first stage opens: the builder fetches it into the
+	// models directory the runtime stage copies, and the runtime points first_stage.encoder_dir at it.
+	encoder := config.Default().FirstStage.EncoderDir
+	require.Contains(t, build, "scripts/encoder.sh "+encoder)
+	require.FileExists(t, filepath.Join(root, encoder, "encoder.json"))
+	require.Contains(t, strings.Join(runtime.lines, "\n"), "ICICLE_FIRST_STAGE_ENCODER_DIR=/"+encoder)
 
 	// Every file COPY takes from the build context exists and is not excluded by .dockerignore.
 	ignored := dockerignore(t, filepath.Join(icicle.Build.Context, ".dockerignore"))

