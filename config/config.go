@@ -146,8 +146,9 @@ type Model struct {
 	Quantized bool `yaml:"quantized"`
 	// Provider is the ONNX Runtime execution provider: "cpu" or "cuda". Default "cpu".
 	Provider string `yaml:"provider"`
-	// IntraOpThreads is the ONNX Runtime intra-op thread count; 0 leaves the runtime default (one per
-	// physical core). Default 0.
+	// IntraOpThreads is each model session's ONNX Runtime intra-op thread count; 0 is automatic: the cores
+	// divided by concurrency.max_inflight (every core, with both automatic), so that sessions x threads is
+	// the number of cores. Default 0.
 	IntraOpThreads int `yaml:"intra_op_threads"`
 	// InterOpThreads is the ONNX Runtime inter-op thread count; 0 leaves the runtime default. Default 1.
 	InterOpThreads int `yaml:"inter_op_threads"`
@@ -248,7 +249,9 @@ type Policy struct {
 // of 2 per session (4) covers a burst; anyone further back would not get a session within 500 ms.
 type Concurrency struct {
 	// MaxInflight is how many requests run the model at once; it is also the number of ONNX Runtime
-	// sessions opened (one per concurrent run, each with its own KV cache). Default 2.
+	// sessions opened (one per concurrent run, each with its own KV cache). 0 is automatic: the cores
+	// divided by model.intra_op_threads, or, with both automatic, one session with every core (the chosen
+	// values are logged and shown in /v1/model). Default 0.
 	MaxInflight int `yaml:"max_inflight"`
 	// QueueSize is how many more requests may wait for a session; a request finding the queue full falls
 	// back at once. 0 disables the queue. Default 4.
@@ -463,7 +466,7 @@ func Default() Config {
 			FusionK:     60,
 		},
 		Concurrency: Concurrency{
-			MaxInflight:  2,
+			MaxInflight:  0,
 			QueueSize:    4,
 			QueueTimeout: 500 * time.Millisecond,
 		},

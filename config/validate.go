@@ -124,7 +124,7 @@ func (c Config) Validate() error {
 	v.atLeast("policy.fusion_k", int64(p.FusionK), 0)
 
 	q := c.Concurrency
-	v.atLeast("concurrency.max_inflight", int64(q.MaxInflight), 1)
+	v.atLeast("concurrency.max_inflight", int64(q.MaxInflight), 0)
 	v.atLeast("concurrency.queue_size", int64(q.QueueSize), 0)
 	v.positive("concurrency.queue_timeout", q.QueueTimeout)
 	if share := time.Duration(float64(s.RequestTimeout) * (1 - 2*s.ESBudgetFraction)); q.QueueTimeout > 0 && s.RequestTimeout > 0 &&

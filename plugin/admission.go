@@ -5,13 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/gin-gonic/gin"
+
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/retrieve"
 )
 
 // Fallback reasons: the response is answered from BM25 and says why.
@@ -366,6 +370,45 @@ func (s *Server) costs() *costModel {
 	defer s.costMu.Unlock()
 	if s.cost == nil || s.costOf != key {
 		s.cost, s.costOf = newCostModel(), key
+		if r := info.Run; r != nil && r.WarmPromptTokens > 0 {
+			// The load-time warm-up ran alone: level 1, until the model's own runs replace it.
+			for range minCostSamples {
+				s.cost.observe(r.WarmPromptTokens, 1, time.Duration(r.WarmRunMS*float64(time.Millisecond)))
+			}
+		}
 	}
 	return s.cost
+}
+
+// ModelEndpoint is the body of GET /v1/model: the serving model, and how the server runs it.
+type ModelEndpoint struct {
+	ModelInfo
+	// Concurrency is the admission control: sessions (max_inflight), the queue, and what a run costs now
+	// at each level of concurrency (from the server's own runs; the warm-up's until they exist).
+	Concurrency ConcurrencyInfo `json:"concurrency"`
+	// FirstStage is the first stage's encoder and fusion.
+	FirstStage FirstStageInfo `json:"first_stage"`
+}
+
+// ConcurrencyInfo is the admission control as /v1/model shows it.
+type ConcurrencyInfo struct {
+	MaxInflight    int         `json:"max_inflight"`
+	QueueSize      int         `json:"queue_size"`
+	QueueTimeoutMS float64     `json:"queue_timeout_ms"`
+	Cost           []CostLevel `json:"cost"`
+}
+
+// FirstStageInfo is the first stage as /v1/model shows it.
+type FirstStageInfo struct {
+	Encoder string          `json:"encoder,omitempty"`
+	Params  retrieve.Params `json:"params"`
+}
+
+func (s *Server) modelEndpoint(c *gin.Context) {
+	c.JSON(http.StatusOK, ModelEndpoint{
+		ModelInfo: s.modelInfo(),
+		Concurrency: ConcurrencyInfo{MaxInflight: s.opts.MaxInflight, QueueSize: s.opts.QueueSize,
+			QueueTimeoutMS: ms(s.opts.QueueTimeout), Cost: s.costs().snapshot()},
+		FirstStage: FirstStageInfo{Encoder: s.first.Encoder(), Params: s.first.Params()},
+	})
 }

@@ -94,6 +94,22 @@ type ModelInfo struct {
 	Dir          string `json:"dir"`
 	// Gate describes the model's gate (policy gate); absent when the caller did not say.
 	Gate *GateInfo `json:"gate,omitempty"`
+	// Run is how the model runs on this machine, measured when it was loaded; absent when the caller did
+	// not say.
+	Run *RunInfo `json:"run,omitempty"`
+}
+
+// RunInfo says how a model runs: its sessions and threads (chosen how), and what one full-size run cost
+// alone when it was loaded (inference.Engine.WarmUp), which seeds the cost model of the admission control.
+type RunInfo struct {
+	// Sessions is how many requests the model decodes at once; IntraOpThreads the threads of each.
+	Sessions       int `json:"sessions"`
+	IntraOpThreads int `json:"intra_op_threads"`
+	// Chosen says how: "configured", or the automatic rule and what it measured.
+	Chosen string `json:"chosen"`
+	// WarmPromptTokens and WarmRunMS are the warm-up run's prompt length and time, alone on the machine.
+	WarmPromptTokens int     `json:"warm_prompt_tokens"`
+	WarmRunMS        float64 `json:"warm_run_ms"`
 }
 
 // GateInfo describes a model's gate for /v1/model.
@@ -298,7 +314,7 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	r.Use(s.recoverer, s.requestID)
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", s.ready)
-	r.GET("/v1/model", func(c *gin.Context) { c.JSON(http.StatusOK, s.modelInfo()) })
+	r.GET("/v1/model", s.modelEndpoint)
 	// Writes and admin (auth.go): behind their tokens, on their own listener with SeparateAdmin.
 	admin := r
 	if opts.SeparateAdmin {

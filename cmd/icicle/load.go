@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/icicle-search/sidecar/internal/load"
+	"github.com/icicle-search/sidecar/plugin"
 )
 
 // runLoad is `icicle load`: concurrent clients post queries to a running sidecar on loopback for a while and
@@ -36,7 +37,7 @@ func runLoad(ctx context.Context, args []string, out io.Writer) error {
 	fs.Float64Var(&o.rate, "rate", 0, "open loop: requests arrive at this rate (req/s) whatever the answers' latency; 0: closed loop (-clients)")
 	fs.StringVar(&o.rates, "rates", "", "open loop sweep: comma-separated multiples of the model capacity (e.g. 0.5,1,2,4), each run for -duration")
 	fs.Float64Var(&o.capacity, "capacity", 0, "model capacity in req/s for -rates; 0 measures it first: sessions / median model time over -calibrate requests from -sessions clients (every session busy)")
-	fs.IntVar(&o.sessions, "sessions", 2, "the sidecar's model sessions (concurrency.max_inflight), for the measured capacity")
+	fs.IntVar(&o.sessions, "sessions", 0, "the sidecar's model sessions, for the measured capacity (0: read concurrency.max_inflight from its /v1/model)")
 	fs.IntVar(&o.calibrate, "calibrate", 40, "requests that measure the median model time with every session busy")
 	fs.StringVar(&o.arrivals, "arrivals", load.ArrivalsPoisson, "open loop arrival process: poisson or constant")
 	fs.IntVar(&o.maxRequests, "max-requests", 0, "open loop: at most this many arrivals per run (0: bounded by -duration only)")
@@ -137,6 +138,13 @@ func runOpenLoad(ctx context.Context, o openFlags, url, path string, duration ti
 	if o.rates != "" {
 		if capacity <= 0 {
 			var err error
+			if o.sessions <= 0 {
+				var info plugin.ModelEndpoint
+				if err := newSidecarClient(url, 10*time.Second, 1).get(ctx, "/v1/model", &info); err != nil {
+					return fmt.Errorf("read the sidecar's sessions from /v1/model (or set -sessions): %w", err)
+				}
+				o.sessions = max(info.Concurrency.MaxInflight, 1)
+			}
 			fmt.Fprintf(os.Stderr, "load: measuring the model time over %d requests from %d clients\n", o.calibrate, o.sessions)
 			if cal, err = load.Calibrate(ctx, url, path, queries, o.calibrate, o.sessions); err != nil {
 				return err

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -52,15 +53,17 @@ func serve(ctx context.Context, args []string) error {
 		return fmt.Errorf("init onnx runtime %q (set model.ort_library or ICICLE_ORT_LIB; scripts/ort.sh installs it): %w", cfg.Model.ORTLibrary, err)
 	}
 	// Every model, the first and those hot-swapped in later (docs/model-swap.md), opens with the same
-	// session options; the Swapper closes each after its last request.
+	// sessions and threads (planRun); the Swapper closes each after its last request.
+	plan := planRun(cfg.Concurrency.MaxInflight, cfg.Model.IntraOpThreads, runtime.NumCPU())
 	open := func(dir string) (plugin.LoadedModel, error) {
-		return openModel(dir, cfg.Model, cfg.Concurrency.MaxInflight, log)
+		return openModel(dir, cfg.Model, plan, cfg.Decode, log)
 	}
 	first, err := open(cfg.Model.Dir)
 	if err != nil {
 		_ = ort.Shutdown()
 		return err
 	}
+	cfg.Concurrency.MaxInflight = plan.sessions
 	info := first.Info
 	model := plugin.NewSwapper(first, open, log)
 	defer func() {
@@ -229,13 +232,46 @@ func serveOn(ln net.Listener, hs *http.Server, c config.Server) error {
 	return hs.ServeTLS(ln, c.TLSCertFile, c.TLSKeyFile)
 }
 
-// openModel opens a model directory with one session per concurrent request; ONNX Runtime is
-// initialised once, before.
-func openModel(dir string, c config.Model, sessions int, log *slog.Logger) (plugin.LoadedModel, error) {
-	m, err := loader.Open(dir, loader.Options{Sessions: sessions, Quantized: c.Quantized, Logger: log,
-		Runtime: ort.Options{Threads: c.IntraOpThreads, InterOpThreads: c.InterOpThreads, Provider: c.Provider, CUDADevice: c.DeviceID}})
+// runPlan is how many sessions the model runs and with how many intra-op threads each.
+type runPlan struct {
+	sessions, threads int
+	chosen            string
+}
+
+// planRun fills in the sessions (concurrency.max_inflight) and intra-op threads (model.intra_op_threads)
+// left at 0 (auto), so that sessions x threads is the number of cores: sessions sharing cores with more
+// threads than cores slow every run down (measured on 2 cores: reader135 370 ms p50 alone with 2 threads,
+// 830-880 ms when two sessions of 2 threads ran at once). With both automatic: one session with every
+// core, the lowest latency at the same capacity (docs/evaluation.md, "Load").
+func planRun(sessions, threads, cores int) runPlan {
+	cores = max(cores, 1)
+	switch {
+	case sessions > 0 && threads > 0:
+		return runPlan{sessions, threads, "configured"}
+	case sessions > 0:
+		return runPlan{sessions, max(1, cores/sessions), fmt.Sprintf("threads: %d cores / %d sessions", cores, sessions)}
+	case threads > 0:
+		return runPlan{max(1, cores/threads), threads, fmt.Sprintf("sessions: %d cores / %d threads", cores, threads)}
+	}
+	return runPlan{1, cores, fmt.Sprintf("auto: one session with the %d cores", cores)}
+}
+
+// openModel opens a model directory with plan's sessions and threads and times a full-size warm-up run
+// (the cost model's first estimate, and /v1/model's run section); ONNX Runtime is initialised once, before.
+func openModel(dir string, c config.Model, plan runPlan, d config.Decode, log *slog.Logger) (plugin.LoadedModel, error) {
+	m, err := loader.Open(dir, loader.Options{Sessions: plan.sessions, Quantized: c.Quantized, Logger: log,
+		Runtime: ort.Options{Threads: plan.threads, InterOpThreads: c.InterOpThreads, Provider: c.Provider, CUDADevice: c.DeviceID,
+			NoSpin: plan.sessions > 1}})
 	if err != nil {
 		return plugin.LoadedModel{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	tokens, took, err := m.Engine.WarmUp(ctx, inference.Options{BeamWidth: d.BeamWidth, MaxPromptTokens: d.MaxPromptTokens,
+		MaxSummaryTokens: d.MaxSummaryTokens, TitleOnly: d.TitleOnly})
+	cancel()
+	if err != nil {
+		_ = m.Close()
+		return plugin.LoadedModel{}, fmt.Errorf("open model %s: %w", dir, err)
 	}
 	man := m.Manifest
 	// The gate travels with the model (gate.json beside the manifest); none is the safe default.
@@ -245,13 +281,17 @@ func openModel(dir string, c config.Model, sessions int, log *slog.Logger) (plug
 		return plugin.LoadedModel{}, err
 	}
 	info := plugin.ModelInfo{Name: man.Name, Config: man.Config, Backbone: man.Backbone, ModelVersion: man.ModelVersion,
-		DataVersion: man.DataVersion, SeenDocIDs: len(m.Seen), Dir: dir, Gate: plugin.NewGateInfo(g)}
+		DataVersion: man.DataVersion, SeenDocIDs: len(m.Seen), Dir: dir, Gate: plugin.NewGateInfo(g),
+		Run: &plugin.RunInfo{Sessions: plan.sessions, IntraOpThreads: plan.threads, Chosen: plan.chosen,
+			WarmPromptTokens: tokens, WarmRunMS: float64(took.Microseconds()) / 1000}}
 	if g.Never {
 		log.Warn("model gate never overrides BM25 (policy gate answers BM25's order)", "gate", g.Source)
 	} else {
 		log.Info("model gate loaded", "gate", g.Source, "threshold", g.Threshold)
 	}
-	log.Info("model loaded", "name", man.Name, "dir", dir, "file", m.File, "onnx_runtime", ort.Version(), "sessions", max(sessions, 1),
+	log.Info("model loaded", "name", man.Name, "dir", dir, "file", m.File, "onnx_runtime", ort.Version(), "sessions", plan.sessions,
+		"intra_op_threads", plan.threads, "chosen", plan.chosen, "warm_prompt_tokens", tokens, "warm_run_ms", took.Milliseconds(),
+		"capacity_qps_estimate", float64(plan.sessions)/took.Seconds(),
 		"seen_docids", len(m.Seen), "trie_nodes", m.Engine.GlobalTrie().Len())
 	return plugin.LoadedModel{Reranker: m.Engine, Info: info, Seen: m.Seen, Close: m.Close, Gate: g}, nil
 }

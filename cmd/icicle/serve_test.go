@@ -129,3 +129,22 @@ func TestValidateTLSFiles(t *testing.T) {
 		})
 	}
 }
+
+func TestPlanRun(t *testing.T) {
+	for _, tc := range []struct {
+		sessions, threads, cores int
+		want                     [2]int
+	}{
+		{0, 0, 2, [2]int{1, 2}}, // automatic: one session with every core
+		{2, 0, 2, [2]int{2, 1}}, // sessions x threads = cores
+		{0, 1, 4, [2]int{4, 1}},
+		{3, 0, 2, [2]int{3, 1}}, // more sessions than cores: one thread each
+		{2, 2, 2, [2]int{2, 2}}, // configured, as it is
+		{0, 0, 0, [2]int{1, 1}},
+	} {
+		p := planRun(tc.sessions, tc.threads, tc.cores)
+		if [2]int{p.sessions, p.threads} != tc.want || p.chosen == "" {
+			t.Errorf("planRun(%d, %d, %d) = %+v, want sessions, threads %v", tc.sessions, tc.threads, tc.cores, p, tc.want)
+		}
+	}
+}
