@@ -61,10 +61,11 @@ type Server struct {
 	// RequestTimeout is the whole budget of one request (Elasticsearch, model and response), applied with
 	// context.WithTimeout. Default 2s.
 	RequestTimeout time.Duration `yaml:"request_timeout"`
-	// ESBudgetFraction is the share of RequestTimeout given to Elasticsearch. It is taken twice: by the
-	// BM25 search before the model, and held back at the end so that a fallback can still get its BM25
-	// answer; the model runs in what is left (at least RequestTimeout x (1 - 2 x ESBudgetFraction)).
-	// Exclusive range (0, 0.5). Default 0.3.
+	// ESBudgetFraction is the share of RequestTimeout held back at the end of a request, for
+	// Elasticsearch's lookup of parametric answers and writing the response. The first stage and the model
+	// both work until the request's deadline less this reserve: the first stage takes what it needs (a
+	// saturated machine slows Elasticsearch as well), and the model starts only when the cost model
+	// predicts its run ends before then. Exclusive range (0, 0.5). Default 0.1.
 	ESBudgetFraction float64 `yaml:"es_budget_fraction"`
 	// MaxQueryChars is the longest query accepted, in characters (runes); longer queries get 400.
 	// Default 1024.
@@ -233,20 +234,13 @@ type Policy struct {
 }
 
 // Concurrency is the admission control in front of the model (plugin/admission.go): a request waits
-// in a bounded first-come-first-served queue for one of MaxInflight model sessions. One that gets none
-// within QueueTimeout, or finds the queue full, is answered from BM25 at once with fallback_reason
-// "overloaded"; that is load, not a model failure, and the breaker does not count it.
-//
-// Sizing (docs/evaluation.md, "icicle load"): the models/small of 2026-11-22 took a median 0.45 s per query (the 2026-11-25 one 0.33 s at 10 candidates)
-// on 2 CPU cores with one request at a time (measured 2026-11-24 on the shared 2-core build machine),
-// and the 2 sessions share those cores: with both busy the median was 0.6-1.0 s (`icicle load -rates`
-// measures it), so 2 sessions serve 2-3.3 queries/s there, at most 2 / 0.45 = 4.4.
-// A request that finds both sessions busy waits for the first to finish: at most one run, about half
-// a run on average. queue_timeout 500ms lets most such waits succeed at moderate load, and it still
-// leaves the run its promised budget: of the 2 s request budget, Elasticsearch's share (0.3) is taken
-// twice (search, fallback reserve), leaving the model 0.8 s at worst, so a run that waited the full
-// 500 ms has at least 300 ms and typically (Elasticsearch answering in ~50 ms) about 850 ms. A queue
-// of 2 per session (4) covers a burst; anyone further back would not get a session within 500 ms.
+// in a bounded first-come-first-served queue for one of MaxInflight model sessions, and, once its prompt is
+// built, runs only when the cost model (the time per prompt token of the sidecar's own recent runs, at the
+// concurrency they ran at; a warm-up run at load until there are any) predicts it ends before the request's
+// working deadline. One that gets no session within QueueTimeout, finds the queue full, or is predicted
+// not to fit is answered from the baseline at once with fallback_reason "overloaded": load, not a model
+// failure, so the breaker does not count it. A run still going at the deadline is stopped (ONNX Runtime's
+// run termination) and the baseline answers, on time (docs/evaluation.md, "Load").
 type Concurrency struct {
 	// MaxInflight is how many requests run the model at once; it is also the number of ONNX Runtime
 	// sessions opened (one per concurrent run, each with its own KV cache). 0 is automatic: the cores
@@ -257,9 +251,8 @@ type Concurrency struct {
 	// back at once. 0 disables the queue. Default 4.
 	QueueSize int `yaml:"queue_size"`
 	// QueueTimeout is the longest wait for a session before falling back ("overloaded"); the wait also
-	// never runs past the model's share of the request budget. Shorter than server.request_timeout x
-	// (1 - 2 x server.es_budget_fraction); what remains of that share is the budget a run is promised
-	// (a run that started with less and timed out is not counted by the breaker). Default 500ms.
+	// never runs so long that a typical run (the cost model's) could not end by the working deadline.
+	// Shorter than server.request_timeout x (1 - server.es_budget_fraction). Default 1s.
 	QueueTimeout time.Duration `yaml:"queue_timeout"`
 }
 
@@ -431,7 +424,7 @@ func Default() Config {
 			ShutdownTimeout:   15 * time.Second,
 			MaxBodyBytes:      4 << 20,
 			RequestTimeout:    2 * time.Second,
-			ESBudgetFraction:  0.3,
+			ESBudgetFraction:  0.1,
 			MaxQueryChars:     1024,
 			MaxHits:           1000,
 		},
@@ -468,7 +461,7 @@ func Default() Config {
 		Concurrency: Concurrency{
 			MaxInflight:  0,
 			QueueSize:    4,
-			QueueTimeout: 500 * time.Millisecond,
+			QueueTimeout: time.Second,
 		},
 		Dropin: Dropin{RankWindowSize: 10},
 		FirstStage: FirstStage{

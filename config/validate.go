@@ -34,7 +34,7 @@ func (c Config) Validate() error {
 			s.WriteTimeout, s.RequestTimeout)
 	}
 	if !(s.ESBudgetFraction > 0 && s.ESBudgetFraction < 0.5) {
-		v.add("server.es_budget_fraction", "must be between 0 and 0.5, both excluded (Elasticsearch's share is taken before the model and held back for a fallback; the model needs the rest), got %v", s.ESBudgetFraction)
+		v.add("server.es_budget_fraction", "must be between 0 and 0.5, both excluded (the reserve held back at the end of a request; the first stage and the model need the rest), got %v", s.ESBudgetFraction)
 	}
 	v.atLeast("server.max_query_chars", int64(s.MaxQueryChars), 1)
 	v.atLeast("server.max_hits", int64(s.MaxHits), 1)
@@ -127,9 +127,9 @@ func (c Config) Validate() error {
 	v.atLeast("concurrency.max_inflight", int64(q.MaxInflight), 0)
 	v.atLeast("concurrency.queue_size", int64(q.QueueSize), 0)
 	v.positive("concurrency.queue_timeout", q.QueueTimeout)
-	if share := time.Duration(float64(s.RequestTimeout) * (1 - 2*s.ESBudgetFraction)); q.QueueTimeout > 0 && s.RequestTimeout > 0 &&
+	if share := time.Duration(float64(s.RequestTimeout) * (1 - s.ESBudgetFraction)); q.QueueTimeout > 0 && s.RequestTimeout > 0 &&
 		s.ESBudgetFraction > 0 && s.ESBudgetFraction < 0.5 && q.QueueTimeout >= share {
-		v.add("concurrency.queue_timeout", "must be shorter than the model's share of the budget, server.request_timeout x (1 - 2 x server.es_budget_fraction) = %s, got %s",
+		v.add("concurrency.queue_timeout", "must be shorter than the budget's working share, server.request_timeout x (1 - server.es_budget_fraction) = %s, got %s",
 			share, q.QueueTimeout)
 	}
 

@@ -177,7 +177,7 @@ func (s *Server) searchAll(ctx context.Context, query string, size int) (Respons
 
 // bm25All asks Elasticsearch for the BM25 top k over all documents within its share of the budget.
 func (s *Server) bm25All(ctx context.Context, query string, k int) ([]adapter.Hit, time.Duration, error) {
-	esCtx, cancel := context.WithTimeout(ctx, time.Duration(float64(s.opts.RequestTimeout)*s.opts.ESBudgetFraction))
+	esCtx, cancel := context.WithDeadline(ctx, s.workDeadline(ctx))
 	defer cancel()
 	start := time.Now()
 	hits, err := s.es.SearchAll(esCtx, query, k)

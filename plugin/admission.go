@@ -221,10 +221,12 @@ func (c *costModel) snapshot() []CostLevel {
 	return out
 }
 
-// modelDeadline is when the model must have answered: the request's deadline less Elasticsearch's
-// share of the budget (RequestTimeout x ESBudgetFraction), held back so that a fallback can still ask
-// Elasticsearch for the BM25 answer in time.
-func (s *Server) modelDeadline(ctx context.Context) time.Time {
+// workDeadline is when the first stage and the model must be done: the request's deadline less the
+// reserve held back for the answer (RequestTimeout x ESBudgetFraction: Elasticsearch's lookup of
+// parametric answers, and writing the response). The first stage gets all of it when it needs it (a
+// saturated machine slows Elasticsearch too: a fixed share of its own turned those requests into 504s),
+// and the model starts only when its predicted run fits in what the first stage left.
+func (s *Server) workDeadline(ctx context.Context) time.Time {
 	end, ok := ctx.Deadline()
 	if !ok {
 		end = time.Now().Add(s.opts.RequestTimeout)
@@ -232,11 +234,13 @@ func (s *Server) modelDeadline(ctx context.Context) time.Time {
 	return end.Add(-time.Duration(float64(s.opts.RequestTimeout) * s.opts.ESBudgetFraction))
 }
 
-// runBudget is the time a run is promised when the request's other stages stayed within their
-// shares: the budget less Elasticsearch's share twice (the search, and the reserve for a fallback)
-// and the longest queue wait.
+// modelDeadline is when the model must have answered: workDeadline.
+func (s *Server) modelDeadline(ctx context.Context) time.Time { return s.workDeadline(ctx) }
+
+// runBudget is the time a run is promised before the cost model knows what runs take: the budget less
+// the answer's reserve, a typical first stage (a tenth of the budget) and the longest queue wait.
 func (s *Server) runBudget() time.Duration {
-	return time.Duration(float64(s.opts.RequestTimeout)*(1-2*s.opts.ESBudgetFraction)) - s.opts.QueueTimeout
+	return time.Duration(float64(s.opts.RequestTimeout)*(0.9-s.opts.ESBudgetFraction)) - s.opts.QueueTimeout
 }
 
 // loadTimeoutError is a model timeout that load explains: the run was not given at least twice what the

@@ -298,7 +298,7 @@ func TestShortBudgetTimeoutIsNotABreakerFailure(t *testing.T) {
 	s := newTestServer(t, &fakeSearcher{}, m, func(o *Options) {
 		o.RequestTimeout, o.ESBudgetFraction, o.QueueTimeout, o.ConsecutiveFailures = time.Second, 0.3, 100*time.Millisecond, 1
 	})
-	require.Equal(t, 300*time.Millisecond, s.runBudget(), "1s x (1 - 0.6) - 100ms")
+	require.Equal(t, 500*time.Millisecond, s.runBudget(), "1s x (0.9 - 0.3) - 100ms")
 	in := []inference.Candidate{{Title: "Alpha"}}
 	for range 3 {
 		ctx, cancel := context.WithTimeout(t.Context(), 400*time.Millisecond) // leaves the run ~100ms

@@ -144,13 +144,13 @@ func (s *Server) dropinSearch(c *gin.Context, index string) {
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.RequestTimeout)
 	defer cancel()
-	// Reranking leaves the model the rest of the budget, as /v1/search does; a passthrough is all
+	// Reranking keeps the answer's reserve at the end, as /v1/search does; a passthrough is all
 	// Elasticsearch's.
-	esBudget := s.opts.RequestTimeout
-	if plan.reason == "" && s.opts.ESBudgetFraction > 0 {
-		esBudget = time.Duration(float64(esBudget) * s.opts.ESBudgetFraction)
+	esDeadline, _ := ctx.Deadline()
+	if plan.reason == "" {
+		esDeadline = s.workDeadline(ctx)
 	}
-	esCtx, esCancel := context.WithTimeout(ctx, esBudget)
+	esCtx, esCancel := context.WithDeadline(ctx, esDeadline)
 	esStart := time.Now()
 	res, err := s.es.Raw(esCtx, adapter.RawRequest{Method: http.MethodPost, Path: path, Query: plan.params, Header: c.Request.Header, Body: plan.body})
 	esCancel()

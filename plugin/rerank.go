@@ -91,7 +91,7 @@ func (s *Server) search(c *gin.Context) {
 // over the whole index (the baseline: what policy bm25 and every fallback answer) and over new documents
 // (the model's copy context, its top decode.max_candidates); then rank.
 func (s *Server) searchModel(ctx context.Context, query string, size int, policy string) (Response, error) {
-	esCtx, esCancel := context.WithTimeout(ctx, time.Duration(float64(s.opts.RequestTimeout)*s.opts.ESBudgetFraction))
+	esCtx, esCancel := context.WithDeadline(ctx, s.workDeadline(ctx))
 	defer esCancel()
 	esStart := time.Now()
 	req := retrieve.Request{Query: query, NewK: s.opts.MaxCandidates, Size: s.resultSize(size) + 1}
