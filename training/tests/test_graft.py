@@ -1,0 +1,56 @@
+"""icicle.graft: the committed reader135 graph is rebuilt from its delta and the wheel without PyTorch, and the
+rebuilt graph reproduces the golden logits."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import onnx
+import pytest
+
+from icicle import graft
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+R135 = os.path.join(ROOT, "models", "reader135")
+
+
+def test_every_initializer_of_the_graph_is_a_known_weight():
+    m = onnx.load(os.path.join(R135, "graph.onnx"))
+    src = graft.weight_sources(m.graph)
+    assert set(src) == {i.name for i in m.graph.initializer}
+    names = {w for w, _ in src.values()}
+    assert "embed_tokens.weight" in names and "layers.29.mlp.down_proj.weight" in names
+    assert all(len(i.raw_data) == 0 for i in m.graph.initializer), "the committed graph carries no weights"
+    with open(os.path.join(R135, "graph.json")) as f:
+        assert json.load(f)["backbone_keep"] == list(range(30))
+
+
+def test_build_without_torch(tmp_path):
+    d = tmp_path / "reader135"
+    d.mkdir()
+    for name in ("graph.onnx", "graph.json", "delta.safetensors"):
+        shutil.copy(os.path.join(R135, name), d / name)
+    shutil.copytree(os.path.join(R135, "golden"), d / "golden")
+    # torch is made unimportable in the child: the build must not need it.
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from icicle import graft\nfrom icicle.tokenizer import gguf_path\n"
+            f"print(graft.build({str(d)!r}, gguf_path()))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=os.path.join(ROOT, "training"), capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (d / "model.onnx").stat().st_size > 500e6
+    assert "golden_logits_max_abs" in out.stdout
+
+
+def test_check_refuses_another_model(tmp_path):
+    golden = tmp_path / "logits.jsonl"
+    with open(os.path.join(R135, "golden", "logits.jsonl")) as f:
+        rows = [json.loads(line) for line in f][:1]
+    rows[0]["last_logits_top"] = [[t, v + 1.0] for t, v in rows[0]["last_logits_top"]]
+    golden.write_text(json.dumps(rows[0]) + "\n")
+    model = os.path.join(R135, "model.onnx")
+    if not os.path.exists(model):
+        pytest.fail(f"{model} missing: run scripts/model.sh models/reader135")
+    with pytest.raises(SystemExit, match="golden logits"):
+        graft.check(model, str(golden))
