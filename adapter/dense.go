@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 
 	"github.com/elastic/go-elasticsearch/v8/esapi"
 )
@@ -74,8 +75,8 @@ func (a *Adapter) Dense(ctx context.Context, vec []float32, qs []DenseQuery) ([]
 		for j, h := range r.Hits.Hits {
 			hit := h.hit(j + 1)
 			if h.Score != nil {
-				// dot_product similarity scores (1 + cos) / 2.
-				hit.Dense, hit.HasDense = 2*(*h.Score)-1, true
+				// dot_product similarity scores (1 + cos) / 2, a float32: 6 decimals are all it carries.
+				hit.Dense, hit.HasDense = math.Round((2*(*h.Score)-1)*1e6)/1e6, true
 				hit.Score = hit.Dense
 			}
 			hits = append(hits, hit)
