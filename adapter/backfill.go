@@ -114,15 +114,7 @@ func (a *Adapter) Backfill(ctx context.Context, opts BackfillOptions) (BackfillR
 			_ = enc.Encode(map[string]any{"update": map[string]any{"_id": h.ID, "if_seq_no": h.SeqNo, "if_primary_term": h.PrimaryTerm}})
 			_ = enc.Encode(map[string]any{"doc": map[string]any{VectorField: vs[i], VectorModelField: opts.VectorModel}})
 		}
-		var bulk struct {
-			Items []map[string]struct {
-				Status int `json:"status"`
-				Error  struct {
-					Type   string `json:"type"`
-					Reason string `json:"reason"`
-				} `json:"error"`
-			} `json:"items"`
-		}
+		var bulk bulkUpdates
 		if err := a.do(ctx, esapi.BulkRequest{Index: a.index, Body: &buf}, &bulk); err != nil {
 			return rep, fmt.Errorf("backfill %q: write vectors: %w (rerunning continues where this run stopped)", a.index, err)
 		}

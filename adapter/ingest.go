@@ -630,16 +630,7 @@ func (a *Adapter) markSeen(ctx context.Context, docids []string, rep *MarkSeenRe
 		}
 		buf.WriteString(`{"doc":{"seen":true}}` + "\n")
 	}
-	var res struct {
-		Items []map[string]struct {
-			Result string `json:"result"`
-			Status int    `json:"status"`
-			Error  struct {
-				Type   string `json:"type"`
-				Reason string `json:"reason"`
-			} `json:"error"`
-		} `json:"items"`
-	}
+	var res bulkUpdates
 	req := esapi.BulkRequest{Index: a.index, Body: &buf, Refresh: "wait_for"}
 	if err := a.do(ctx, req, &res); err != nil {
 		return err
@@ -663,4 +654,16 @@ func (a *Adapter) markSeen(ctx context.Context, docids []string, rep *MarkSeenRe
 		}
 	}
 	return nil
+}
+
+// bulkUpdates is a bulk response to partial updates (MarkSeen, Backfill): per item, keyed "update".
+type bulkUpdates struct {
+	Items []map[string]struct {
+		Result string `json:"result"`
+		Status int    `json:"status"`
+		Error  struct {
+			Type   string `json:"type"`
+			Reason string `json:"reason"`
+		} `json:"error"`
+	} `json:"items"`
 }
