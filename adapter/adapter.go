@@ -63,6 +63,9 @@ type Options struct {
 	// index has VectorField and VectorModelField: EnsureIndex creates them, and adds them to an index that
 	// has neither (a mapping addition, nothing stored changes). Default 0: no vectors (BM25 only).
 	VectorDims int
+	// Fields name the index's fields: the zero value is the sidecar's own layout; anything else is a
+	// team's own index, searched as it is (Fields).
+	Fields Fields
 }
 
 // Adapter is a client for the corpus index. It is safe for concurrent use; create one per process with New
@@ -75,8 +78,12 @@ type Adapter struct {
 	timeout   time.Duration
 	// vectorDims is Options.VectorDims: with it the mapping contract includes the vector fields.
 	vectorDims int
-	log        *slog.Logger
-	now        func() time.Time
+	// f are the field names (Options.Fields with defaults); team is set when they are not the sidecar's own
+	// layout.
+	f    Fields
+	team bool
+	log  *slog.Logger
+	now  func() time.Time
 	// retries and backoff are the retrier's policy (rt), which Ingest also applies to bulk items that
 	// Elasticsearch shed for load; seenPageSize is ListSeen's page (SeenPageSize; tests shrink it).
 	retries      int
@@ -145,7 +152,11 @@ func New(opts Options, logger *slog.Logger) (*Adapter, error) {
 	if opts.VectorDims < 0 || opts.VectorDims > 4096 {
 		return nil, fmt.Errorf("configure elasticsearch client: vector dims %d, want 0..4096", opts.VectorDims)
 	}
-	a := &Adapter{es: es, transport: cfg.Transport, index: index, timeout: timeout, log: logger, now: time.Now, vectorDims: opts.VectorDims,
+	if err := opts.Fields.Validate(); err != nil {
+		return nil, fmt.Errorf("configure elasticsearch client: %w", err)
+	}
+	f := opts.Fields.withDefaults()
+	a := &Adapter{es: es, transport: cfg.Transport, index: index, timeout: timeout, log: logger, now: time.Now, vectorDims: opts.VectorDims, f: f, team: !f.own(),
 		retries: max(retries, 0), backoff: retryBackoff, seenPageSize: SeenPageSize}
 	a.rt = &retrier{es: es, retries: a.retries, backoff: retryBackoff, log: logger}
 	return a, nil
@@ -211,7 +222,7 @@ func (a *Adapter) Check(ctx context.Context) (ClusterInfo, error) {
 		return info, fmt.Errorf("check index %q: %w", a.index, err)
 	}
 	info.IndexExists = true
-	if err := m.check(a.index, a.fields()); err != nil {
+	if err := a.checkMapping(m, false); err != nil {
 		return info, fmt.Errorf("check index %q: %w", a.index, err)
 	}
 	info.MappingOK = true
@@ -221,12 +232,27 @@ func (a *Adapter) Check(ctx context.Context) (ClusterInfo, error) {
 // EnsureIndex creates the index with the package's mapping if it does not exist. If it exists, its mapping
 // is verified and never altered, with one exception: an index that has none of the vector fields (made
 // before vectors, or by a sidecar without an encoder) gets them added, which changes no stored document
-// (Backfill then fills them). Any other difference is returned as an error wrapping ErrMappingMismatch whose
+// (Enrich then fills them). Any other difference is returned as an error wrapping ErrMappingMismatch whose
 // text names each field and problem.
 func (a *Adapter) EnsureIndex(ctx context.Context) error {
 	var m mappingResponse
 	err := a.do(ctx, esapi.IndicesGetMappingRequest{Index: []string{a.index}}, &m)
 	switch {
+	case err == nil && a.team:
+		// A team's index: never created here; the sidecar's fields it lacks are added (a mapping addition),
+		// anything else wrong is refused with every problem named.
+		missing := map[string]fieldSpec{}
+		if err := m.checkWith(a.index, func(props map[string]mappedField) error { return a.checkTeam(props, missing) }); err != nil {
+			return fmt.Errorf("ensure index %q: %w", a.index, err)
+		}
+		if len(missing) > 0 {
+			if err := a.putFields(ctx, missing); err != nil {
+				return fmt.Errorf("ensure index %q: %w", a.index, err)
+			}
+		}
+		return nil
+	case a.team && errors.Is(err, ErrIndexMissing):
+		return fmt.Errorf("ensure index %q: %w: the fields configured describe a team's own index, which the sidecar does not create", a.index, err)
 	case err == nil:
 		if a.vectorDims > 0 && m.check(a.index, wantFields) == nil && m.lacksAll(vectorFields(a.vectorDims)) {
 			if err := a.addVectorFields(ctx); err != nil {
@@ -256,19 +282,39 @@ func (a *Adapter) EnsureIndex(ctx context.Context) error {
 
 // addVectorFields puts the vector fields into the index's mapping.
 func (a *Adapter) addVectorFields(ctx context.Context) error {
+	return a.putFields(ctx, vectorFields(a.vectorDims))
+}
+
+// putFields adds fields to the index's mapping (a mapping addition: no stored document changes).
+func (a *Adapter) putFields(ctx context.Context, fields map[string]fieldSpec) error {
 	props := map[string]any{}
-	for name, f := range vectorFields(a.vectorDims) {
+	names := make([]string, 0, len(fields))
+	for name, f := range fields {
 		props[name] = fieldMapping(f)
+		names = append(names, name)
 	}
 	body, err := json.Marshal(map[string]any{"properties": props})
 	if err != nil {
 		return err
 	}
 	if err := a.do(ctx, esapi.IndicesPutMappingRequest{Index: []string{a.index}, Body: bytes.NewReader(body)}, nil); err != nil {
-		return fmt.Errorf("add vector fields (dims %d): %w", a.vectorDims, err)
+		return fmt.Errorf("add the sidecar's fields %v: %w", names, err)
 	}
-	a.log.Info("added the vector fields to the index mapping", "index", a.index, "dims", a.vectorDims)
+	a.log.Info("added the sidecar's fields to the index mapping", "index", a.index, "fields", names)
 	return nil
+}
+
+// checkMapping checks a mapping against the adapter's layout: the sidecar's contract, or a team's index
+// (lacking the sidecar's fields allowed when allowMissing: EnsureIndex adds them).
+func (a *Adapter) checkMapping(m mappingResponse, allowMissing bool) error {
+	if !a.team {
+		return m.check(a.index, a.fields())
+	}
+	var missing map[string]fieldSpec
+	if allowMissing {
+		missing = map[string]fieldSpec{}
+	}
+	return m.checkWith(a.index, func(props map[string]mappedField) error { return a.checkTeam(props, missing) })
 }
 
 // VectorDims returns Options.VectorDims: the length of the vectors the index holds, 0 without vectors.

@@ -7,129 +7,238 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"time"
 
 	"github.com/elastic/go-elasticsearch/v8/esapi"
 )
 
-// BackfillOptions tunes Backfill.
-type BackfillOptions struct {
-	// Embed returns the vectors of docs (one each, in order). Required.
+// EnrichOptions say what Enrich adds. Each of the three is optional; at least one is required.
+type EnrichOptions struct {
+	// Embed returns the vectors of docs (one each, in order): documents whose VectorModelField is not
+	// VectorModel (or absent) get one.
 	Embed func(ctx context.Context, docs []Doc) ([][]float32, error)
-	// VectorModel names the encoder behind Embed. Documents whose VectorModelField differs (or is absent)
-	// are the ones Backfill embeds. Required.
+	// VectorModel names the encoder behind Embed. Required with Embed.
 	VectorModel string
-	// PageSize is how many documents are read, embedded and written at once. Default 128.
+	// Summarize returns the summaries of docs (one each, in order): documents without a summary get one.
+	Summarize func(ctx context.Context, docs []Doc) ([]string, error)
+	// Seen, when set, marks documents without a seen flag: true for the docids it holds, false for others.
+	Seen map[string]bool
+	// PageSize is how many documents are read, enriched and written at once. Default 128.
 	PageSize int
 	// Progress, if set, is called after each page with the documents written so far and the total that
-	// needed a vector when the run started.
+	// needed something when the run started.
 	Progress func(done, total int)
 }
 
-// BackfillReport says what Backfill did.
-type BackfillReport struct {
-	// Needed is how many documents lacked the encoder's vector when the run started.
+// EnrichReport says what Enrich did.
+type EnrichReport struct {
+	// Needed is how many documents lacked something when the run started.
 	Needed int
-	// Written counts documents that got their vector.
-	Written int
-	// Changed counts documents skipped because they were rewritten between the read and the update
-	// (their new version is picked up by the next run).
+	// Written counts documents enriched; Vectors, Summaries and SeenFlags count what they got.
+	Written, Vectors, Summaries, SeenFlags int
+	// Changed counts documents skipped because they were rewritten between the read and the update (the
+	// next run picks their new version up).
 	Changed int
 	// Failed lists documents Elasticsearch refused, with the reason.
 	Failed []Failure
 }
 
-// Backfill gives every document of the index the vector of opts.VectorModel: it pages through the
-// documents without it (in docid order, search_after), embeds each page and writes the vectors with
-// partial updates (only VectorField and VectorModelField change; no script is needed), each over the
-// version it read, so a document rewritten meanwhile is not given a stale vector. It is resumable by
-// construction: a run that stops (interrupted, or the cluster down) leaves the written vectors in place,
-// and the next run embeds only what is still missing.
-func (a *Adapter) Backfill(ctx context.Context, opts BackfillOptions) (BackfillReport, error) {
-	var rep BackfillReport
-	if opts.Embed == nil || opts.VectorModel == "" || a.vectorDims <= 0 {
-		return rep, fmt.Errorf("backfill %q: %w: Embed, VectorModel and an adapter with VectorDims are required", a.index, ErrInvalidArgument)
+// needsQuery selects the documents that lack something opts adds.
+func (a *Adapter) needsQuery(opts EnrichOptions) map[string]any {
+	var should []any
+	if opts.Embed != nil {
+		should = append(should, map[string]any{"bool": map[string]any{"must_not": []any{
+			map[string]any{"term": map[string]any{a.f.VectorModel: opts.VectorModel}}}}})
+	}
+	if opts.Summarize != nil {
+		should = append(should, map[string]any{"bool": map[string]any{"must_not": []any{
+			map[string]any{"exists": map[string]any{"field": a.f.Summary}}}}})
+	}
+	if opts.Seen != nil {
+		should = append(should, map[string]any{"bool": map[string]any{"must_not": []any{
+			map[string]any{"exists": map[string]any{"field": a.f.Seen}}}}})
+	}
+	return map[string]any{"bool": map[string]any{"should": should, "minimum_should_match": 1}}
+}
+
+// CountWithoutVector counts the documents that have no vector of the encoder named model.
+func (a *Adapter) CountWithoutVector(ctx context.Context, model string) (int, error) {
+	return a.count(ctx, a.needsQuery(EnrichOptions{Embed: func(context.Context, []Doc) ([][]float32, error) { return nil, nil }, VectorModel: model}))
+}
+
+func (a *Adapter) count(ctx context.Context, query map[string]any) (int, error) {
+	b, _ := json.Marshal(map[string]any{"query": query})
+	var count struct {
+		Count int `json:"count"`
+	}
+	if err := a.do(ctx, esapi.CountRequest{Index: []string{a.index}, Body: bytes.NewReader(b)}, &count); err != nil {
+		return 0, fmt.Errorf("count %q: %w", a.index, err)
+	}
+	return count.Count, nil
+}
+
+// Enrich gives every document of the index what the sidecar needs and lacks: the encoder's vector, a
+// summary, the seen flag. It pages through the documents that lack something (a point in time, in shard
+// order, so it works whatever the docid field), computes only what each lacks from its title and body
+// fields, and writes it with partial updates of the sidecar's fields alone, each over the version it
+// read: the team's own fields never change, and a document rewritten meanwhile is not given stale data.
+// Resumable by construction: a run that stops leaves what it wrote, and the next one selects only what is
+// still missing.
+func (a *Adapter) Enrich(ctx context.Context, opts EnrichOptions) (EnrichReport, error) {
+	var rep EnrichReport
+	switch {
+	case opts.Embed == nil && opts.Summarize == nil && opts.Seen == nil:
+		return rep, fmt.Errorf("enrich %q: %w: nothing to add (Embed, Summarize or Seen)", a.index, ErrInvalidArgument)
+	case opts.Embed != nil && (opts.VectorModel == "" || a.vectorDims <= 0):
+		return rep, fmt.Errorf("enrich %q: %w: Embed needs VectorModel and an adapter with VectorDims", a.index, ErrInvalidArgument)
 	}
 	page := opts.PageSize
 	if page <= 0 {
 		page = 128
 	}
-	missing := map[string]any{"bool": map[string]any{"must_not": []any{
-		map[string]any{"term": map[string]any{VectorModelField: opts.VectorModel}},
-	}}}
-	n, err := a.CountWithoutVector(ctx, opts.VectorModel)
+	query := a.needsQuery(opts)
+	n, err := a.count(ctx, query)
 	if err != nil {
-		return rep, fmt.Errorf("backfill: %w", err)
+		return rep, fmt.Errorf("enrich: %w", err)
 	}
 	rep.Needed = n
+	var pit struct {
+		ID string `json:"id"`
+	}
+	if err := a.do(ctx, esapi.OpenPointInTimeRequest{Index: []string{a.index}, KeepAlive: "5m"}, &pit); err != nil {
+		return rep, fmt.Errorf("enrich %q: open point in time: %w", a.index, err)
+	}
+	defer func() {
+		body, _ := json.Marshal(map[string]string{"id": pit.ID})
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = a.do(cctx, esapi.ClosePointInTimeRequest{Body: bytes.NewReader(body)}, nil)
+	}()
+	fields := append([]string{a.f.Title, a.f.Summary, a.f.Seen, a.f.VectorModel}, a.f.Body...)
+	if a.f.DocID != IDField {
+		fields = append(fields, a.f.DocID)
+	}
 	var after []any
 	for {
 		body := map[string]any{
-			"size": page, "query": missing, "sort": []any{map[string]any{"docid": "asc"}},
-			"_source": []string{"docid", "title", "text"}, "seq_no_primary_term": true, "track_total_hits": false,
+			"size": page, "query": query, "sort": []any{map[string]any{"_shard_doc": "asc"}},
+			"_source": fields, "seq_no_primary_term": true, "track_total_hits": false,
+			"pit": map[string]any{"id": pit.ID, "keep_alive": "5m"},
 		}
 		if after != nil {
 			body["search_after"] = after
 		}
 		b, _ := json.Marshal(body)
 		var res struct {
-			Hits struct {
+			PitID string `json:"pit_id"`
+			Hits  struct {
 				Hits []struct {
-					ID          string `json:"_id"`
-					SeqNo       int64  `json:"_seq_no"`
-					PrimaryTerm int64  `json:"_primary_term"`
-					Source      struct {
-						DocID string `json:"docid"`
-						Title string `json:"title"`
-						Text  string `json:"text"`
-					} `json:"_source"`
-					Sort []any `json:"sort"`
+					ID          string                     `json:"_id"`
+					SeqNo       int64                      `json:"_seq_no"`
+					PrimaryTerm int64                      `json:"_primary_term"`
+					Source      map[string]json.RawMessage `json:"_source"`
+					Sort        []any                      `json:"sort"`
 				} `json:"hits"`
 			} `json:"hits"`
 		}
-		if err := a.do(ctx, esapi.SearchRequest{Index: []string{a.index}, Body: bytes.NewReader(b)}, &res); err != nil {
-			return rep, fmt.Errorf("backfill %q: read documents without vectors: %w", a.index, err)
+		if err := a.do(ctx, esapi.SearchRequest{Body: bytes.NewReader(b)}, &res); err != nil {
+			return rep, fmt.Errorf("enrich %q: read documents: %w (rerunning continues where this run stopped)", a.index, err)
+		}
+		if res.PitID != "" {
+			pit.ID = res.PitID
 		}
 		hits := res.Hits.Hits
 		if len(hits) == 0 {
 			break
 		}
 		after = hits[len(hits)-1].Sort
+		// What each document lacks, and its text.
 		docs := make([]Doc, len(hits))
+		updates := make([]map[string]any, len(hits))
+		var embed, summarize []int
 		for i, h := range hits {
-			docs[i] = Doc{DocID: h.Source.DocID, Title: h.Source.Title, Text: h.Source.Text}
+			src, _ := json.Marshal(h.Source)
+			docid, title, summary := a.f.read(h.ID, src)
+			var body []string
+			for _, f := range a.f.Body {
+				if t := sourceString(h.Source, f); t != "" {
+					body = append(body, t)
+				}
+			}
+			docs[i] = Doc{DocID: docid, Title: title, Text: strings.Join(body, "\n"), Summary: summary}
+			updates[i] = map[string]any{}
+			var model string
+			_ = json.Unmarshal(h.Source[a.f.VectorModel], &model)
+			if opts.Embed != nil && model != opts.VectorModel {
+				embed = append(embed, i)
+			}
+			if _, has := h.Source[a.f.Summary]; opts.Summarize != nil && !has {
+				summarize = append(summarize, i)
+			}
+			if _, has := h.Source[a.f.Seen]; opts.Seen != nil && !has {
+				updates[i][a.f.Seen] = opts.Seen[docid]
+				rep.SeenFlags++
+			}
 		}
-		vs, err := opts.Embed(ctx, docs)
-		if err == nil && len(vs) != len(docs) {
-			err = fmt.Errorf("%d vectors for %d documents", len(vs), len(docs))
+		if len(summarize) > 0 {
+			sums, err := opts.Summarize(ctx, pick(docs, summarize))
+			if err == nil && len(sums) != len(summarize) {
+				err = fmt.Errorf("%d summaries for %d documents", len(sums), len(summarize))
+			}
+			if err != nil {
+				return rep, fmt.Errorf("enrich %q: summarise: %w (rerunning continues where this run stopped)", a.index, err)
+			}
+			for j, i := range summarize {
+				updates[i][a.f.Summary] = sums[j]
+				rep.Summaries++
+			}
 		}
-		if err != nil {
-			return rep, fmt.Errorf("backfill %q: embed: %w (rerunning continues where this run stopped)", a.index, err)
+		if len(embed) > 0 {
+			vs, err := opts.Embed(ctx, pick(docs, embed))
+			if err == nil && len(vs) != len(embed) {
+				err = fmt.Errorf("%d vectors for %d documents", len(vs), len(embed))
+			}
+			if err != nil {
+				return rep, fmt.Errorf("enrich %q: embed: %w (rerunning continues where this run stopped)", a.index, err)
+			}
+			for j, i := range embed {
+				if len(vs[j]) != a.vectorDims {
+					return rep, fmt.Errorf("enrich %q: embed: a vector of %d dims, the index has %d", a.index, len(vs[j]), a.vectorDims)
+				}
+				updates[i][a.f.Vector], updates[i][a.f.VectorModel] = vs[j], opts.VectorModel
+				rep.Vectors++
+			}
 		}
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
+		var sent []int
 		for i, h := range hits {
-			if len(vs[i]) != a.vectorDims {
-				return rep, fmt.Errorf("backfill %q: embed: a vector of %d dims, the index has %d", a.index, len(vs[i]), a.vectorDims)
+			if len(updates[i]) == 0 {
+				continue
 			}
+			sent = append(sent, i)
 			_ = enc.Encode(map[string]any{"update": map[string]any{"_id": h.ID, "if_seq_no": h.SeqNo, "if_primary_term": h.PrimaryTerm}})
-			_ = enc.Encode(map[string]any{"doc": map[string]any{VectorField: vs[i], VectorModelField: opts.VectorModel}})
+			_ = enc.Encode(map[string]any{"doc": updates[i]})
 		}
-		var bulk bulkUpdates
-		if err := a.do(ctx, esapi.BulkRequest{Index: a.index, Body: &buf}, &bulk); err != nil {
-			return rep, fmt.Errorf("backfill %q: write vectors: %w (rerunning continues where this run stopped)", a.index, err)
-		}
-		if len(bulk.Items) != len(hits) {
-			return rep, fmt.Errorf("backfill %q: bulk update answered %d items for %d documents", a.index, len(bulk.Items), len(hits))
-		}
-		for i, item := range bulk.Items {
-			r := item["update"]
-			switch {
-			case r.Status == http.StatusConflict:
-				rep.Changed++
-			case r.Error.Type != "":
-				rep.Failed = append(rep.Failed, Failure{DocID: docs[i].DocID, Reason: r.Error.Type + ": " + r.Error.Reason, Retryable: retryable(r.Status)})
-			default:
-				rep.Written++
+		if len(sent) > 0 {
+			var bulk bulkUpdates
+			if err := a.do(ctx, esapi.BulkRequest{Index: a.index, Body: &buf}, &bulk); err != nil {
+				return rep, fmt.Errorf("enrich %q: write: %w (rerunning continues where this run stopped)", a.index, err)
+			}
+			if len(bulk.Items) != len(sent) {
+				return rep, fmt.Errorf("enrich %q: bulk update answered %d items for %d documents", a.index, len(bulk.Items), len(sent))
+			}
+			for k, item := range bulk.Items {
+				r := item["update"]
+				switch {
+				case r.Status == http.StatusConflict:
+					rep.Changed++
+				case r.Error.Type != "":
+					rep.Failed = append(rep.Failed, Failure{DocID: docs[sent[k]].DocID, Reason: r.Error.Type + ": " + r.Error.Reason, Retryable: retryable(r.Status)})
+				default:
+					rep.Written++
+				}
 			}
 		}
 		if opts.Progress != nil {
@@ -140,22 +249,17 @@ func (a *Adapter) Backfill(ctx context.Context, opts BackfillOptions) (BackfillR
 		}
 	}
 	if err := a.do(ctx, esapi.IndicesRefreshRequest{Index: []string{a.index}}, nil); err != nil && !errors.Is(err, context.Canceled) {
-		return rep, fmt.Errorf("backfill %q: refresh: %w", a.index, err)
+		return rep, fmt.Errorf("enrich %q: refresh: %w", a.index, err)
 	}
-	a.log.Info("backfill", "index", a.index, "model", opts.VectorModel, "needed", rep.Needed, "written", rep.Written,
-		"changed", rep.Changed, "failed", len(rep.Failed))
+	a.log.Info("enrich", "index", a.index, "needed", rep.Needed, "written", rep.Written, "vectors", rep.Vectors,
+		"summaries", rep.Summaries, "seen_flags", rep.SeenFlags, "changed", rep.Changed, "failed", len(rep.Failed))
 	return rep, nil
 }
 
-// CountWithoutVector counts the documents that have no vector of the encoder named model.
-func (a *Adapter) CountWithoutVector(ctx context.Context, model string) (int, error) {
-	b, _ := json.Marshal(map[string]any{"query": map[string]any{"bool": map[string]any{"must_not": []any{
-		map[string]any{"term": map[string]any{VectorModelField: model}}}}}})
-	var count struct {
-		Count int `json:"count"`
+func pick(docs []Doc, idx []int) []Doc {
+	out := make([]Doc, len(idx))
+	for j, i := range idx {
+		out[j] = docs[i]
 	}
-	if err := a.do(ctx, esapi.CountRequest{Index: []string{a.index}, Body: bytes.NewReader(b)}, &count); err != nil {
-		return 0, fmt.Errorf("count documents without vectors %q: %w", a.index, err)
-	}
-	return count.Count, nil
+	return out
 }

@@ -40,7 +40,7 @@ func (a *Adapter) Dense(ctx context.Context, vec []float32, qs []DenseQuery) ([]
 	var body bytes.Buffer
 	enc := json.NewEncoder(&body)
 	for i, q := range qs {
-		s, err := denseBody(vec, q)
+		s, err := a.denseBody(vec, q)
 		if err != nil {
 			return nil, fmt.Errorf("dense search %q: query %d: %w", a.index, i, err)
 		}
@@ -73,7 +73,7 @@ func (a *Adapter) Dense(ctx context.Context, vec []float32, qs []DenseQuery) ([]
 		}
 		hits := make([]Hit, 0, len(r.Hits.Hits))
 		for j, h := range r.Hits.Hits {
-			hit := h.hit(j + 1)
+			hit := a.leanHit(h, j+1)
 			if h.Score != nil {
 				// dot_product similarity scores (1 + cos) / 2, a float32: 6 decimals are all it carries.
 				hit.Dense, hit.HasDense = math.Round((2*(*h.Score)-1)*1e6)/1e6, true
@@ -86,7 +86,7 @@ func (a *Adapter) Dense(ctx context.Context, vec []float32, qs []DenseQuery) ([]
 	return out, nil
 }
 
-func denseBody(vec []float32, q DenseQuery) (map[string]any, error) {
+func (a *Adapter) denseBody(vec []float32, q DenseQuery) (map[string]any, error) {
 	if len(q.IDs) > 0 {
 		if len(q.IDs) > MaxK {
 			return nil, fmt.Errorf("%w: %d ids, at most %d", ErrInvalidArgument, len(q.IDs), MaxK)
@@ -96,7 +96,7 @@ func denseBody(vec []float32, q DenseQuery) (map[string]any, error) {
 			"_source":          false,
 			"track_total_hits": false,
 			"query": map[string]any{"knn": map[string]any{
-				"field": VectorField, "query_vector": vec, "num_candidates": len(q.IDs),
+				"field": a.f.Vector, "query_vector": vec, "num_candidates": len(q.IDs),
 				"filter": map[string]any{"ids": map[string]any{"values": q.IDs}},
 			}},
 		}, nil
@@ -104,9 +104,9 @@ func denseBody(vec []float32, q DenseQuery) (map[string]any, error) {
 	if q.K < 1 || q.K > MaxK {
 		return nil, fmt.Errorf("%w: k=%d, want 1..%d", ErrInvalidArgument, q.K, MaxK)
 	}
-	knn := map[string]any{"field": VectorField, "query_vector": vec, "k": q.K, "num_candidates": min(MaxK, max(2*q.K, 100))}
+	knn := map[string]any{"field": a.f.Vector, "query_vector": vec, "k": q.K, "num_candidates": min(MaxK, max(2*q.K, 100))}
 	if q.OnlyNew {
-		knn["filter"] = map[string]any{"term": map[string]any{"seen": false}}
+		knn["filter"] = a.f.notSeen()
 	}
-	return map[string]any{"size": q.K, "knn": knn, "_source": false, "docvalue_fields": leanFields, "track_total_hits": false}, nil
+	return map[string]any{"size": q.K, "knn": knn, "_source": false, "docvalue_fields": a.f.leanFields(), "track_total_hits": false}, nil
 }

@@ -71,7 +71,7 @@ type IngestOptions struct {
 	// KeepStored, a stored document with the same title and text whose vector VectorModel made keeps its
 	// vector and is not embedded again, so re-ingesting a corpus costs no encoder time. Documents are
 	// embedded in batches of KeepStoredBatch; an Embed error fails its batch (retryable) and ends the run.
-	// Default nil: no vectors (an adapter with VectorDims writes documents without them; Backfill adds them).
+	// Default nil: no vectors (an adapter with VectorDims writes documents without them; Enrich adds them).
 	Embed func(ctx context.Context, docs []Doc) ([][]float32, error)
 	// VectorModel names the encoder behind Embed (the stored VectorModelField). Required with Embed.
 	VectorModel string
@@ -137,6 +137,10 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 	var rep IngestReport
 	if a.closed.Load() {
 		return rep, fmt.Errorf("ingest %q: %w", a.index, ErrClosed)
+	}
+	if a.team {
+		return rep, fmt.Errorf("ingest %q: %w: the index is a team's own layout (fields configured): the sidecar writes "+
+			"only its own fields there, with `icicle enrich`", a.index, ErrInvalidArgument)
 	}
 	if opts.Embed != nil && (opts.VectorModel == "" || a.vectorDims <= 0) {
 		return rep, fmt.Errorf("ingest %q: %w: Embed needs VectorModel and an adapter with VectorDims", a.index, ErrInvalidArgument)
@@ -623,13 +627,34 @@ func (a *Adapter) MarkSeen(ctx context.Context, docids []string) (MarkSeenReport
 func (a *Adapter) markSeen(ctx context.Context, docids []string, rep *MarkSeenReport) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
+	ids, err := a.ids(ctx, docids)
+	if err != nil {
+		return err
+	}
 	for _, d := range docids {
-		meta := map[string]any{"update": map[string]any{"_id": DocumentID(d)}}
+		id, ok := ids[d]
+		if !ok {
+			rep.Missing = append(rep.Missing, d)
+			continue
+		}
+		meta := map[string]any{"update": map[string]any{"_id": id}}
 		if err := enc.Encode(meta); err != nil {
 			return err
 		}
-		buf.WriteString(`{"doc":{"seen":true}}` + "\n")
+		if err := enc.Encode(map[string]any{"doc": map[string]any{a.f.Seen: true}}); err != nil {
+			return err
+		}
 	}
+	if buf.Len() == 0 {
+		return nil
+	}
+	present := make([]string, 0, len(docids))
+	for _, d := range docids {
+		if _, ok := ids[d]; ok {
+			present = append(present, d)
+		}
+	}
+	docids = present
 	var res bulkUpdates
 	req := esapi.BulkRequest{Index: a.index, Body: &buf, Refresh: "wait_for"}
 	if err := a.do(ctx, req, &res); err != nil {
@@ -656,7 +681,7 @@ func (a *Adapter) markSeen(ctx context.Context, docids []string, rep *MarkSeenRe
 	return nil
 }
 
-// bulkUpdates is a bulk response to partial updates (MarkSeen, Backfill): per item, keyed "update".
+// bulkUpdates is a bulk response to partial updates (MarkSeen, Enrich): per item, keyed "update".
 type bulkUpdates struct {
 	Items []map[string]struct {
 		Result string `json:"result"`
@@ -666,4 +691,25 @@ type bulkUpdates struct {
 			Reason string `json:"reason"`
 		} `json:"error"`
 	} `json:"items"`
+}
+
+// ids maps docids to their documents' _ids: derived where the layout derives them (the sidecar's, or the
+// docid in _id: every docid maps, a missing document shows as document_missing_exception), else found with a
+// terms query (a docid without a document is absent).
+func (a *Adapter) ids(ctx context.Context, docids []string) (map[string]string, error) {
+	out := make(map[string]string, len(docids))
+	if !a.team || a.f.DocID == IDField {
+		for _, d := range docids {
+			out[d] = a.idOf(d)
+		}
+		return out, nil
+	}
+	hits, err := a.byDocID(ctx, docids, []string{a.f.DocID})
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range hits {
+		out[h.DocID] = h.ID
+	}
+	return out, nil
 }

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 )
 
 // fieldSpec is what the package needs of one mapped field.
@@ -26,7 +28,7 @@ var wantFields = map[string]fieldSpec{
 }
 
 // Vector fields (Options.VectorDims > 0): the first stage's document vector and the name of the encoder
-// that made it, so vectors of another encoder are found and replaced (Backfill) rather than compared.
+// that made it, so vectors of another encoder are found and replaced (Enrich) rather than compared.
 const (
 	// VectorField holds the document's dense vector (dense_vector, indexed for kNN, dot_product over
 	// L2-normalised vectors).
@@ -177,6 +179,11 @@ func (m mappingResponse) lacksAll(fields map[string]fieldSpec) bool {
 // check verifies every index in the response. Problems are prefixed with the concrete index name when it
 // differs from the requested one (an alias).
 func (m mappingResponse) check(requested string, want map[string]fieldSpec) error {
+	return m.checkWith(requested, func(props map[string]mappedField) error { return checkMapping(props, want) })
+}
+
+// checkWith verifies every index in the response with check, as check does.
+func (m mappingResponse) checkWith(requested string, check func(map[string]mappedField) error) error {
 	names := make([]string, 0, len(m))
 	for n := range m {
 		names = append(names, n)
@@ -184,13 +191,85 @@ func (m mappingResponse) check(requested string, want map[string]fieldSpec) erro
 	sort.Strings(names)
 	var errs []error
 	for _, n := range names {
-		err := checkMapping(m[n].Mappings.Properties, want)
+		err := check(m[n].Mappings.Properties)
 		switch {
 		case err == nil:
 		case n == requested:
 			errs = append(errs, err)
 		default:
 			errs = append(errs, fmt.Errorf("index %q: %w", n, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// lookup finds a field by its dotted path through object properties and multi-fields.
+func lookup(props map[string]mappedField, path string) (mappedField, bool) {
+	head, rest, nested := strings.Cut(path, ".")
+	f, ok := props[head]
+	if !ok || !nested {
+		return f, ok
+	}
+	if g, ok := lookup(f.Properties, rest); ok {
+		return g, true
+	}
+	return lookup(f.Fields, rest)
+}
+
+// ownFields are the sidecar's fields in a team's index, with the types they must have.
+func (a *Adapter) ownFields() map[string]fieldSpec {
+	out := map[string]fieldSpec{a.f.Summary: {typ: "text"}, a.f.Seen: {typ: "boolean"}}
+	if a.vectorDims > 0 {
+		out[a.f.Vector] = fieldSpec{typ: "dense_vector", dims: a.vectorDims}
+		out[a.f.VectorModel] = fieldSpec{typ: "keyword"}
+	}
+	return out
+}
+
+// checkTeam checks a team's index: the fields named for the team's documents exist (the docid a keyword,
+// unless it is the _id), and the sidecar's fields, where present, have the sidecar's types. With missing,
+// the sidecar's fields that are absent are listed into it instead of being problems.
+func (a *Adapter) checkTeam(props map[string]mappedField, missing map[string]fieldSpec) error {
+	var errs []error
+	need := func(field, name string, types ...string) {
+		got, ok := lookup(props, name)
+		switch {
+		case !ok:
+			errs = append(errs, &MappingError{Field: name, Problem: fmt.Sprintf("missing: fields.%s names it", field)})
+		case len(types) > 0 && !slices.Contains(types, got.kind()):
+			errs = append(errs, &MappingError{Field: name, Problem: fmt.Sprintf("type is %q, fields.%s needs %s", got.kind(), field, strings.Join(types, " or "))})
+		}
+	}
+	if a.f.DocID != IDField {
+		need("docid", a.f.DocID, "keyword")
+	}
+	need("title", a.f.Title, "text", "keyword", "match_only_text")
+	own := a.ownFields()
+	for _, s := range a.f.searchNames() {
+		if _, ours := own[s]; !ours { // the sidecar's summary may be searched: it is added below if missing
+			need("search", s)
+		}
+	}
+	for _, b := range a.f.Body {
+		need("body", b, "text", "keyword", "match_only_text")
+	}
+	names := make([]string, 0, len(own))
+	for n := range own {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		want := own[name]
+		got, ok := lookup(props, name)
+		switch {
+		case !ok && missing != nil:
+			missing[name] = want
+		case !ok:
+			errs = append(errs, &MappingError{Field: name, Problem: fmt.Sprintf("missing, want type %q (the sidecar adds it: icicle enrich, or its start)", want.typ)})
+		case got.kind() != want.typ:
+			errs = append(errs, &MappingError{Field: name, Problem: fmt.Sprintf("type is %q, the sidecar needs %q here: name another field for it (fields.*)", got.kind(), want.typ)})
+		case want.dims > 0 && got.Dims != want.dims:
+			errs = append(errs, &MappingError{Field: name, Problem: fmt.Sprintf("dims is %d, the encoder's vectors have %d", got.Dims, want.dims)})
 		}
 	}
 	return errors.Join(errs...)

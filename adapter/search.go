@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/elastic/go-elasticsearch/v8/esapi"
@@ -41,16 +42,6 @@ type Hit struct {
 	Seen bool
 }
 
-// returnedFields is the _source filter of every read: never the body, which can be tens of kilobytes.
-var returnedFields = []string{"docid", "title", "summary"}
-
-// source is the stored document as read back.
-type source struct {
-	DocID   string `json:"docid"`
-	Title   string `json:"title"`
-	Summary string `json:"summary"`
-}
-
 // SearchNew returns the top k documents by BM25 among those the deployed model was not trained on
 // (seen=false), best first. See the package doc for the query.
 func (a *Adapter) SearchNew(ctx context.Context, query string, k int) ([]Hit, error) {
@@ -70,31 +61,34 @@ func (a *Adapter) SearchAll(ctx context.Context, query string, k int) ([]Hit, er
 	return hits, nil
 }
 
-// leanFields are the doc values a lean search returns instead of _source: what the first stage ranks
-// and filters by, without Elasticsearch loading and filtering each document's stored text.
-var leanFields = []string{"docid", "seen"}
-
-// leanHit is a hit of a lean search: its doc values.
+// leanHit is a hit of a lean search: its doc values (Fields.leanFields) instead of _source, what the first
+// stage ranks and filters by without Elasticsearch loading and filtering each document's stored text.
 type leanHit struct {
-	ID     string   `json:"_id"`
-	Score  *float64 `json:"_score"`
-	Fields struct {
-		DocID []string `json:"docid"`
-		Seen  []bool   `json:"seen"`
-	} `json:"fields"`
+	ID     string                     `json:"_id"`
+	Score  *float64                   `json:"_score"`
+	Fields map[string]json.RawMessage `json:"fields"`
 }
 
-func (h leanHit) hit(rank int) Hit {
+func (a *Adapter) leanHit(h leanHit, rank int) Hit {
 	out := Hit{ID: h.ID, Rank: rank}
-	if len(h.Fields.DocID) > 0 {
-		out.DocID = h.Fields.DocID[0]
-	}
-	if len(h.Fields.Seen) > 0 {
-		out.Seen = h.Fields.Seen[0]
-	}
+	out.DocID, out.Seen = a.f.readLean(h.ID, h.Fields)
 	if h.Score != nil {
 		out.Score = *h.Score
 	}
+	return out
+}
+
+// sourceHit is a hit or a multi-get document with its _source (Fields.sourceFields).
+type sourceHit struct {
+	ID     string          `json:"_id"`
+	Found  bool            `json:"found"`
+	Score  *float64        `json:"_score"`
+	Source json.RawMessage `json:"_source"`
+}
+
+func (a *Adapter) sourceHit(h sourceHit) Hit {
+	out := Hit{ID: h.ID}
+	out.DocID, out.Title, out.Summary = a.f.read(h.ID, h.Source)
 	return out
 }
 
@@ -109,16 +103,9 @@ func (a *Adapter) SearchLean(ctx context.Context, query string, k int, onlyNew b
 	if k < 1 || k > MaxK {
 		return nil, fmt.Errorf("search %q: %w: k=%d, want 1..%d", a.index, ErrInvalidArgument, k, MaxK)
 	}
-	var body map[string]any
-	b, err := searchBody(query, k, onlyNew)
-	if err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal(b, &body); err != nil {
-		return nil, err
-	}
-	body["_source"], body["docvalue_fields"] = false, leanFields
-	b, err = json.Marshal(body)
+	body := a.searchBody(query, k, onlyNew)
+	body["_source"], body["docvalue_fields"] = false, a.f.leanFields()
+	b, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +119,7 @@ func (a *Adapter) SearchLean(ctx context.Context, query string, k int, onlyNew b
 	}
 	hits := make([]Hit, len(res.Hits.Hits))
 	for i, h := range res.Hits.Hits {
-		hits[i] = h.hit(i + 1)
+		hits[i] = a.leanHit(h, i+1)
 		hits[i].BM25, hits[i].BM25Rank = hits[i].Score, i+1
 	}
 	return hits, nil
@@ -157,15 +144,15 @@ func (a *Adapter) Sources(ctx context.Context, hits []Hit) error {
 		return err
 	}
 	var res struct {
-		Docs []mgetDoc[source] `json:"docs"`
+		Docs []sourceHit `json:"docs"`
 	}
-	if err := a.do(ctx, esapi.MgetRequest{Index: a.index, Body: bytes.NewReader(body), SourceIncludes: returnedFields}, &res); err != nil {
+	if err := a.do(ctx, esapi.MgetRequest{Index: a.index, Body: bytes.NewReader(body), SourceIncludes: a.f.sourceFields()}, &res); err != nil {
 		return fmt.Errorf("read sources %q: %w", a.index, err)
 	}
-	byID := make(map[string]source, len(res.Docs))
+	byID := make(map[string]Hit, len(res.Docs))
 	for _, d := range res.Docs {
 		if d.Found {
-			byID[d.ID] = d.Source
+			byID[d.ID] = a.sourceHit(d)
 		}
 	}
 	for i := range hits {
@@ -179,29 +166,30 @@ func (a *Adapter) Sources(ctx context.Context, hits []Hit) error {
 	return nil
 }
 
-// searchBody is the one BM25 query: best_fields multi_match with tie_breaker 0.5 over title, summary and
-// text (the BEIR baseline's query plus the summary), optionally filtered to seen=false. The filter does not
-// change scores. Total hit counting is off: callers only need the top k.
-func searchBody(query string, k int, onlyNew bool) ([]byte, error) {
+// searchBody is the one BM25 query: best_fields multi_match with tie_breaker 0.5 over Fields.Search (by
+// default title, summary and text: the BEIR baseline's query plus the summary), optionally filtered to the
+// documents not marked seen. The filter does not change scores. Total hit counting is off: callers only
+// need the top k.
+func (a *Adapter) searchBody(query string, k int, onlyNew bool) map[string]any {
 	match := map[string]any{"multi_match": map[string]any{
 		"query":       query,
 		"type":        "best_fields",
-		"fields":      []string{"title", "summary", "text"},
+		"fields":      a.f.Search,
 		"tie_breaker": 0.5,
 	}}
 	q := match
 	if onlyNew {
 		q = map[string]any{"bool": map[string]any{
 			"must":   match,
-			"filter": []any{map[string]any{"term": map[string]any{"seen": false}}},
+			"filter": []any{a.f.notSeen()},
 		}}
 	}
-	return json.Marshal(map[string]any{
+	return map[string]any{
 		"size":             k,
 		"query":            q,
-		"_source":          returnedFields,
+		"_source":          a.f.sourceFields(),
 		"track_total_hits": false,
-	})
+	}
 }
 
 func (a *Adapter) search(ctx context.Context, query string, k int, onlyNew bool) ([]Hit, error) {
@@ -211,18 +199,14 @@ func (a *Adapter) search(ctx context.Context, query string, k int, onlyNew bool)
 	if k < 1 || k > MaxK {
 		return nil, fmt.Errorf("%w: k=%d, want 1..%d", ErrInvalidArgument, k, MaxK)
 	}
-	body, err := searchBody(query, k, onlyNew)
+	body, err := json.Marshal(a.searchBody(query, k, onlyNew))
 	if err != nil {
 		return nil, err
 	}
 	var res struct {
 		Took int `json:"took"`
 		Hits struct {
-			Hits []struct {
-				ID     string   `json:"_id"`
-				Score  *float64 `json:"_score"`
-				Source source   `json:"_source"`
-			} `json:"hits"`
+			Hits []sourceHit `json:"hits"`
 		} `json:"hits"`
 	}
 	req := esapi.SearchRequest{Index: []string{a.index}, Body: bytes.NewReader(body)}
@@ -231,7 +215,8 @@ func (a *Adapter) search(ctx context.Context, query string, k int, onlyNew bool)
 	}
 	hits := make([]Hit, len(res.Hits.Hits))
 	for i, h := range res.Hits.Hits {
-		hits[i] = Hit{ID: h.ID, DocID: h.Source.DocID, Title: h.Source.Title, Summary: h.Source.Summary, Rank: i + 1, BM25Rank: i + 1}
+		hits[i] = a.sourceHit(h)
+		hits[i].Rank, hits[i].BM25Rank = i+1, i+1
 		if h.Score != nil {
 			hits[i].Score, hits[i].BM25 = *h.Score, *h.Score
 		}
@@ -247,14 +232,12 @@ func (a *Adapter) Resolve(ctx context.Context, docids []string) (map[string]Hit,
 	if len(docids) == 0 {
 		return out, nil
 	}
-	docs, err := mgetByDocID[source](ctx, a, docids, returnedFields)
+	hits, err := a.byDocID(ctx, docids, a.f.sourceFields())
 	if err != nil {
 		return nil, fmt.Errorf("resolve %q: %w", a.index, err)
 	}
-	for _, d := range docs {
-		if d.Found {
-			out[d.Source.DocID] = Hit{ID: d.ID, DocID: d.Source.DocID, Title: d.Source.Title, Summary: d.Source.Summary}
-		}
+	for _, h := range hits {
+		out[h.DocID] = h
 	}
 	return out, nil
 }
@@ -278,7 +261,7 @@ func mgetByDocID[S any](ctx context.Context, a *Adapter, docids, fields []string
 	for _, d := range docids {
 		if !seen[d] {
 			seen[d] = true
-			ids = append(ids, DocumentID(d))
+			ids = append(ids, a.idOf(d))
 		}
 	}
 	body, err := json.Marshal(map[string]any{"ids": ids})
@@ -310,7 +293,7 @@ func mgetByDocID[S any](ctx context.Context, a *Adapter, docids, fields []string
 
 // SeenCount returns how many documents are marked seen=true (D_train for the deployed model).
 func (a *Adapter) SeenCount(ctx context.Context) (int, error) {
-	body := []byte(`{"query":{"term":{"seen":true}}}`)
+	body, _ := json.Marshal(map[string]any{"query": map[string]any{"term": map[string]any{a.f.Seen: true}}})
 	var res struct {
 		Count int `json:"count"`
 	}
@@ -318,4 +301,51 @@ func (a *Adapter) SeenCount(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("count seen %q: %w", a.index, err)
 	}
 	return res.Count, nil
+}
+
+// byDocID finds the documents of docids with the _source fields given, each once: a multi-get of their
+// derived _ids in the sidecar's layout (DocumentID), of the docids themselves when the docid is the _id,
+// else a terms query on the docid field. Unknown docids are absent.
+func (a *Adapter) byDocID(ctx context.Context, docids, fields []string) ([]Hit, error) {
+	if !a.team || a.f.DocID == IDField {
+		docs, err := mgetByDocID[json.RawMessage](ctx, a, docids, fields)
+		if err != nil {
+			return nil, err
+		}
+		var out []Hit
+		for _, d := range docs {
+			if d.Found {
+				out = append(out, a.sourceHit(sourceHit{ID: d.ID, Found: true, Source: d.Source}))
+			}
+		}
+		return out, nil
+	}
+	uniq := slices.Compact(slices.Sorted(slices.Values(docids)))
+	body, err := json.Marshal(map[string]any{"size": len(uniq), "_source": fields, "track_total_hits": false,
+		"query": map[string]any{"terms": map[string]any{a.f.DocID: uniq}}})
+	if err != nil {
+		return nil, err
+	}
+	var res struct {
+		Hits struct {
+			Hits []sourceHit `json:"hits"`
+		} `json:"hits"`
+	}
+	if err := a.do(ctx, esapi.SearchRequest{Index: []string{a.index}, Body: bytes.NewReader(body)}, &res); err != nil {
+		return nil, err
+	}
+	out := make([]Hit, 0, len(res.Hits.Hits))
+	for _, h := range res.Hits.Hits {
+		out = append(out, a.sourceHit(h))
+	}
+	return out, nil
+}
+
+// idOf is the _id of docid's document where it derives from the docid: DocumentID in the sidecar's layout,
+// the docid itself when the docid is the _id. (A team's index with a docid field is read by byDocID.)
+func (a *Adapter) idOf(docid string) string {
+	if a.f.DocID == IDField {
+		return docid
+	}
+	return DocumentID(docid)
 }

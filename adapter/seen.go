@@ -71,9 +71,10 @@ func (a *Adapter) seenPage(ctx context.Context, pitID string, after []json.RawMe
 		"size":             a.seenPageSize,
 		"_source":          false,
 		"track_total_hits": false,
-		"query":            map[string]any{"term": map[string]any{"seen": true}},
-		// docid is unique per document (it derives the _id); the point in time adds its own tiebreaker.
-		"sort": []any{map[string]any{"docid": "asc"}},
+		"query":            map[string]any{"term": map[string]any{a.f.Seen: true}},
+		// The docid field is unique per document (in the sidecar's layout it derives the _id); the point in
+		// time adds its own tiebreaker. With the docid in _id (which cannot be sorted on), the shard order.
+		"sort": a.seenSort(),
 		"pit":  map[string]any{"id": pitID, "keep_alive": pitKeepAlive},
 	}
 	if after != nil {
@@ -91,6 +92,7 @@ func (a *Adapter) seenPage(ctx context.Context, pitID string, after []json.RawMe
 		} `json:"_shards"`
 		Hits struct {
 			Hits []struct {
+				ID   string            `json:"_id"`
 				Sort []json.RawMessage `json:"sort"`
 			} `json:"hits"`
 		} `json:"hits"`
@@ -105,6 +107,10 @@ func (a *Adapter) seenPage(ctx context.Context, pitID string, after []json.RawMe
 	}
 	page := make([]string, len(res.Hits.Hits))
 	for i, h := range res.Hits.Hits {
+		if a.f.DocID == IDField {
+			page[i] = h.ID
+			continue
+		}
 		if len(h.Sort) == 0 || json.Unmarshal(h.Sort[0], &page[i]) != nil {
 			return nil, nil, "", fmt.Errorf("decode response: hit %d has no docid sort value", i)
 		}
@@ -177,4 +183,12 @@ func (a *Adapter) SeenDiff(ctx context.Context, modelSeen []string) (SeenDiff, e
 	a.log.Debug("seen diff", "index", a.index, "index_seen", diff.IndexSeen, "model_seen", diff.ModelSeen,
 		"missing_in_index", diff.MissingInIndexCount, "not_in_model", diff.NotInModelCount)
 	return diff, nil
+}
+
+// seenSort is ListSeen's sort: by the docid field, or in shard order when the docid is the _id.
+func (a *Adapter) seenSort() []any {
+	if a.f.DocID == IDField {
+		return []any{map[string]any{"_shard_doc": "asc"}}
+	}
+	return []any{map[string]any{a.f.DocID: "asc"}}
 }

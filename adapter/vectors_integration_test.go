@@ -145,7 +145,7 @@ func TestIngestWithVectors(t *testing.T) {
 	})
 }
 
-// TestBackfillResumes gives vectors to an index written without them, stopping the first run halfway (as
+// TestBackfillResumes (Enrich with vectors) gives vectors to an index written without them, stopping the first run halfway (as
 // an interrupted `icicle enrich` would): the second run writes the rest, each document is written once in
 // all, and nothing but the vector fields changed.
 func TestBackfillResumes(t *testing.T) {
@@ -174,7 +174,7 @@ func TestBackfillResumes(t *testing.T) {
 		}
 		return hashEmbed(ctx, ds)
 	}
-	rep, err := a.Backfill(t.Context(), adapter.BackfillOptions{Embed: stopAfterTwo, VectorModel: "hash-v1", PageSize: 8})
+	rep, err := a.Enrich(t.Context(), adapter.EnrichOptions{Embed: stopAfterTwo, VectorModel: "hash-v1", PageSize: 8})
 	require.ErrorIs(t, err, interrupted)
 	require.Equal(t, 40, rep.Needed)
 	require.Equal(t, 16, rep.Written)
@@ -188,7 +188,7 @@ func TestBackfillResumes(t *testing.T) {
 		}
 		return hashEmbed(ctx, ds)
 	}
-	rep, err = a.Backfill(t.Context(), adapter.BackfillOptions{Embed: count, VectorModel: "hash-v1", PageSize: 8})
+	rep, err = a.Enrich(t.Context(), adapter.EnrichOptions{Embed: count, VectorModel: "hash-v1", PageSize: 8})
 	require.NoError(t, err)
 	require.Equal(t, 24, rep.Needed)
 	require.Equal(t, 24, rep.Written)
@@ -205,7 +205,7 @@ func TestBackfillResumes(t *testing.T) {
 		delete(src, "vector_model")
 		require.Equal(t, before[id], src, "only the vector fields changed")
 	}
-	rep, err = a.Backfill(t.Context(), adapter.BackfillOptions{Embed: count, VectorModel: "hash-v1"})
+	rep, err = a.Enrich(t.Context(), adapter.EnrichOptions{Embed: count, VectorModel: "hash-v1"})
 	require.NoError(t, err)
 	require.Zero(t, rep.Needed, "a third run has nothing to do")
 }

@@ -35,6 +35,8 @@ type Config struct {
 	Dropin Dropin `yaml:"dropin"`
 	// FirstStage is the ranking every answer starts from: BM25 fused with a dense encoder (package retrieve).
 	FirstStage FirstStage `yaml:"first_stage"`
+	// Fields name the index's fields: the sidecar's own layout by default, or a team's own index.
+	Fields Fields `yaml:"fields"`
 
 	// fromEnv maps a YAML key ("server.addr") to the environment variable Load took its value from, so
 	// that Validate can name the variable. Nil when nothing came from the environment.
@@ -312,6 +314,31 @@ type Metrics struct {
 	Path string `yaml:"path"`
 }
 
+// Fields name the fields of elasticsearch.index that the sidecar reads and writes (adapter.Fields). The
+// defaults are the sidecar's own layout, which `icicle ingest` writes and the sidecar creates with a strict
+// mapping. Any other names describe a team's own index, searched as it is (its shards, analyzers and other
+// fields untouched): the sidecar adds its own fields (summary, seen, vector, vector_model) to the mapping and
+// fills them with `icicle enrich`, never changing the team's fields.
+type Fields struct {
+	// DocID is the field holding the docid (the title the model reads and copies, what the model's
+	// seen_docids.txt lists), or "_id" for the documents' _id. Default "docid".
+	DocID string `yaml:"docid"`
+	// Title is the title field shown in results. Default "title".
+	Title string `yaml:"title"`
+	// Search are the fields BM25 searches (multi_match best_fields, tie_breaker 0.5), boosts allowed
+	// ("name^2"). Environment: comma-separated. Default [title, summary, text].
+	Search []string `yaml:"search"`
+	// Body are the fields whose text, after the title, summaries and vectors are made from. Environment:
+	// comma-separated. Default [text].
+	Body []string `yaml:"body"`
+	// Summary, Seen, Vector and VectorModel are the sidecar's own fields (in a team's index: names that
+	// the team's documents do not use). Defaults summary, seen, vector, vector_model.
+	Summary     string `yaml:"summary"`
+	Seen        string `yaml:"seen"`
+	Vector      string `yaml:"vector"`
+	VectorModel string `yaml:"vector_model"`
+}
+
 // First-stage fusion methods for FirstStage.Method.
 const (
 	// FusionLinear blends the min-max normalised cosine and BM25 score with weight dense_weight.
@@ -464,6 +491,8 @@ func Default() Config {
 			QueueTimeout: time.Second,
 		},
 		Dropin: Dropin{RankWindowSize: 10},
+		Fields: Fields{DocID: "docid", Title: "title", Search: []string{"title", "summary", "text"}, Body: []string{"text"},
+			Summary: "summary", Seen: "seen", Vector: "vector", VectorModel: "vector_model"},
 		FirstStage: FirstStage{
 			EncoderDir:     "models/bge-small-en-v15-q",
 			EncoderThreads: 1,

@@ -180,6 +180,27 @@ func (c Config) Validate() error {
 	v.atLeast("compressor.max_tokens", int64(cp.MaxTokens), 1)
 	v.atLeast("compressor.concurrency", int64(cp.Concurrency), 1)
 
+	// Field names: each set, the sidecar's four distinct (adapter.Fields.Validate checks the rest at start).
+	fl := c.Fields
+	own := map[string]string{}
+	for _, f := range []struct{ key, name string }{{"fields.docid", fl.DocID}, {"fields.title", fl.Title},
+		{"fields.summary", fl.Summary}, {"fields.seen", fl.Seen}, {"fields.vector", fl.Vector}, {"fields.vector_model", fl.VectorModel}} {
+		switch {
+		case strings.TrimSpace(f.name) == "":
+			v.add(f.key, "must name a field")
+		case f.key != "fields.docid" && f.key != "fields.title" && own[f.name] != "":
+			v.add(f.key, "%q is already %s: the sidecar's fields must differ", f.name, own[f.name])
+		case f.key != "fields.docid" && f.key != "fields.title":
+			own[f.name] = f.key
+		}
+	}
+	if len(fl.Search) == 0 {
+		v.add("fields.search", "must name at least one field for BM25")
+	}
+	if len(fl.Body) == 0 {
+		v.add("fields.body", "must name at least one field (the text summaries and vectors are made from)")
+	}
+
 	fs := c.FirstStage
 	v.oneOf("first_stage.method", fs.Method, FusionLinear, FusionRRF, FusionBM25)
 	if fs.DenseWeight < 0 || fs.DenseWeight > 1 || math.IsNaN(fs.DenseWeight) {

@@ -278,7 +278,6 @@ func TestDockerfile(t *testing.T) {
 	require.Contains(t, strings.Join(runtime.lines, "\n"), "ICICLE_MODEL_DIR=/"+model)
 	require.Equal(t, "/"+model, deref(icicle.Environment["ICICLE_MODEL_DIR"]), "compose serves the default model")
 
-
 	// Every file COPY takes from the build context exists and is not excluded by .dockerignore.
 	ignored := dockerignore(t, filepath.Join(icicle.Build.Context, ".dockerignore"))
 	for _, st := range stages {

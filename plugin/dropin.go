@@ -254,8 +254,14 @@ func (s *Server) failES(c *gin.Context, endpoint string, err error) {
 	s.metrics.requests.WithLabelValues(endpoint, strconv.Itoa(c.Writer.Status()), "error").Inc()
 }
 
-// titleFields are what the model reads of a hit.
-var titleFields = []string{"docid", "title", "summary"}
+// titleFields are what the model reads of a hit (Options.Fields).
+func (s *Server) titleFields() []string {
+	f := s.opts.Fields
+	if f.DocID == adapter.IDField {
+		return []string{f.Title, f.Summary}
+	}
+	return []string{f.DocID, f.Title, f.Summary}
+}
 
 // sourceFiltered reports whether the request shapes _source (source filtering, stored_fields,
 // filter_path), so that its hits may lack the docid, title or summary the model reads.
@@ -277,7 +283,7 @@ func sourceFiltered(p dropinPlan) bool {
 // caller gets keep the caller's filter.
 func (s *Server) windowHits(ctx context.Context, window []json.RawMessage, filtered bool) ([]adapter.Hit, error) {
 	if !filtered {
-		if hits, err := hitsFromRaw(window); err == nil {
+		if hits, err := s.hitsFromRaw(window); err == nil {
 			return hits, nil
 		}
 	}
@@ -298,7 +304,7 @@ func (s *Server) windowHits(ctx context.Context, window []json.RawMessage, filte
 		refs[i], scores[i] = h.ref, h.Score
 	}
 	res, err := s.es.Raw(ctx, adapter.RawRequest{Method: http.MethodPost, Path: []string{"_mget"},
-		Query: url.Values{"_source": {strings.Join(titleFields, ",")}}, Body: mustJSON(map[string]any{"docs": refs})})
+		Query: url.Values{"_source": {strings.Join(s.titleFields(), ",")}}, Body: mustJSON(map[string]any{"docs": refs})})
 	if err != nil || res.Status != http.StatusOK {
 		return nil, fmt.Errorf("read the window's titles: status %d: %v", res.Status, err)
 	}
@@ -315,7 +321,7 @@ func (s *Server) windowHits(ctx context.Context, window []json.RawMessage, filte
 	for i, d := range got.Docs {
 		es[i] = ESHit{ID: refs[i].ID, Index: refs[i].Index, Score: scores[i], Source: d.Source}
 	}
-	return hitsFromES(es)
+	return s.hitsFromES(es)
 }
 
 // recallBodyKeys and recallParams are the parts of a search that shape a hit (source filtering, fields,
@@ -643,14 +649,14 @@ func esHits(top map[string]json.RawMessage) (hitsObj map[string]json.RawMessage,
 }
 
 // hitsFromRaw reads the hits as /v1/rerank reads its request's.
-func hitsFromRaw(raw []json.RawMessage) ([]adapter.Hit, error) {
+func (s *Server) hitsFromRaw(raw []json.RawMessage) ([]adapter.Hit, error) {
 	es := make([]ESHit, len(raw))
 	for i, r := range raw {
 		if err := json.Unmarshal(r, &es[i]); err != nil {
 			return nil, err
 		}
 	}
-	return hitsFromES(es)
+	return s.hitsFromES(es)
 }
 
 // placeHits turns the ranking into the ranked window: each result that was a hit is that hit as

@@ -44,7 +44,7 @@ func (s *Server) rerank(c *gin.Context) {
 		s.fail(c, "rerank", &InputError{Field: "hits", Problem: fmt.Sprintf("%d hits, at most %d accepted", len(req.Hits), s.opts.MaxHits)})
 		return
 	}
-	hits, err := hitsFromES(req.Hits)
+	hits, err := s.hitsFromES(req.Hits)
 	if err != nil {
 		s.fail(c, "rerank", err)
 		return
@@ -200,32 +200,76 @@ func checkPolicy(p string) error {
 func (s *Server) policy(override string) string { return cmp.Or(override, s.opts.Policy) }
 
 // hitsFromES reads the title (docid) and summary out of each hit's _source.
-func hitsFromES(in []ESHit) ([]adapter.Hit, error) {
+//
+// The fields read are Options.Fields' (the sidecar's layout by default: title, summary, docid): the title
+// is required, and is the docid unless the docid field (or the _id, with a team's index keyed by it) says
+// otherwise.
+func (s *Server) hitsFromES(in []ESHit) ([]adapter.Hit, error) {
+	f := s.opts.Fields
 	hits := make([]adapter.Hit, len(in))
 	for i, h := range in {
 		field := func(f string) string { return "hits[" + strconv.Itoa(i) + "]" + f }
 		if len(h.Source) == 0 {
 			return nil, &InputError{Field: field("._source"), Problem: "required"}
 		}
-		var src HitSource
+		var src map[string]json.RawMessage
 		if err := json.Unmarshal(h.Source, &src); err != nil {
-			return nil, &InputError{Field: field("._source"), Problem: "must be an object with string title and summary: " + err.Error()}
+			return nil, &InputError{Field: field("._source"), Problem: "must be an object with string " + f.Title + " and " + f.Summary + ": " + err.Error()}
 		}
-		if src.Title == nil || strings.TrimSpace(*src.Title) == "" {
-			return nil, &InputError{Field: field("._source.title"), Problem: "required (the title is the docid)"}
+		title, err := sourceString(src, f.Title)
+		if err == nil && strings.TrimSpace(title) == "" {
+			err = errors.New("required (the title is the docid)")
 		}
-		hits[i] = adapter.Hit{ID: h.ID, DocID: *src.Title, Title: *src.Title, Rank: i + 1}
-		if src.DocID != nil && *src.DocID != "" {
-			hits[i].DocID = *src.DocID
+		if err != nil {
+			return nil, &InputError{Field: field("._source." + f.Title), Problem: err.Error()}
 		}
-		if src.Summary != nil {
-			hits[i].Summary = *src.Summary
+		hits[i] = adapter.Hit{ID: h.ID, DocID: title, Title: title, Rank: i + 1}
+		if f.DocID == adapter.IDField && h.ID != "" {
+			hits[i].DocID = h.ID
+		} else if d, err := sourceString(src, f.DocID); err == nil && d != "" {
+			hits[i].DocID = d
+		} else if err != nil {
+			return nil, &InputError{Field: field("._source." + f.DocID), Problem: err.Error()}
 		}
+		summary, err := sourceString(src, f.Summary)
+		if err != nil {
+			return nil, &InputError{Field: field("._source." + f.Summary), Problem: err.Error()}
+		}
+		hits[i].Summary = summary
 		if h.Score != nil {
 			hits[i].Score = *h.Score
 		}
 	}
 	return hits, nil
+}
+
+// sourceString reads the string at a field's dotted path in a hit's _source ("" when absent, an array's
+// first string); anything else is an error saying what it is.
+func sourceString(src map[string]json.RawMessage, path string) (string, error) {
+	raw, ok := src[path]
+	if !ok {
+		head, rest, nested := strings.Cut(path, ".")
+		var inner map[string]json.RawMessage
+		if !nested || json.Unmarshal(src[head], &inner) != nil {
+			return "", nil
+		}
+		return sourceString(inner, rest)
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var ss []string
+	if json.Unmarshal(raw, &ss) == nil {
+		if len(ss) > 0 {
+			return ss[0], nil
+		}
+		return "", nil
+	}
+	if string(raw) == "null" {
+		return "", nil
+	}
+	return "", fmt.Errorf("must be a string, got JSON %s", truncateJSON(raw))
 }
 
 // rank runs the model over hits and builds the response (/v1/rerank: the caller's hits; the drop-in):

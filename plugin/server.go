@@ -143,6 +143,9 @@ type Options struct {
 	Decode           inference.Options
 	// FirstStage ranks every answer's baseline; nil is BM25 alone (retrieve.Stage without an encoder).
 	FirstStage FirstStage
+	// Fields name the _source fields read of a caller's hits (/v1/rerank, the drop-in): docid (or
+	// adapter.IDField), title, summary. Default the sidecar's layout: docid, title, summary.
+	Fields SourceFields
 	// MaxInflight is how many requests run the model at once: the engine's session count (default 2).
 	// QueueSize is how many more may wait for one, first come first served (0: none wait), and
 	// QueueTimeout the longest wait (default 500ms); a request that gets no session in time, or finds
@@ -262,6 +265,9 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	opts.FusionK = cmp.Or(opts.FusionK, 60)
 	opts.SeenDiffInterval = cmp.Or(opts.SeenDiffInterval, 5*time.Minute)
 	opts.AB = opts.AB.withDefaults()
+	opts.Fields.DocID = cmp.Or(opts.Fields.DocID, "docid")
+	opts.Fields.Title = cmp.Or(opts.Fields.Title, "title")
+	opts.Fields.Summary = cmp.Or(opts.Fields.Summary, "summary")
 	s := &Server{es: es, first: opts.FirstStage, model: model, opts: opts, log: opts.Logger,
 		admit: newAdmission(opts.MaxInflight, max(opts.QueueSize, 0), opts.QueueTimeout)}
 	if s.log == nil {
@@ -351,6 +357,11 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	s.router = r
 	s.refreshSeenDiff() // in the background, so the first readiness probes usually have it
 	return s
+}
+
+// SourceFields name the _source fields a hit's docid, title and summary are read from.
+type SourceFields struct {
+	DocID, Title, Summary string
 }
 
 // bm25Only lets a Searcher serve as the first stage's without dense searches (no encoder).

@@ -50,7 +50,7 @@ func calibrateFirstStage(ctx context.Context, f calibrateFlags, path string, out
 		return fmt.Errorf("first_stage.encoder_dir is empty: there is nothing to fuse BM25 with")
 	}
 	defer closeEnc()
-	es, err := newAdapter(cfg.Elasticsearch, enc.Dims(), logger)
+	es, err := newAdapter(cfg, enc.Dims(), logger)
 	if err != nil {
 		return err
 	}

@@ -155,7 +155,7 @@ func runEval(ctx context.Context, f evalFlags, out, log io.Writer) error {
 	if len(qs) == 0 {
 		return fmt.Errorf("no labelled queries of split %q in %s", f.split, f.queries)
 	}
-	es, err := newAdapter(cfg.Elasticsearch, 0, nil)
+	es, err := newAdapter(cfg, 0, nil)
 	if err != nil {
 		return err
 	}

@@ -82,8 +82,3 @@ func vectorDims(enc *dense.Encoder) int {
 	}
 	return enc.Dims()
 }
-
-// backfillOptions are the adapter's Backfill options for an encoder.
-func backfillOptions(enc *dense.Encoder, page int, progress func(done, total int)) adapter.BackfillOptions {
-	return adapter.BackfillOptions{Embed: embedDocs(enc), VectorModel: enc.Name(), PageSize: page, Progress: progress}
-}

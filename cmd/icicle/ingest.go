@@ -76,7 +76,7 @@ func ingest(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeEnc()
-	es, err := newAdapter(cfg.Elasticsearch, vectorDims(enc), log)
+	es, err := newAdapter(cfg, vectorDims(enc), log)
 	if err != nil {
 		return err
 	}

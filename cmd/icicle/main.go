@@ -113,12 +113,15 @@ func readSeen(dir string) (map[string]bool, error) {
 }
 
 // newAdapter builds the Elasticsearch adapter from its config section.
-// newAdapter builds the Elasticsearch adapter; vectorDims > 0 (the first stage's encoder) makes the
-// index carry vectors.
-func newAdapter(c config.Elasticsearch, vectorDims int, log *slog.Logger) (*adapter.Adapter, error) {
+// newAdapter builds the Elasticsearch adapter for cfg's connection and fields; vectorDims > 0 (the first
+// stage's encoder) makes the index carry vectors.
+func newAdapter(cfg config.Config, vectorDims int, log *slog.Logger) (*adapter.Adapter, error) {
+	c, f := cfg.Elasticsearch, cfg.Fields
 	return adapter.New(adapter.Options{
 		Addresses: c.Addresses, CloudID: c.CloudID, APIKey: c.APIKey, Username: c.Username, Password: c.Password,
 		CACertPath: c.CACert, CertFingerprint: c.CertFingerprint, Index: c.Index,
 		RequestTimeout: c.RequestTimeout, MaxRetries: c.MaxRetries, VectorDims: vectorDims,
+		Fields: adapter.Fields{DocID: f.DocID, Title: f.Title, Search: f.Search, Body: f.Body, Summary: f.Summary,
+			Seen: f.Seen, Vector: f.Vector, VectorModel: f.VectorModel},
 	}, log)
 }

@@ -33,7 +33,7 @@ func seen(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	es, err := newAdapter(cfg.Elasticsearch, 0, newLogger(cfg.Log, os.Stderr))
+	es, err := newAdapter(cfg, 0, newLogger(cfg.Log, os.Stderr))
 	if err != nil {
 		return err
 	}
