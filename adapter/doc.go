@@ -13,8 +13,13 @@
 // twice rewrites the same documents instead of duplicating them. The mapping is strict: unknown fields are
 // rejected. EnsureIndex creates the index when it is absent and refuses to touch one whose mapping differs.
 //
+// That is the sidecar's own layout. A team's own index is used as it is instead when Options.Fields names
+// its fields (fields.go): the docid may be the _id, the title, searched and body fields are the team's,
+// and EnsureIndex checks them and adds only the sidecar's fields (summary, seen, vector, vector_model) to
+// the mapping; Enrich fills those with partial updates, and Ingest refuses to write there.
+//
 // Retrieval is BM25 through a single multi_match (best_fields, tie_breaker 0.5, as in the BEIR Elasticsearch
-// baseline) over title, summary and text. SearchNew restricts it to seen=false documents (the candidates the
+// baseline) over the search fields (title, summary and text). SearchNew restricts it to documents not seen (the candidates the
 // model cannot know parametrically); SearchAll searches everything (arm A, and the fallback when the model is
 // unavailable). Both return only docid, title and summary from _source.
 //
