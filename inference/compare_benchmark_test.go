@@ -19,13 +19,13 @@ import (
 	"github.com/icicle-search/sidecar/inference/ort"
 )
 
-// compareCase is one line of the side-by-side benchmark's cases file (training/icicle/hf_baseline.py cases).
+// compareCase is one line of the side-by-side benchmark's cases file (training/icicle/lab/hf_baseline.py cases).
 type compareCase struct {
 	ID string `json:"id"`
 	decodeCase
 }
 
-// compareResult is one line of the engine's results file, read by hf_baseline.py table.
+// compareResult is one line of the engine's results file, read by lab/hf_baseline.py table.
 type compareResult struct {
 	ID           string    `json:"id"`
 	Top1         string    `json:"top1"`

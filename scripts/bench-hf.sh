@@ -28,7 +28,7 @@ OUT=$(cd "$OUT" && pwd)
 VENV=$(scripts/pyenv.sh)
 eval "$(scripts/env.sh)"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error OMP_NUM_THREADS=2
-py() { (cd training && "$VENV/bin/python" -m icicle.hf_baseline --model-dir "$MODEL_DIR" "$@"); }
+py() { (cd training && "$VENV/bin/python" -m icicle.lab.hf_baseline --model-dir "$MODEL_DIR" "$@"); }
 
 echo "== out: $OUT" >&2
 echo "== 1. HF Llama vs model.py vs ONNX logits" >&2

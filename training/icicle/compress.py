@@ -28,6 +28,7 @@ without one).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -56,6 +57,12 @@ class Compressor(Protocol):
 def extractive(text: str) -> str:
     """The first 120 whitespace-separated words of text, joined by single spaces (Go: compress.Extractive)."""
     return " ".join(text.split()[:LEAD_WORDS])
+
+
+@functools.lru_cache(maxsize=65536)
+def cached_extractive(text: str) -> str:
+    """extractive(text), memoised: training instances and evaluations summarise the same documents again and again."""
+    return extractive(text)
 
 
 class Extractive:

@@ -211,7 +211,7 @@ def get_config(name: str) -> TrainConfig:
             bf16=True,
         )
     if name == "reader135":
-        # The whole SmolLM2-135M-Instruct fine-tuned by `icicle.experiment` to read its candidates (experiments r14
+        # The whole SmolLM2-135M-Instruct fine-tuned by `icicle.lab.experiment` to read its candidates (experiments r14
         # then r15, training/results/README.md): copy route only, 3-5 candidates, 24-token summaries in 512-token
         # prompts, which the manifest carries so the sidecar serves it as trained. Shipped as a low-rank delta
         # from the wheel's backbone (icicle.delta); the pipeline with this config only exports.

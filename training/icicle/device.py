@@ -1,6 +1,6 @@
 """Where training runs: `--device` (default: CUDA when torch sees a GPU, else CPU) and the autocast that goes with it.
 
-Every training entry point (train.py, pipeline.py) takes --device; the model, the batches, the restricted output
+Every training entry point (stages.py, pipeline.py) takes --device; the model, the batches, the restricted output
 vocabulary, the evaluation decoder's forward passes and KV cache (decode.torch_step) and DPO mining/margins all run
 on it; export moves the model back to the CPU first (pipeline._export). On CUDA, training matmuls run under
 bfloat16 autocast (always); on the CPU only where the config asks (TrainConfig.bf16). The same code runs on the CPU

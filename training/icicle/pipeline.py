@@ -145,7 +145,7 @@ def main(argv=None) -> None:
 
 
 def checkpoint(model, work: str, stage: str, report: dict, times: dict) -> None:
-    """Writes WORK/<stage>.pt and the metrics so far (what --from reads back; also icicle.experiment --save-work)."""
+    """Writes WORK/<stage>.pt and the metrics so far (what --from reads back; also icicle.lab.experiment --save-work)."""
     torch.save({k: v.cpu() for k, v in model.state_dict().items()}, os.path.join(work, f"{stage}.pt"))
     with open(os.path.join(work, "train_metrics.json"), "w") as f:
         json.dump({**report, "times_train": times}, f, indent=2)

@@ -1,10 +1,5 @@
 """Training stages 0 and 1 (SFT). Stage 0: indexing SFT; stage 1: ICL SFT with [COPY]. Stages 2 (DPO) and 3
-(title-only LoRA) are in align.py. One command per stage (each reads the previous stage's checkpoint):
-
-    python -m icicle.train stage0 --config tiny --out DIR        # writes DIR/stage0.pt
-    python -m icicle.train stage1 --config tiny --out DIR        # reads DIR/stage0.pt, writes DIR/stage1.pt
-    python -m icicle.train stage2 --config tiny --out DIR        # reads DIR/stage1.pt, writes DIR/stage2.pt
-    python -m icicle.train stage3 --config tiny --out DIR        # reads DIR/stage2.pt, writes DIR/stage3.pt
+(title-only LoRA) are in align.py; one command per stage is stages.py, all of them in order pipeline.py.
 
 An instance is (prompt ids, answer ids); the loss is the mean cross-entropy over answer tokens only.
 - Stage 0 (indexing): doc -> title with prompt INDEX_TEMPLATE over the first `index_text_tokens` of the text,
@@ -19,12 +14,8 @@ An instance is (prompt ids, answer ids); the loss is the mean cross-entropy over
 """
 from __future__ import annotations
 
-import argparse
-import functools
 import hashlib
-import json
 import math
-import os
 import random
 import time
 from dataclasses import dataclass, field, replace
@@ -33,15 +24,17 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from .configs import StageConfig, TrainConfig, get_config
+from .compress import cached_extractive as _extractive
+from .configs import StageConfig, TrainConfig
 from .contexts import BM25Contexts, draw_n
-from .data import Doc, Query, Split, make_split
+from .data import Doc, Query, Split
 from .decode import CachedPromptScorer, Trie, decode, torch_step
-from .device import autocast, micro_batches, model_device, resolve_device
+from .device import autocast, micro_batches, model_device
 from .model import Decoder
 from .negatives import NegativeSampler, RandomNegatives
 from .prompt import Candidate, build_prompt
-from .tokenizer import Tok, load_tok
+from .serve_eval import serve_table
+from .tokenizer import Tok
 
 INDEX_TEMPLATE = "Document: {text}\nTitle:\n"
 
@@ -88,13 +81,6 @@ def select_corpus(split: Split, cfg: TrainConfig) -> Corpus:
     s = set(seen)
     others = [q for q in split.train if q.docid not in s]
     return Corpus(seen, [q for q in split.train if q.docid in s], split.docs, others)
-
-
-@functools.lru_cache(maxsize=65536)
-def _extractive(text: str) -> str:
-    from .compress import extractive
-
-    return extractive(text)
 
 
 def summary_of(tok: Tok, doc: Doc) -> str:
@@ -356,7 +342,7 @@ def copy_warmup(model: Decoder, tok: Tok, cfg: TrainConfig, split: Split, contex
 
 
 def widened(sizes: tuple[int, ...], frac: float) -> tuple[int, ...]:
-    """The step-wise curriculum (copy warm-up, icicle.experiment): at fraction frac of the run, the first
+    """The step-wise curriculum (copy warm-up, icicle.lab.experiment): at fraction frac of the run, the first
     1 + int(frac x len(sizes)) context sizes (the first one only at the start, all of them in the last share)."""
     return sizes[: 1 + int(frac * len(sizes))]
 
@@ -476,9 +462,7 @@ def eval_serve(model: Decoder, tok: Tok, cfg: TrainConfig, split: Split, global_
     D_new in BM25 order (gold present only where BM25 found it), the prompt budget of the model. Per N:
     hits@1 of the top beam (either route), bm25_hits@1 (the first candidate in the prompt), gold_in_prompt,
     copy_pick (the gold is the best copy-route candidate, over queries with the gold in the prompt) and the
-    share routed to [COPY]; diagnose.serve_table adds where the gold sat and where the copy route picked."""
-    from .diagnose import serve_table  # diagnose reads train's helpers; imported here, not at module load
-
+    share routed to [COPY]; serve_eval.serve_table adds where the gold sat and where the copy route picked."""
     def build(query: str, cands: list[Candidate]):
         return build_prompt(tok.encode, query, cands, cfg.max_prompt_tokens, max_summary_tokens=cfg.max_summary_tokens,
                             prompt_format=cfg.prompt_format)
@@ -497,50 +481,3 @@ def heldout_queries(split: Split, corpus: Corpus) -> list[Query]:
 def unseen_pool(split: Split, corpus: Corpus) -> list[str]:
     s = set(corpus.seen)
     return [d for d in sorted(split.docs) if d not in s]
-
-
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m icicle.train", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stage", choices=["stage0", "stage1", "stage2", "stage3"])
-    ap.add_argument("--config", default="tiny")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
-    a = ap.parse_args(argv)
-    cfg = get_config(a.config)
-    dev = resolve_device(a.device)
-    torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
-    os.makedirs(a.out, exist_ok=True)
-    tok = new_tok(cfg)
-    split = make_split()
-    corpus = select_corpus(split, cfg)
-    model = new_model(cfg, tok.copy_id)
-    out_vocab = docid_vocab(tok, split.d_train).to(dev)
-    prev = {"stage1": "stage0", "stage2": "stage1", "stage3": "stage2"}.get(a.stage)
-    if prev:
-        model.load_state_dict(torch.load(os.path.join(a.out, f"{prev}.pt"), map_location="cpu"))
-    model.to(dev)
-    negs = context_sampler(cfg, split, corpus)
-    result: object
-    if a.stage == "stage0":
-        result = run_stage0(model, tok, corpus, cfg, out_vocab=out_vocab)
-    elif a.stage == "stage1":
-        result = run_stage1(model, tok, corpus, cfg, negs, out_vocab=out_vocab)
-    elif a.stage == "stage2":
-        from .align import mine_pairs, run_stage2
-
-        gtrie = Trie.build(corpus.seen, tok.encode, tok.end_id)
-        pairs, _ = mine_pairs(model, tok, cfg, corpus, negs, gtrie, random.Random(cfg.seed + 20), cfg.mine_beam,
-                              cfg.dpo_max_pairs)
-        result = run_stage2(model, pairs, out_vocab, cfg)
-    else:
-        from .align import run_stage3
-
-        result = run_stage3(model, tok, cfg, corpus, negs, out_vocab)[0]
-    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, os.path.join(a.out, f"{a.stage}.pt"))
-    with open(os.path.join(a.out, f"{a.stage}_losses.json"), "w") as f:
-        json.dump(result, f)
-
-if __name__ == "__main__":
-    main()

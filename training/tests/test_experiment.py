@@ -8,7 +8,7 @@ import torch
 
 from icicle.model import Decoder
 
-from icicle.experiment import MODELS, PRETRAINED, Exp, main, make_builder, save_for_export, synthetic_query, visible_query
+from icicle.lab.experiment import MODELS, PRETRAINED, Exp, main, make_builder, save_for_export, synthetic_query, visible_query
 from icicle.train import retitled
 from icicle.prompt import TEMPLATE_V2, Candidate, build_prompt
 

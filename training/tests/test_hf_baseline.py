@@ -1,10 +1,10 @@
-"""The GENRE-style HF baseline (icicle.hf_baseline): same logits as our decoder, Algorithm 1 never empty."""
+"""The GENRE-style HF baseline (icicle.lab.hf_baseline): same logits as our decoder, Algorithm 1 never empty."""
 import os
 
 import pytest
 import torch
 
-from icicle import hf_baseline as hb
+from icicle.lab import hf_baseline as hb
 from icicle.decode import Trie
 from icicle.prompt import Candidate, build_prompt
 

@@ -35,7 +35,7 @@ def test_train_runs_all_stages_and_checkpoints(tok, split, tmp_path):
 
 
 def test_eval_serve_reports_the_serve_view(tok, split):
-    """eval_serve (the per-stage serve-like evaluation, through diagnose.serve_table) reports every field in
+    """eval_serve (the per-stage serve-like evaluation, through serve_eval.serve_table) reports every field in
     range, with the gold's and the copy pick's positions over the queries that had the gold in the prompt."""
     cfg = replace(get_config("small"), model=MICRO, max_prompt_tokens=384)
     out = eval_serve(Decoder(MICRO), tok, cfg, split, Trie.build(split.d_train[:20], tok.encode, tok.end_id), 4, ns=(5,))

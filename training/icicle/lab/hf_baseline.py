@@ -16,11 +16,11 @@ Pieces:
   with HF generate and with the reference decoder (icicle.decode over ONNX Runtime); ``table`` prints the
   markdown comparison with the Go engine's results (inference/compare_benchmark_test.go).
 
-    python -m icicle.hf_baseline verify
-    python -m icicle.hf_baseline cases --out /tmp/b/cases.jsonl --queries 20
-    python -m icicle.hf_baseline hf    --cases /tmp/b/cases.jsonl --out /tmp/b/hf.1.jsonl
-    python -m icicle.hf_baseline ref   --cases /tmp/b/cases.jsonl --out /tmp/b/ref.jsonl
-    python -m icicle.hf_baseline table --cases /tmp/b/cases.jsonl --hf /tmp/b/hf.*.jsonl --go /tmp/b/go.*.jsonl --ref /tmp/b/ref.jsonl
+    python -m icicle.lab.hf_baseline verify
+    python -m icicle.lab.hf_baseline cases --out /tmp/b/cases.jsonl --queries 20
+    python -m icicle.lab.hf_baseline hf    --cases /tmp/b/cases.jsonl --out /tmp/b/hf.1.jsonl
+    python -m icicle.lab.hf_baseline ref   --cases /tmp/b/cases.jsonl --out /tmp/b/ref.jsonl
+    python -m icicle.lab.hf_baseline table --cases /tmp/b/cases.jsonl --hf /tmp/b/hf.*.jsonl --go /tmp/b/go.*.jsonl --ref /tmp/b/ref.jsonl
 """
 from __future__ import annotations
 
@@ -39,11 +39,11 @@ from collections import Counter, defaultdict
 import numpy as np
 import torch
 
-from .decode import CachedPromptScorer, Trie, decode, ort_step
-from .model import Decoder, ModelConfig
-from .prompt import DEFAULT_MAX_SUMMARY_TOKENS, Candidate, build_prompt
+from ..decode import CachedPromptScorer, Trie, decode, ort_step
+from ..model import Decoder, ModelConfig
+from ..prompt import DEFAULT_MAX_SUMMARY_TOKENS, Candidate, build_prompt
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 DEFAULT_MODEL_DIR = os.path.join(REPO, "models", "tiny")
 DEFAULT_CKPT = os.path.join(REPO, "training", "out", "tiny", "stage1.pt")
 LOGITS_ATOL = 1e-4  # HF Llama vs Decoder.step vs ONNX, fp32 (same as export.FP32_ATOL)
@@ -61,7 +61,7 @@ def read_manifest(model_dir: str) -> dict:
 
 def model_config(model_dir: str) -> ModelConfig:
     """The Decoder config of a model directory: the named training config, checked against the manifest."""
-    from .configs import get_config
+    from ..configs import get_config
 
     man = read_manifest(model_dir)
     c = get_config(man["config"]).model
@@ -148,7 +148,7 @@ def logit_diff(hf, dec: Decoder, ids: list[int], session=None) -> dict:
     x = torch.tensor([ids])
     with torch.no_grad():
         a = hf(input_ids=x).logits[0]
-        from .model import causal_mask
+        from ..model import causal_mask
 
         b = dec.step(x, torch.arange(n)[None], causal_mask(0, n), torch.arange(n), *dec.empty_past())[0][0]
     out = {"hf_vs_torch": float((a - b).abs().max())}
@@ -249,7 +249,7 @@ class BM25:
 
 def make_cases(model_dir: str, queries: int, seed: int = 0) -> list[dict]:
     """`queries` dev queries (seeded shuffle), each with its BM25 top-N candidates, for every (N, W)."""
-    from .data import make_split
+    from ..data import make_split
 
     split = make_split()
     man = read_manifest(model_dir)
@@ -346,7 +346,7 @@ def run_hf(cases_path: str, out_path: str, model_dir: str, repeats: int, threads
 
 def run_ref(cases_path: str, out_path: str, model_dir: str) -> None:
     """The Python reference decoder (icicle.decode over fp32 ONNX Runtime, what Go runs) on every case."""
-    from .export import ort_session
+    from ..export import ort_session
 
     env = Env(model_dir)
     sess = ort_session(os.path.join(model_dir, env.man["onnx"]))
@@ -471,8 +471,8 @@ def table(cases_path: str, hf_paths: list[str], go_paths: list[str], ref_path: s
 
 
 def verify(model_dir: str) -> dict:
-    from .data import make_split
-    from .export import ort_session
+    from ..data import make_split
+    from ..export import ort_session
 
     torch.set_num_threads(2)
     dec, src = load_decoder(model_dir)
@@ -496,7 +496,7 @@ def verify(model_dir: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m icicle.hf_baseline")
+    ap = argparse.ArgumentParser(prog="python -m icicle.lab.hf_baseline")
     ap.add_argument("--model-dir", default=DEFAULT_MODEL_DIR)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("verify")

@@ -1,7 +1,7 @@
 """Diagnostics for issue 16: does the model read its context? Two views, both printed as JSON.
 
-    python -m icicle.diagnose serve --model-dir ../models/small [--n 68] [--ns 10 100] [--sidecar [--es URL]] [--shuffled]
-    python -m icicle.diagnose instances --config small [--queries 300]
+    python -m icicle.lab.diagnose serve --model-dir ../models/small [--n 68] [--ns 10 100] [--sidecar [--es URL]] [--shuffled]
+    python -m icicle.lab.diagnose instances --config small [--queries 300]
 
 serve: the sidecar's situation (train.eval_serve's definition) on a MODEL_FORMAT.md directory through ONNX Runtime:
 NQ dev-half queries of D_new documents, the context = BM25 top-N over D_new in BM25 order, the model's prompt
@@ -26,87 +26,20 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import math
 import os
 import random
-from typing import Callable, Sequence
+from typing import Sequence
 
-from .contexts import BM25Contexts, ElasticsearchContexts, ShuffledContexts
-from .data import Split, load_beir, make_split
-from .decode import CachedPromptScorer, Trie, decode
-from .prompt import Candidate, build_prompt, contains_run
-
-
-def serve_queries(split: Split, n: int):
-    """The serve-like evaluation's queries: NQ dev-half queries of D_new documents, the first n (as eval_serve)."""
-    new = set(split.d_new)
-    return [q for q in split.dev if q.docid in new][:n]
-
-
-# copy_pick_with_rank_prior: the copy route's pick after adding -w*log(BM25 rank) to each candidate's score, the
-# question being whether any w beats both the model alone (w=0) and BM25's order (w large)
-RANK_PRIOR_WEIGHTS = (0.0, 0.5, 1.0, 2.0, 4.0, 100.0)
+from ..contexts import BM25Contexts, ElasticsearchContexts, ShuffledContexts
+from ..data import load_beir, make_split
+from ..prompt import Candidate, build_prompt, contains_run
+from ..serve_eval import serve_queries, serve_table
 
 
 def sidecar_queries(queries, seen: set[str], n: int):
     """The sidecar demo's new-document queries (`icicle eval`): NQ dev queries in file order whose relevant
     document is not in the model's seen corpus, the first n."""
     return [q for q in queries if q.nq_split == "dev" and q.docid not in seen][:n]
-
-
-def serve_table(step, empty, encode: Callable[[str], list[int]], end_id: int, copy_id: int, global_trie: Trie,
-                split: Split, build: Callable, n: int, ns: Sequence[int], contexts: BM25Contexts | None = None,
-                summary: Callable | None = None, queries=None) -> dict:
-    """The serve view for any step function (ONNX or torch); build(query, cands) -> Prompt in the model's format.
-    queries and contexts default to serve_queries and BM25 over D_new."""
-    from .train import _extractive
-
-    summary = summary or (lambda d: _extractive(split.docs[d].text))
-    contexts = contexts or BM25Contexts(split.d_new, split.docs)
-    qs = queries if queries is not None else serve_queries(split, n)
-    contexts.prefetch([q.query for q in qs])
-    out = {}
-    for big_n in ns:
-        gold_pos, pick_pos = collections.Counter(), collections.Counter()
-        hit = bm = gin = pick = route = first = 0
-        pick_at1 = n_at1 = 0
-        fused = collections.Counter()
-        for q in qs:
-            titles = contexts.ranked(q.query)[:big_n]
-            p = build(q.query, [Candidate(split.docs[t].title, summary(t)) for t in titles])
-            titles = titles[: p.included]
-            ctx = Trie.build(titles, encode, end_id)
-            res = decode(CachedPromptScorer(step, p.ids, empty), global_trie, ctx, copy_id, end_id, 1)
-            hit += int(bool(res.beams) and res.beams[0].docid == q.docid)
-            bm += int(titles[:1] == [q.docid])
-            route += int(res.p_copy > 0.5)
-            if res.copy:
-                k = titles.index(res.copy[0].docid) + 1
-                pick_pos[k] += 1
-                first += int(k == 1)
-            if q.docid in titles:
-                gin += 1
-                g = titles.index(q.docid) + 1
-                gold_pos[g] += 1
-                ok = int(bool(res.copy) and res.copy[0].docid == q.docid)
-                score = {b.docid: b.score for b in res.copy}
-                for w in RANK_PRIOR_WEIGHTS:
-                    best = max(titles, key=lambda d: score[d] - w * math.log(titles.index(d) + 1))
-                    fused[w] += int(best == q.docid)
-                pick += ok
-                if g == 1:
-                    n_at1 += 1
-                    pick_at1 += ok
-        k = max(1, len(qs))
-        out[f"n{big_n}"] = {
-            "n": len(qs), "hits@1": hit / k, "bm25_hits@1": bm / k, "gold_in_prompt": gin / k,
-            "copy_pick": pick / max(1, gin), "copy_pick_gold_at_1": pick_at1 / max(1, n_at1),
-            "copy_pick_gold_later": (pick - pick_at1) / max(1, gin - n_at1), "copy_first": first / k,
-            "route_copy_rate": route / k,
-            "gold_pos": dict(sorted(gold_pos.items())), "pick_pos": dict(sorted(pick_pos.items())),
-            "copy_pick_with_rank_prior": {str(w): fused[w] / max(1, gin) for w in RANK_PRIOR_WEIGHTS},
-        }
-    return out
 
 
 def serve_model_dir(model_dir: str, n: int, ns: Sequence[int], threads: int = 2, sidecar: bool = False,
@@ -116,8 +49,8 @@ def serve_model_dir(model_dir: str, n: int, ns: Sequence[int], threads: int = 2,
     sidecar_queries; es (a URL, with sidecar) takes the candidate lists from that Elasticsearch's index as the sidecar
     does (ElasticsearchContexts) instead of bm25s. shuffled=True puts each query's top 10 in a random order fixed by the query (ShuffledContexts):
     BM25's order then tells nothing, so copy_pick measures reading alone (chance 1/N)."""
-    from .decode import ort_step
-    from .evaluate import load_model_dir
+    from ..decode import ort_step
+    from ..evaluate import load_model_dir
 
     md = load_model_dir(model_dir, quantized=False, threads=threads)
     man = md.manifest
@@ -146,10 +79,8 @@ def serve_model_dir(model_dir: str, n: int, ns: Sequence[int], threads: int = 2,
 
 def instance_stats(config: str, n_queries: int = 300, seed: int = 0) -> dict:
     """What the config's stage-1 instances teach (see the module doc); no model is run."""
-    from dataclasses import replace
-
-    from .configs import get_config
-    from .train import (Corpus, context_sampler, docid_vocab, icl_instance, new_tok, select_corpus)
+    from ..configs import get_config
+    from ..train import context_sampler, docid_vocab, icl_instance, new_tok, select_corpus
 
     cfg = get_config(config)
     tok = new_tok(cfg)
@@ -205,7 +136,7 @@ def instance_stats(config: str, n_queries: int = 300, seed: int = 0) -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m icicle.diagnose", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m icicle.lab.diagnose", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve")

@@ -1,8 +1,8 @@
 """Controlled, time-boxed reading experiments for issue 16 (CPU minutes, not the pipeline).
 
-    python -m icicle.experiment --name f2 --prompt-format 2 --minutes 6 [--query-first] [--synthetic 0.5]
-                                [--curriculum] [--choice-loss W] [--model 2x64|4x128|smollm135] [--out ../training/results/exp16]
-                                [--visible] [--shuffle F] [--swap-titles F]
+    python -m icicle.lab.experiment --name f2 --prompt-format 2 --minutes 6 [--query-first] [--synthetic 0.5]
+                                    [--curriculum] [--choice-loss W] [--model 2x64|4x128|smollm135] [--out ../training/results/exp16]
+                                    [--visible] [--shuffle F] [--swap-titles F]
 
 One run = one change against a baseline with everything else fixed (seed, model, budget, time box): a random-init
 model with the SmolLM2 tokenizer is trained from scratch for --minutes on context-dependent instances only (the
@@ -20,7 +20,7 @@ answer is always [COPY] + the gold's docid, so the run measures reading, not rou
   above the gold's summary), so the answer cannot be recalled from the query, only found by reading.
 --choice-loss W trains the decision loss instead (train.choice_loss_on: at each title token the gold among the
 trie's choices, what the decoder renormalises over) plus W x the usual loss.
-Evaluation (diagnose.serve_table, beam 1): serve-style = NQ dev-half queries of D_new documents with BM25 top-N over
+Evaluation (serve_eval.serve_table, beam 1): serve-style = NQ dev-half queries of D_new documents with BM25 top-N over
 D_new (what the sidecar serves); serve_shuffled = the same with each top 10 shuffled (reading alone, chance 0.10);
 synthetic_shuffled (with --synthetic) = spans of held-out D_new documents as queries, top 10 shuffled (the synthetic
 task on documents never trained); train-style = dev-half queries of D_train documents with BM25 over D_train. The
@@ -44,13 +44,13 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .contexts import BM25Contexts, ShuffledContexts
-from .data import Doc, Query, make_split
-from .decode import Trie, torch_step
-from .diagnose import serve_table
-from .model import Decoder, ModelConfig
-from .prompt import Candidate, Prompt, build_prompt
-from .train import Instance, _extractive, choice_loss_on, copy_choices, docid_vocab, loss_on, retitled, widened
+from ..contexts import BM25Contexts, ShuffledContexts
+from ..data import Doc, Query, make_split
+from ..decode import Trie, torch_step
+from ..model import Decoder, ModelConfig
+from ..prompt import Candidate, Prompt, build_prompt
+from ..serve_eval import serve_table
+from ..train import Instance, _extractive, choice_loss_on, copy_choices, docid_vocab, loss_on, retitled, widened
 
 PRETRAINED = "smollm135"  # --model smollm135: the whole SmolLM2-135M-Instruct (smollm30's backbone), fine-tuned
 MODELS = {
@@ -59,7 +59,7 @@ MODELS = {
     "4x128": ModelConfig(vocab_size=49153, hidden=128, layers=4, heads=4, kv_heads=2, head_dim=32, intermediate=344,
                          max_context_tokens=512),
 }
-WIKI = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "wiki_intro_pool", "corpus.jsonl.gz")
+WIKI = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "data", "wiki_intro_pool", "corpus.jsonl.gz")
 
 
 @dataclass
@@ -112,7 +112,7 @@ def make_builder(tok, e: Exp):
 
 
 def _header_ids(tok, e: Exp) -> list[int]:
-    from .prompt import TEMPLATES
+    from ..prompt import TEMPLATES
 
     return tok.encode(TEMPLATES[e.prompt_format]["header"])
 
@@ -151,8 +151,8 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
     torch.manual_seed(e.seed)
     torch.set_num_threads(e.threads)
     rng = random.Random(e.seed)
-    from .tokenizer import build_tokenizer
-    from .tokenizer import Tok
+    from ..tokenizer import build_tokenizer
+    from ..tokenizer import Tok
 
     tok = Tok(build_tokenizer())
     split = make_split()
@@ -187,8 +187,8 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
     out_vocab = docid_vocab(tok, pool)
     build = make_builder(tok, e)
     if e.zero_shot or e.model == PRETRAINED:
-        from .backbone import SMOLLM2, load_backbone
-        from .configs import get_config
+        from ..backbone import SMOLLM2, load_backbone
+        from ..configs import get_config
 
         cfg30 = get_config("smollm30")
         model = load_backbone(cfg30.model, SMOLLM2, list(cfg30.backbone_keep), tok.copy_id)
@@ -282,7 +282,7 @@ def save_for_export(model, e: Exp, work: str, steps: int, train_s: float) -> Non
     """Writes WORK/stage3.pt and WORK/train_metrics.json with the pipeline's own checkpoint, for
     `icicle.pipeline --config smollm30 --work WORK --from stage3` (export only): the experiment's pretrained model
     is configs.smollm30's shape."""
-    from .pipeline import checkpoint
+    from ..pipeline import checkpoint
 
     os.makedirs(work, exist_ok=True)
     checkpoint(model, work, "stage3", {"config": "smollm30", "experiment": asdict(e), "steps": steps},
@@ -301,7 +301,7 @@ def _save(res: dict, out_dir: str, e: Exp, log) -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m icicle.experiment", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m icicle.lab.experiment", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--name", required=True)
     ap.add_argument("--prompt-format", type=int, default=2)
@@ -335,7 +335,7 @@ def main(argv=None) -> None:
                     "`icicle.pipeline --config smollm30 --work WORK --from stage3 --out DIR` (export only)")
     ap.add_argument("--init", default="", metavar="PT",
                     help="start from these weights (WORK/stage3.pt of an earlier --save-work run of the same --model)")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "results", "exp16"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "results", "exp16"))
     a = ap.parse_args(argv)
     if a.save_work and not (a.zero_shot or a.model == PRETRAINED):
         ap.error(f"--save-work: only --model {PRETRAINED} (or --zero-shot) has a pipeline config to export with, smollm30")

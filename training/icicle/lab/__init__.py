@@ -1,0 +1,8 @@
+"""Research tools, not the pipeline: reading experiments, diagnostics and the GENRE-style speed baseline.
+
+    python -m icicle.lab.experiment --name f2 --prompt-format 2 --minutes 7   # a time-boxed reading experiment
+    python -m icicle.lab.diagnose serve --model-dir ../models/small           # copy pick by the gold's BM25 position
+    python -m icicle.lab.hf_baseline verify                                   # HF generate on the same weights
+
+They import the pipeline (``icicle.*``); no pipeline module imports them (tests/test_structure.py).
+"""
