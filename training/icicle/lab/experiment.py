@@ -38,7 +38,6 @@ import gzip
 import json
 import os
 import random
-import re
 import time
 from dataclasses import asdict, dataclass
 
@@ -49,6 +48,7 @@ from ..data import Doc, Query, make_split
 from ..decode import Trie, torch_step
 from ..model import Decoder, ModelConfig
 from ..prompt import Candidate, Prompt, build_prompt
+from ..readerdata import span_with_drops, synthetic_query
 from ..serve_eval import serve_table
 from ..train import Instance, _extractive, choice_loss_on, copy_choices, docid_vocab, loss_on, retitled, widened
 
@@ -117,34 +117,13 @@ def _header_ids(tok, e: Exp) -> list[int]:
     return tok.encode(TEMPLATES[e.prompt_format]["header"])
 
 
-_SENT = re.compile(r"(?<=[.!?])\s+")
-
-
-def _span_with_drops(w: list[str], lo: int, hi: int, rng: random.Random) -> str | None:
-    """lo to hi consecutive words of w (fewer if w is shorter), with about one word in five dropped; None when
-    fewer than 3 words are left."""
-    k = rng.randint(lo, min(hi, len(w)))
-    start = rng.randint(0, len(w) - k)
-    span = [x for x in w[start: start + k] if rng.random() > 0.2]
-    return " ".join(span) if len(span) >= 3 else None
-
-
-def synthetic_query(text: str, rng: random.Random) -> str | None:
-    """A question-like span of a document: one of its first sentences (the part a prompt summary shows), 5-16
-    words of it, with about one word in five dropped; None when the text has no usable sentence."""
-    sents = [s for s in _SENT.split(text)[:3] if len(s.split()) >= 5]
-    if not sents:
-        return None
-    return _span_with_drops(rng.choice(sents).split(), 5, 16, rng)
-
-
 def visible_query(text: str, rng: random.Random, words: int = 16) -> str | None:
     """A span the model can find in its prompt: 4-8 consecutive words of the summary's first `words` words (about
     what 24 summary tokens show), with about one word in five dropped."""
     w = _extractive(text).split()[:words]
     if len(w) < 6:
         return None
-    return _span_with_drops(w, 4, 8, rng)
+    return span_with_drops(w, 4, 8, rng)
 
 
 def run(e: Exp, out_dir: str, log=print) -> dict:

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# On the device machine (or, with --dry-run, here): the GPU queue's steps (training/gpu/README.md).
+#
+#   bash training/gpu/job.sh setup                 # join the backbone, check it, install the carried wheels
+#   bash training/gpu/job.sh start NAME            # start queue job NAME in the background (setsid), log in /tmp/gpu
+#   bash training/gpu/job.sh wait NAME SECONDS     # until NAME ends or SECONDS pass; prints the log's tail
+#   bash training/gpu/job.sh collect NAME          # pack NAME's delta and copy what comes back into $OUT
+#   bash training/gpu/job.sh --dry-run all         # every step on the CPU with the tiny job (CI: tests/test_gpu_queue.py)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+G=${ICICLE_GPU_DIR:-$root/.gpu}
+RUN=${ICICLE_GPU_RUN:-/tmp/gpu}
+OUT=${OUT:-$RUN/out}
+PY=${ICICLE_GPU_PYTHON:-python3}
+dry=0
+if [[ ${1:-} == --dry-run ]]; then dry=1; shift; fi
+
+# The queue, in priority order: NAME -> arguments of `python -m icicle.reader train` (minutes are training time;
+# loading, the evaluation and the pack add about 3). Each is under 25 minutes on one H100.
+job_args() {
+  case $1 in
+    r24a) echo "--init backbone --minutes 15 --batch 32 --lr 5e-5 --warmup 100 --n 5 10 15 20 --shuffle 0.5 --swap-titles 0.25 --seen 0.15 --index 0.05 --kd 0.5 --eval-n 200 --save-every 500" ;;
+    r24b) echo "--init backbone --minutes 15 --batch 32 --lr 5e-5 --warmup 100 --n 5 10 15 20 --shuffle 0.5 --swap-titles 0.25 --seen 0.15 --index 0.05 --kd 0 --eval-n 200 --save-every 500" ;;
+    r24c) echo "--init backbone --minutes 15 --batch 32 --lr 5e-5 --warmup 100 --n 5 10 15 20 --shuffle 0.5 --swap-titles 0 --seen 0.15 --index 0.05 --kd 0.5 --eval-n 200 --save-every 500" ;;
+    dry) echo "--init backbone --steps 2 --batch 2 --n 3 5 --eval-n 2 --save-every 1 --device cpu --bf16 false" ;;
+    *) echo "job.sh: unknown job $1 (r24a r24b r24c dry)" >&2; return 2 ;;
+  esac
+}
+
+setup() {
+  mkdir -p "$RUN"
+  local parts; parts=$(cat "$G/set/parts")
+  : >"$RUN/backbone.gguf"
+  for ((i = 0; i < parts; i++)); do
+    [[ -f $G/p$i/backbone.part ]] || { echo "job.sh: $G/p$i/backbone.part missing (was call $((i + 1)) made?)" >&2; exit 1; }
+    cat "$G/p$i/backbone.part" >>"$RUN/backbone.gguf"
+  done
+  (cd "$RUN" && sha256sum -c "$G/set/backbone.sha256")
+  if [[ $dry == 0 ]]; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$RUN/site" "$G"/whl/*.whl
+  fi
+  echo "job.sh: setup done ($(nproc) cores; $("$PY" -c 'import torch; print("cuda" if torch.cuda.is_available() else "no cuda", torch.__version__)'))"
+}
+
+env_for() {
+  export PYTHONPATH="$root/training${RUN:+:$RUN/site}" ICICLE_GGUF="$RUN/backbone.gguf" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+}
+
+start() {
+  local name=$1 args; args=$(job_args "$name")
+  env_for
+  mkdir -p "$RUN/$name"
+  # setsid: the job outlives this call (the device tool ends a call's other processes)
+  (cd "$root/training" && setsid nohup "$PY" -m icicle.reader train --set "$G/set/readerset.json.gz" \
+     --work "$RUN/$name/work" $args >"$RUN/$name/log" 2>&1 & echo $! >"$RUN/$name/pid")
+  echo "job.sh: started $name (pid $(cat "$RUN/$name/pid")): $args"
+}
+
+wait_for() {
+  local name=$1 secs=$2 t=0
+  while kill -0 "$(cat "$RUN/$name/pid")" 2>/dev/null && ((t < secs)); do sleep 10; t=$((t + 10)); done
+  tail -n 5 "$RUN/$name/log"
+  if kill -0 "$(cat "$RUN/$name/pid")" 2>/dev/null; then echo "job.sh: $name still running"; else echo "job.sh: $name ended"; fi
+}
+
+collect() {
+  local name=$1 w="$RUN/$1/work"
+  env_for
+  [[ -f $w/stage3.pt ]] || { echo "job.sh: $w/stage3.pt missing: the run has not finished (job.sh wait $name)" >&2; exit 1; }
+  mkdir -p "$OUT"
+  local rank=64; [[ $dry == 1 ]] && rank=4
+  (cd "$root/training" && "$PY" -m icicle.delta pack --work "$w" --config reader135 --rank "$rank" --out "$RUN/$name/delta.safetensors")
+  # at most 16 MiB per file comes back: the delta in 15 MiB pieces, joined by land.sh
+  split -b 15M -d -a 1 "$RUN/$name/delta.safetensors" "$OUT/$name.delta.part"
+  sha256sum "$RUN/$name/delta.safetensors" | sed "s#  .*#  $name.delta.safetensors#" >"$OUT/$name.delta.sha256"
+  cp "$w/log.jsonl" "$OUT/$name.log.jsonl"
+  cp "$w/run.json" "$OUT/$name.run.json"
+  tail -n 50 "$RUN/$name/log" >"$OUT/$name.tail.txt"
+  ls -la "$OUT"
+}
+
+case ${1:-} in
+  setup) setup ;;
+  start) start "$2" ;;
+  wait) wait_for "$2" "${3:-540}" ;;
+  collect) collect "$2" ;;
+  all)  # the dry run: every step in order with the tiny job, here
+    setup; start dry; wait_for dry 1800; collect dry ;;
+  *) echo "usage: job.sh [--dry-run] setup | start NAME | wait NAME SECONDS | collect NAME | all" >&2; exit 2 ;;
+esac

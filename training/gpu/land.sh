@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Here, after a GPU queue job's `collect` came back: joins the delta's pieces, checks them, keeps the run's log in
+# training/results/reader/, and builds a servable model directory from the delta (icicle.delta build: export,
+# parity, golden decodes) unless --check-only.
+#
+#   training/gpu/land.sh NAME FILES_DIR [MODEL_DIR]      # MODEL_DIR default models/NAME
+#   training/gpu/land.sh --check-only NAME FILES_DIR     # join, sha256, and the delta applies to the backbone
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+check=0
+if [[ ${1:-} == --check-only ]]; then check=1; shift; fi
+name=${1:?NAME} from=${2:?FILES_DIR} dest=${3:-$root/models/$1}
+venv=${ICICLE_VENV:-$("$root/scripts/pyenv.sh")}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cat "$from/$name".delta.part* >"$work/$name.delta.safetensors"
+(cd "$work" && sha256sum -c "$from/$name.delta.sha256")
+if [[ $check == 1 ]]; then
+  (cd "$root/training" && HF_HUB_OFFLINE=1 "$venv/bin/python" -c "
+import sys
+from safetensors.torch import load_file
+from icicle.configs import get_config
+from icicle.delta import base_state_dict, unpack
+sd = unpack(load_file(sys.argv[1]), base_state_dict(get_config('reader135')))
+print(f'land.sh: the delta applies: {len(sd)} tensors')" "$work/$name.delta.safetensors")
+  exit 0
+fi
+res="$root/training/results/reader"
+mkdir -p "$res" "$dest"
+cp "$from/$name.log.jsonl" "$res/$name.log.jsonl"
+cp "$from/$name.run.json" "$res/$name.run.json"
+(cd "$root/training" && HF_HUB_OFFLINE=1 "$venv/bin/python" -m icicle.delta build --delta "$work/$name.delta.safetensors" --out "$dest")
+cp "$work/$name.delta.safetensors" "$dest/delta.safetensors"
+echo "land.sh: $dest built; next: scripts/calibrate.sh $dest, then the sidecar's eval (training/gpu/README.md)"

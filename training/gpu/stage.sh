@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Here, before the GPU queue's device calls (training/gpu/README.md): builds .gpu/ (git-ignored) with what travels,
+# in pieces that fit the device tool's 64 MiB per call beside the working tree, and takes the tracked files that the
+# device does not need out of the working tree (they are in git: `stage.sh restore` puts them back).
+#
+#   training/gpu/stage.sh [--set FILE] [--parts 2]   # then the device calls the README lists
+#   training/gpu/stage.sh restore                    # after the last call (git checkout of the removed files)
+#   training/gpu/stage.sh --dir D --keep-tree        # the dry run: stage into D, touch nothing tracked
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+# what the device does not read: model directories, data (the reader set carries what training needs), results
+aside=(models data training/results docs integration inference adapter plugin cmd internal retrieve)
+
+if [[ ${1:-} == restore ]]; then
+  git checkout -- "${aside[@]}"
+  echo "stage.sh: restored ${aside[*]}"
+  exit 0
+fi
+
+set_file=${ICICLE_READERSET:-$HOME/.cache/icicle/readerset/readerset.json.gz}
+parts=2 dir=.gpu keep=0
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --set) set_file=$2; shift 2 ;;
+    --parts) parts=$2; shift 2 ;;
+    --dir) dir=$2; shift 2 ;;
+    --keep-tree) keep=1; shift ;;
+    *) echo "stage.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[[ -f $set_file ]] || { echo "stage.sh: no reader set at $set_file (python -m icicle.readerdata build --out DIR)" >&2; exit 1; }
+venv=${ICICLE_VENV:-$(scripts/pyenv.sh)}
+gguf=$("$venv/bin/python" -c 'import sys; sys.path.insert(0, "training"); from icicle.tokenizer import gguf_path; print(gguf_path())')
+
+rm -rf "$dir" && mkdir -p "$dir/set" "$dir/whl"
+cp "$set_file" "$dir/set/readerset.json.gz"
+# pure-Python packages the device image lacks, the versions this venv runs (gguf reads the backbone; bm25s is
+# imported by the evaluation's modules)
+for p in gguf bm25s; do
+  v=$("$venv/bin/python" -c "import importlib.metadata as m; print(m.version('$p'))")
+  "$venv/bin/python" -m pip download -q --no-deps --only-binary=:all: -d "$dir/whl" "$p==$v"
+done
+sha=$(sha256sum "$gguf" | cut -d' ' -f1)
+size=$(stat -c %s "$gguf")
+chunk=$(( (size + parts - 1) / parts ))
+for ((i = 0; i < parts; i++)); do
+  mkdir -p "$dir/p$i"
+  dd if="$gguf" of="$dir/p$i/backbone.part" bs=1M iflag=skip_bytes,count_bytes skip=$((i * chunk)) count=$chunk status=none
+done
+printf '%s  backbone.gguf\n' "$sha" >"$dir/set/backbone.sha256"
+echo "$parts" >"$dir/set/parts"
+if [[ $keep == 0 ]]; then
+  if [[ -n $(git status --porcelain -- "${aside[@]}") ]]; then
+    echo "stage.sh: uncommitted changes under ${aside[*]}; commit or stash them first (the tree is cut by removing those paths)" >&2
+    exit 1
+  fi
+  rm -rf "${aside[@]}"
+fi
+tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+echo "stage.sh: $dir ready: set $(du -b "$dir/set/readerset.json.gz" | cut -f1) B, backbone $size B in $parts parts of $chunk B, tree $tree B"
+for ((i = 0; i < parts; i++)); do
+  echo "  call $((i + 1)) carries $dir/p$i$( [[ $i == 0 ]] && echo " $dir/set $dir/whl")"
+done

@@ -1,0 +1,296 @@
+"""The reader's training set (issue 24): questions over every Wikipedia document the project ships, each with the
+candidate list the first stage would serve and the dense encoder's scores over it (the teacher).
+
+    python -m icicle.readerdata build --out DIR [--limit-docs N] [--threads 2]
+
+Writes DIR/readerset.json.gz (and caches the encoder's vectors under DIR/cache); `icicle.reader` trains on it,
+and the GPU queue carries it (training/gpu). Documents: nq_qed's D_train and `data/wiki_intro_pool` (27,638 titles
+that are not nq_qed's); D_new never enters (those documents are the sidecar's new ones, measured through it).
+
+What it holds, per question: the text, the gold, its kind and part, and the first stage's top LIST_DEPTH over the
+question's pool in its fused order, with the dense cosines (the teacher) and the fused scores:
+- kind "nq": NQ train questions of D_train documents (the 6,510 of data.make_split, less the held-out ones);
+- kind "syn": one synthetic question per document, a span of one of its first three sentences (5-16 words, about
+  one word in five dropped), kept only when the dense encoder ranks its document first or second within the list
+  (a question that the encoder cannot tie to its document is ambiguous or empty);
+- kind "seen": NQ train questions of the demo's 1,000 seen documents (models/reader135/seen_docids.txt); their
+  list is the pool's top without the gold, as the sidecar serves a seen-document query (new documents only), so
+  the answer comes from memory (the parametric route);
+- part "heldout": NQ train questions of 5% of the other D_train documents (sha1(docid) % 20 == 1), with lists over
+  those held-out documents only, the way the sidecar lists D_new; no held-out document appears in any training
+  list. Part "seen_heldout": 100 of the seen questions whose document has another question, kept out of training:
+  the parametric route's test on questions it never saw.
+The first stage is data/nq_qed/first_stage.json's fusion (linear: w x minmax(cosine) + (1 - w) x BM25 / max BM25
+over BM25's top 100 and the kNN top 10), with bm25s standing in for Elasticsearch's BM25 (contexts.py) and the
+int8 bge-small encoder the sidecar embeds with (passages cut at 256 tokens here, 512 in the sidecar: the cost).
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import random
+import re
+import time
+
+import numpy as np
+
+from .data import Doc, make_split
+
+REPO = os.path.join(os.path.dirname(__file__), "..", "..")
+WIKI = os.path.join(REPO, "data", "wiki_intro_pool", "corpus.jsonl.gz")
+SEEN = os.path.join(REPO, "models", "reader135", "seen_docids.txt")
+ENCODER = os.path.join(REPO, "models", "bge-small-en-v15-q")
+FIRST_STAGE = os.path.join(REPO, "data", "nq_qed", "first_stage.json")
+LIST_DEPTH = 20
+PASSAGE_TOKENS = 256
+SUMMARY_WORDS = 40  # the summary stored per document: more than the 24 tokens a reader135 prompt shows
+FORMAT = 1
+
+_SENT = re.compile(r"(?<=[.!?])\s+")
+
+
+def span_with_drops(w: list[str], lo: int, hi: int, rng: random.Random) -> str | None:
+    """lo to hi consecutive words of w (fewer if w is shorter), with about one word in five dropped; None when
+    fewer than 3 words are left."""
+    k = rng.randint(lo, min(hi, len(w)))
+    start = rng.randint(0, len(w) - k)
+    span = [x for x in w[start: start + k] if rng.random() > 0.2]
+    return " ".join(span) if len(span) >= 3 else None
+
+
+def synthetic_query(text: str, rng: random.Random) -> str | None:
+    """A question-like span of a document: one of its first three sentences, 5-16 words of it, about one word in
+    five dropped; None when the text has no sentence of 5 words or more."""
+    sents = [s for s in _SENT.split(text)[:3] if len(s.split()) >= 5]
+    if not sents:
+        return None
+    return span_with_drops(rng.choice(sents).split(), 5, 16, rng)
+
+
+def _h(s: str) -> int:
+    return int(hashlib.sha1(s.encode("utf-8")).hexdigest()[:8], 16)
+
+
+def load_docs(limit: int = 0) -> tuple[dict[str, Doc], list[str], list[str], list[str], object]:
+    """(docs, training pool, held-out pool, seen docids, split): D_train less the held-out documents plus the
+    wiki pool; the held-out documents (D_train, sha1 % 20 == 1, not seen, with NQ train questions)."""
+    split = make_split()
+    docs = {d: split.docs[d] for d in split.d_train}
+    with open(SEEN, encoding="utf-8") as f:
+        seen = [ln.rstrip("\n") for ln in f if ln.strip()]
+    s_seen = set(seen)
+    with_q = {q.docid for q in split.train}
+    heldout = sorted(d for d in split.d_train if d in with_q and d not in s_seen and _h(d) % 20 == 1)
+    h = set(heldout)
+    wiki = []
+    with gzip.open(WIKI, "rt", encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            if r["docid"] not in split.docs and not r.get("in_nq_qed"):
+                docs[r["docid"]] = Doc(r["docid"], r["title"], r["text"])
+                wiki.append(r["docid"])
+    train_pool = [d for d in split.d_train if d not in h] + wiki
+    if limit:
+        # a small set for tests and the GPU queue's dry run: a quarter seen documents, the documents of the first
+        # limit / 2 NQ train questions, the rest sampled
+        rng = random.Random(0)
+        seen = seen[: max(10, limit // 4)]
+        keep = set(seen) | {q.docid for q in split.train[: limit // 2]}
+        rest = [d for d in train_pool if d not in keep]
+        train_pool = sorted(keep & set(train_pool)) + rng.sample(rest, max(0, min(len(rest), limit - len(keep))))
+        heldout = heldout[: max(20, limit // 20)]
+    return docs, train_pool, heldout, seen, split
+
+
+class Embedder:
+    """The sidecar's dense encoder (icicle.encoder), vectors cached per (encoder, text) list in a .npy file."""
+
+    def __init__(self, cache: str, threads: int, log=print) -> None:
+        from .encoder import load
+
+        self.man, self.tok, self.sess = load(ENCODER, threads)
+        self.cache, self.log = cache, log
+        os.makedirs(cache, exist_ok=True)
+
+    def vectors(self, texts: list[str], prefix: str, max_tokens: int, what: str) -> np.ndarray:
+        from .encoder import embed
+
+        key = hashlib.sha256((self.man["name"] + prefix + str(max_tokens) + "\x00".join(texts)).encode()).hexdigest()[:16]
+        path = os.path.join(self.cache, f"{what}-{key}.npy")
+        if os.path.exists(path):
+            return np.load(path)
+        self.tok.enable_truncation(max_tokens)
+        # longest first, in chunks: padding stays small and progress shows
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        out = np.zeros((len(texts), self.man["dims"]), np.float32)
+        t0, step = time.time(), 512
+        for s in range(0, len(order), step):
+            idx = order[s: s + step]
+            out[idx] = embed(self.man, self.tok, self.sess, [prefix + texts[i] for i in idx], batch=16)
+            self.log(f"embed {what}: {min(s + step, len(order))}/{len(order)} ({time.time() - t0:.0f}s)")
+        np.save(path, out)
+        return out
+
+
+class FirstStage:
+    """The sidecar's fusion over one pool: BM25 top `depth` (bm25s) and the kNN top `knn` by cosine, fused."""
+
+    def __init__(self, docs: dict[str, Doc], pool: list[str], vecs: np.ndarray, params: dict) -> None:
+        from .evaluate import BM25Index
+
+        self.pool, self.vecs = pool, vecs
+        self.index = BM25Index(docs, pool=pool)
+        self.row = {d: i for i, d in enumerate(self.index.docids)}
+        self.pool_row = np.array([self.row[d] for d in pool])  # pool order -> BM25 index order
+        self.w, self.depth, self.knn = params["dense_weight"], params["depth"], params["knn"]
+        if params["method"] != "linear":
+            raise ValueError(f"first_stage.json: method {params['method']!r}: only linear is reproduced here")
+
+    def lists(self, queries: list[str], qvecs: np.ndarray, k: int) -> list[tuple[list[int], list[float], list[float]]]:
+        """Per query: the top k as indices into the pool, their cosines and their fused scores, best first."""
+        import bm25s
+
+        vocab = self.index.r.vocab_dict
+        toks = bm25s.tokenize(queries, stopwords="en", return_ids=False, show_progress=False)
+        toks = [[w for w in t if w and w in vocab] for t in toks]  # words the pool never has score nothing
+        has = [i for i, t in enumerate(toks) if t]
+        depth = min(self.depth, len(self.pool))
+        ids = [np.zeros(0, np.int64)] * len(queries)
+        scores = [np.zeros(0, np.float32)] * len(queries)
+        if has:
+            got_ids, got_scores = self.index.r.retrieve([toks[i] for i in has], k=depth, show_progress=False, n_threads=1)
+            for r, i in enumerate(has):
+                ids[i], scores[i] = got_ids[r], got_scores[r]
+        inv = np.empty(len(self.pool), np.int64)
+        inv[self.pool_row] = np.arange(len(self.pool))
+        out = []
+        for s in range(0, len(queries), 1024):
+            cos = qvecs[s: s + 1024] @ self.vecs.T  # pool order
+            for j in range(cos.shape[0]):
+                c = cos[j]
+                bm = {int(inv[i]): float(x) for i, x in zip(ids[s + j], scores[s + j]) if x > 0}
+                knn = np.argpartition(-c, min(self.knn, len(c) - 1))[: self.knn]
+                cand = sorted(set(bm) | {int(i) for i in knn})
+                cc = c[cand]
+                lo, hi = float(cc.min()), float(cc.max())
+                top = max(bm.values()) if bm else 1.0
+                fused = [self.w * ((c[i] - lo) / (hi - lo) if hi > lo else 1.0) + (1 - self.w) * bm.get(i, 0.0) / top
+                         for i in cand]
+                order = sorted(range(len(cand)), key=lambda r: -fused[r])[:k]
+                out.append(([cand[r] for r in order], [round(float(c[cand[r]]), 4) for r in order],
+                            [round(float(fused[r]), 4) for r in order]))
+        return out
+
+
+def build(out_dir: str, limit_docs: int = 0, threads: int = 2, seed: int = 0, log=print) -> dict:
+    t0 = time.time()
+    docs, pool, heldout, seen, split = load_docs(limit_docs)
+    with open(FIRST_STAGE) as f:
+        params = json.load(f)
+    emb = Embedder(os.path.join(out_dir, "cache"), threads, log)
+    man = emb.man
+    passage = lambda d: f"{docs[d].title}\n{docs[d].text}"
+    pvec = emb.vectors([passage(d) for d in pool], man["passage_prefix"], PASSAGE_TOKENS, "pool")
+    hvec = emb.vectors([passage(d) for d in heldout], man["passage_prefix"], PASSAGE_TOKENS, "heldout")
+    fs_train = FirstStage(docs, pool, pvec, params)
+    fs_held = FirstStage(docs, heldout, hvec, params)
+
+    rng = random.Random(seed)
+    s_seen, s_held, s_pool = set(seen), set(heldout), set(pool)
+    qs: list[dict] = []
+    by_doc: dict[str, int] = {}
+    for q in split.train:
+        by_doc[q.docid] = by_doc.get(q.docid, 0) + 1
+    seen_q = [q for q in split.train if q.docid in s_seen]
+    seen_out = set(q.qid for q in rng.sample([q for q in seen_q if by_doc[q.docid] > 1],
+                                            min(100, sum(by_doc[q.docid] > 1 for q in seen_q))))
+    for q in split.train:
+        if q.docid in s_held:
+            qs.append({"q": q.query, "gold": q.docid, "kind": "nq", "part": "heldout"})
+        elif q.docid in s_seen:
+            qs.append({"q": q.query, "gold": q.docid, "kind": "seen",
+                       "part": "seen_heldout" if q.qid in seen_out else "train"})
+        elif q.docid in s_pool:
+            qs.append({"q": q.query, "gold": q.docid, "kind": "nq", "part": "train"})
+    n_syn = 0
+    for d in pool:
+        if d in s_seen:
+            continue
+        s = synthetic_query(docs[d].text, rng)
+        if s:
+            qs.append({"q": s, "gold": d, "kind": "syn", "part": "train"})
+            n_syn += 1
+    qvec = emb.vectors([q["q"] for q in qs], man["query_prefix"], 64, "questions")
+    for part, fs, members in (("train", fs_train, pool), ("heldout", fs_held, heldout)):
+        idx = [i for i, q in enumerate(qs) if (q["part"] == "heldout") == (part == "heldout")]
+        t1 = time.time()
+        lists = fs.lists([qs[i]["q"] for i in idx], qvec[idx], LIST_DEPTH + 1)
+        log(f"first stage over {part} ({len(members)} documents): {len(idx)} lists in {time.time() - t1:.0f}s")
+        for i, (li, cos, fused) in zip(idx, lists):
+            q = qs[i]
+            names = [members[j] for j in li]
+            if q["kind"] == "seen":
+                keep = [r for r, d in enumerate(names) if d != q["gold"]][:LIST_DEPTH]
+            else:
+                keep = list(range(min(LIST_DEPTH, len(names))))
+            q["list"], q["cos"], q["fused"] = [names[r] for r in keep], [cos[r] for r in keep], [fused[r] for r in keep]
+    kept = []
+    dropped = 0
+    for q in qs:
+        if q["kind"] == "syn":
+            # the dense filter: the encoder ties the question to its document (first or second in the list)
+            if q["gold"] not in q["list"]:
+                dropped += 1
+                continue
+            order = sorted(range(len(q["list"])), key=lambda r: -q["cos"][r])
+            if q["list"].index(q["gold"]) not in order[:2]:
+                dropped += 1
+                continue
+        kept.append(q)
+    used = sorted({d for q in kept for d in q["list"]} | {q["gold"] for q in kept})
+    from .compress import extractive
+
+    out = {"format": FORMAT, "encoder": man["name"], "first_stage": {k: params[k] for k in ("method", "dense_weight", "depth", "knn")},
+           "list_depth": LIST_DEPTH, "seen": seen, "heldout_docs": heldout,
+           "docs": {d: [docs[d].title, " ".join(extractive(docs[d].text).split()[:SUMMARY_WORDS])] for d in used},
+           "questions": kept}
+    stats = {"documents": {"pool": len(pool), "heldout": len(heldout), "seen": len(seen), "in_file": len(used)},
+             "questions": {}, "synthetic_dropped_by_dense_filter": dropped, "seconds": round(time.time() - t0)}
+    for q in kept:
+        k = f"{q['kind']}/{q['part']}"
+        stats["questions"][k] = stats["questions"].get(k, 0) + 1
+    out["stats"] = stats
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "readerset.json.gz")
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump(out, f, separators=(",", ":"))
+    log(f"wrote {path}: {json.dumps(stats)}")
+    return stats
+
+
+def load(path: str) -> dict:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        r = json.load(f)
+    if r.get("format") != FORMAT:
+        raise ValueError(f"{path}: format {r.get('format')!r}, this code reads {FORMAT}; rebuild it with "
+                         "`python -m icicle.readerdata build`")
+    return r
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m icicle.readerdata", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="write OUT/readerset.json.gz")
+    b.add_argument("--out", required=True)
+    b.add_argument("--limit-docs", type=int, default=0, help="a small set (tests, the GPU queue's dry run)")
+    b.add_argument("--threads", type=int, default=2)
+    b.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    build(a.out, a.limit_docs, a.threads, a.seed)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""The reader set, the reader's instances and loss, a run that resumes, and the GPU queue's dry run (CPU, tiny set).
+
+The set is built for real (bm25s, the int8 bge-small graph that scripts/encoder.sh fetched, the wheel's backbone),
+at 300 documents."""
+import gzip
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from icicle import reader, readerdata
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+@pytest.fixture(scope="module")
+def rset(tmp_path_factory) -> str:
+    if not os.path.exists(os.path.join(readerdata.ENCODER, "model.onnx")):
+        pytest.fail(f"{readerdata.ENCODER}/model.onnx missing: run scripts/encoder.sh {readerdata.ENCODER}")
+    out = tmp_path_factory.mktemp("rs")
+    readerdata.build(str(out), limit_docs=300, threads=2, log=lambda *_: None)
+    return str(out / "readerset.json.gz")
+
+
+@pytest.fixture(scope="module")
+def rd(rset):
+    from icicle.tokenizer import Tok, build_tokenizer
+
+    a = reader.Args(set=rset, work="", kd=0.5, shuffle=0.0, swap_titles=0.0)
+    return reader.Reader(readerdata.load(rset), Tok(build_tokenizer()), a)
+
+
+def test_set_parts_never_mix(rset):
+    rs = readerdata.load(rset)
+    held = set(rs["heldout_docs"])
+    seen = set(rs["seen"])
+    kinds = {(q["kind"], q["part"]) for q in rs["questions"]}
+    assert {("nq", "train"), ("syn", "train"), ("seen", "train"), ("nq", "heldout")} <= kinds
+    for q in rs["questions"]:
+        assert len(q["list"]) == len(q["cos"]) == len(q["fused"]) <= readerdata.LIST_DEPTH
+        assert q["fused"] == sorted(q["fused"], reverse=True)  # the first stage's order
+        if q["part"] == "heldout":
+            assert set(q["list"]) <= held and q["gold"] in held
+        else:
+            assert not set(q["list"]) & held and q["gold"] not in held  # no held-out document is ever trained
+        if q["kind"] == "seen":
+            assert q["gold"] in seen and q["gold"] not in q["list"]  # a seen question's list never holds its gold
+        if q["kind"] == "syn":  # the dense filter kept it: the encoder ranks its document first or second
+            best = sorted(range(len(q["list"])), key=lambda r: -q["cos"][r])[:2]
+            assert q["list"].index(q["gold"]) in best
+
+
+def test_reading_instance_places_the_gold_anywhere_and_teaches_by_first_token(rd):
+    rng = random.Random(0)
+    pos = []
+    for _ in range(200):
+        inst, (probs, first) = rd.reading_instance(rng)
+        assert inst.answer[0] == rd.tok.copy_id
+        assert abs(sum(probs) - 1) < 1e-4 and len(probs) == len(first)
+        assert inst.answer[1] in first  # the gold's first title token is among the teacher's choices
+        pos.append(first.index(inst.answer[1]) / max(1, len(first) - 1))
+    # a gold the list missed takes a drawn place, so the last slot is not where it mostly sits
+    assert sum(p == 1.0 for p in pos) < 0.5 * len(pos)
+
+
+def test_seen_instances_answer_from_memory(rd):
+    rng = random.Random(1)
+    inst = rd.seen_instance(rng)
+    assert inst.answer[0] != rd.tok.copy_id and inst.answer[-1] == rd.tok.end_id
+    assert rd.index_instance(rng).answer[-1] == rd.tok.end_id
+
+
+def test_teacher_term_adds_to_the_loss(rd):
+    from icicle.model import Decoder, ModelConfig
+
+    torch.manual_seed(0)
+    m = Decoder(ModelConfig(vocab_size=49153, hidden=32, layers=1, heads=2, kv_heads=1, head_dim=16, intermediate=64,
+                            max_context_tokens=1024))
+    insts, teach = zip(*[rd.reading_instance(random.Random(i)) for i in range(3)])
+    plain = reader.step_loss(m, rd.out_vocab, list(insts), list(teach), 0.0)
+    with_kd = reader.step_loss(m, rd.out_vocab, list(insts), list(teach), 1.0)
+    assert with_kd.item() > plain.item()  # a KL against a sharp teacher is positive for an untrained model
+    with_kd.backward()
+    assert m.embed_tokens.weight.grad is not None
+
+
+def _run(args, env=None, timeout=1200):
+    p = subprocess.run(args, cwd=os.path.join(REPO, "training"), capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return p
+
+
+def test_run_resumes_where_it_stopped(rset, tmp_path):
+    work = str(tmp_path / "w")
+    base = [sys.executable, "-m", "icicle.reader", "train", "--set", rset, "--work", work, "--init", "backbone",
+            "--batch", "2", "--n", "3", "--eval-n", "1", "--save-every", "1", "--device", "cpu", "--bf16", "false"]
+    _run(base + ["--steps", "1"])
+    _run(base + ["--steps", "2"])
+    log = [json.loads(x) for x in open(os.path.join(work, "log.jsonl"))]
+    assert any(r.get("resumed") and r["step"] == 1 for r in log)
+    assert [r["step"] for r in log if r.get("final")] == [1, 2]
+    assert os.path.exists(os.path.join(work, "stage3.pt"))
+    p = subprocess.run(base[:-2] + ["--batch", "4", "--steps", "3"], cwd=os.path.join(REPO, "training"),
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "other arguments" in p.stderr + p.stdout  # a changed run needs a new WORK
+
+
+def test_gpu_queue_dry_run(rset, tmp_path):
+    g, run, out = tmp_path / "gpu", tmp_path / "run", tmp_path / "out"
+    env = {"ICICLE_GPU_DIR": str(g), "ICICLE_GPU_RUN": str(run), "OUT": str(out), "ICICLE_GPU_PYTHON": sys.executable,
+           "ICICLE_VENV": os.path.dirname(os.path.dirname(sys.executable))}
+    _run(["bash", "gpu/stage.sh", "--dir", str(g), "--keep-tree", "--set", rset, "--parts", "3"], env)
+    assert sorted(os.listdir(g)) == ["p0", "p1", "p2", "set", "whl"]
+    assert {w.split("-")[0] for w in os.listdir(g / "whl")} == {"gguf", "bm25s"}
+    _run(["bash", "gpu/job.sh", "--dry-run", "all"], env)
+    got = sorted(os.listdir(out))
+    assert "dry.delta.sha256" in got and "dry.log.jsonl" in got and any(f.startswith("dry.delta.part") for f in got)
+    assert all(os.path.getsize(out / f) <= 16 << 20 for f in got)  # what the device tool brings back
+    final = [json.loads(x) for x in open(out / "dry.log.jsonl") if '"final"' in x]
+    assert final and set(final[-1]["eval"]) == {"heldout", "heldout_shuffled", "seen_heldout"}
+    p = _run(["bash", "gpu/land.sh", "--check-only", "dry", str(out)], env)
+    assert "the delta applies" in p.stdout
