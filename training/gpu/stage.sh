@@ -51,13 +51,13 @@ done
 printf '%s  backbone.gguf\n' "$sha" >"$dir/set/backbone.sha256"
 echo "$parts" >"$dir/set/parts"
 if [[ $keep == 0 ]]; then
-  if [[ -n $(git status --porcelain -- "${aside[@]}") ]]; then
+  if [[ -n $(git status --porcelain -- "${aside[@]}" | grep -v "^ D ") ]]; then  # removed by an earlier stage.sh: fine
     echo "stage.sh: uncommitted changes under ${aside[*]}; commit or stash them first (the tree is cut by removing those paths)" >&2
     exit 1
   fi
   rm -rf "${aside[@]}"
 fi
-tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1 || true)  # removed files: du fails on them
 echo "stage.sh: $dir ready: set $(du -b "$dir/set/readerset.json.gz" | cut -f1) B, backbone $size B in $parts parts of $chunk B, tree $tree B"
 for ((i = 0; i < parts; i++)); do
   echo "  call $((i + 1)) carries $dir/p$i$( [[ $i == 0 ]] && echo " $dir/set $dir/whl")"
