@@ -40,7 +40,7 @@ import random
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
@@ -81,7 +81,6 @@ class Args:
     eval_every: int = 0  # steps; 0 = only at the end
     save_every: int = 25
     bf16: bool = True
-    extra: dict = field(default_factory=dict)
 
 
 class Reader:
@@ -280,7 +279,7 @@ def train(a: Args) -> dict:
     os.makedirs(a.work, exist_ok=True)
     _same_run(a.work, a)
     with open(os.path.join(a.work, "run.json"), "w") as f:
-        json.dump({"args": asdict(a), "command": " ".join(sys.argv)}, f, indent=1)
+        json.dump({"args": asdict(a), "command": "python -m icicle.reader " + " ".join(sys.argv[1:])}, f, indent=1)
     tok = Tok(build_tokenizer())
     rd = Reader(readerdata.load(a.set), tok, a)
     ck_path = os.path.join(a.work, "ckpt.pt")
@@ -384,7 +383,7 @@ def main(argv=None) -> None:
         p.add_argument("--work", default="" if name == "eval" else None, required=name == "train")
         d = Args(set="", work="")
         for k, v in asdict(d).items():
-            if k in ("set", "work", "extra"):
+            if k in ("set", "work"):
                 continue
             flag = "--" + k.replace("_", "-")
             if isinstance(v, bool):
