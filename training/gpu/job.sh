@@ -43,7 +43,7 @@ setup() {
 }
 
 env_for() {
-  export PYTHONPATH="$root/training${RUN:+:$RUN/site}" ICICLE_GGUF="$RUN/backbone.gguf" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+  export PYTHONPATH="$root/training:$RUN/site" ICICLE_GGUF="$RUN/backbone.gguf" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 }
 
 start() {

@@ -96,10 +96,13 @@ class Reader:
         self.titles = sorted(self.docs)
         self.out_vocab = docid_vocab(tok, [self.docs[d].title for d in self.titles])
 
-    def prompt(self, query: str, names: list[str], shown: dict[str, str]):
-        cands = [Candidate(self.docs[shown.get(d, d)].title, self.docs[d].text) for d in names]
+    def build(self, query: str, cands: list[Candidate]):
+        """reader135's prompt (serve_table's build)."""
         return build_prompt(self.tok.encode, query, cands, BUDGET, max_summary_tokens=SUMMARY_TOKENS,
                             prompt_format=PROMPT_FORMAT)
+
+    def prompt(self, query: str, names: list[str], shown: dict[str, str]):
+        return self.build(query, [Candidate(self.docs[shown.get(d, d)].title, self.docs[d].text) for d in names])
 
     def reading_instance(self, rng: random.Random) -> tuple[Instance, list[float] | None]:
         """One reading instance and the teacher over its included candidates (None without --kd)."""
@@ -185,9 +188,7 @@ class Reader:
             ctx = _Lists(lists)
             queries = [Query(f"{part}{i}", q["q"], q["gold"], "train") for i, q in enumerate(qs)]
             out[name] = serve_table(step, empty, tok.encode, tok.end_id, tok.copy_id, gtrie, view,
-                                    lambda qq, cc: build_prompt(tok.encode, qq, cc, BUDGET,
-                                                                max_summary_tokens=SUMMARY_TOKENS,
-                                                                prompt_format=PROMPT_FORMAT),
+                                    self.build,
                                     n, (10,), contexts=ctx, summary=lambda d: self.docs[d].text,
                                     queries=queries)["n10"]
         return out

@@ -25,11 +25,8 @@ import time
 
 import numpy as np
 
-from ..decode import Trie, decode, torch_step
+from ..decode import CachedPromptScorer, Trie, causal_mask_np, decode, torch_step
 from ..prompt import TEMPLATES, Candidate, _fill, _split_candidate, _title_pieces, build_prompt
-
-MASKED = -1e9
-
 
 def split_prompt(encode, query: str, cands: list[Candidate], budget: int, summary_tokens: int, fmt: int = 2):
     """(header ids, [block ids per included candidate], query ids) whose concatenation is build_prompt's ids."""
@@ -46,21 +43,22 @@ def split_prompt(encode, query: str, cands: list[Candidate], budget: int, summar
 
 
 class BlockScorer:
-    """decode.CachedPromptScorer's interface over a prompt read block by block (module doc); `request_s` is the
+    """decode.CachedPromptScorer's interface over a prompt read block by block (module doc), for a step that returns
+    numpy (torch_step(resident=False), ort_step); `request_s` is the
     time of the per-request part (the query block over the cached header and blocks)."""
 
     def __init__(self, step, header, blocks, query, empty, mode: str) -> None:
         self._step = step
         h = len(header)
-        _, past_h = step(np.asarray([header]), np.arange(h)[None], _causal(0, h), np.asarray([h - 1]), empty)
-        kv = [[p] for p in _np(past_h)]  # the step returns the new tokens' keys and values only
+        _, past_h = step(np.asarray([header]), np.arange(h)[None], causal_mask_np(0, h), np.asarray([h - 1]), empty)
+        kv = [[p] for p in past_h]  # the step returns the new tokens' keys and values only
         off = h
         for b in blocks:
             n = len(b)
             start = h if mode == "shared" else off
-            _, pres = step(np.asarray([b]), np.arange(start, start + n)[None], _causal(h, n), np.asarray([n - 1]),
+            _, pres = step(np.asarray([b]), np.arange(start, start + n)[None], causal_mask_np(h, n), np.asarray([n - 1]),
                            past_h)
-            for layer, p in zip(kv, _np(pres)):
+            for layer, p in zip(kv, pres):
                 layer.append(p)
             off += n
         past = [np.concatenate(x, axis=1) for x in kv]
@@ -69,9 +67,9 @@ class BlockScorer:
         q = len(query)
         t0 = time.perf_counter()
         logits, qkv = step(np.asarray([query]), np.arange(self._pos0, self._pos0 + q)[None],
-                           _causal(self._L, q), np.asarray([q - 1]), past)
+                           causal_mask_np(self._L, q), np.asarray([q - 1]), past)
         self.request_s = time.perf_counter() - t0
-        self._past = [np.concatenate([a, b], axis=1) for a, b in zip(past, _np(qkv))]
+        self._past = [np.concatenate([a, b], axis=1) for a, b in zip(past, qkv)]
         self._q = q
         self._cache = {(): logits[0, -1]}
 
@@ -81,20 +79,10 @@ class BlockScorer:
             k = len(prefix)
             start = self._pos0 + self._q
             out, _ = self._step(np.asarray([prefix]), np.arange(start, start + k)[None],
-                                _causal(self._L + self._q, k), np.asarray([k - 1]), self._past)
+                                causal_mask_np(self._L + self._q, k), np.asarray([k - 1]), self._past)
             z = out[0, -1]
             self._cache[prefix] = z
         return z
-
-
-def _causal(past: int, n: int) -> np.ndarray:
-    m = np.zeros((1, n, past + n), np.float32)
-    m[0, :, past:] = np.triu(np.full((n, n), MASKED, np.float32), 1)
-    return m
-
-
-def _np(xs):
-    return [x.cpu().numpy().copy() if hasattr(x, "cpu") else np.array(x, copy=True) for x in xs]
 
 
 def run(set_path: str, init: str, n: int, modes: list[str], threads: int = 2) -> dict:
@@ -127,8 +115,6 @@ def run(set_path: str, init: str, n: int, modes: list[str], threads: int = 2) ->
                 names = names[:inc]
                 if mode == "full":
                     t0 = time.perf_counter()
-                    from ..decode import CachedPromptScorer
-
                     sc = CachedPromptScorer(step, header + [x for b in blocks for x in b] + qblock, empty)
                     times.append(time.perf_counter() - t0)
                 else:
