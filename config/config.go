@@ -186,7 +186,24 @@ type Decode struct {
 	// TitleOnly builds candidate blocks from titles alone (the manifest's candidate_title_only template).
 	// Default false.
 	TitleOnly bool `yaml:"title_only"`
+	// (issue 26) BlockReading reads each candidate's block on its own and keeps it for later requests
+	// (inference/blocks.go): "off", "contiguous" (Block-Attention: a block sees itself, every token keeps its
+	// place) or "shared" (BlockRank: a block sees the header and itself, all blocks at the same positions).
+	// Only the query and the decoding then run per request. A model reads as it was trained: the shipped
+	// models were trained on causal prompts, where block reading loses accuracy (docs/evaluation.md). Default
+	// "off".
+	BlockReading string `yaml:"block_reading"`
+	// BlockStoreMB bounds the blocks kept in memory (float32 keys and values, 46 KB per token for
+	// models/reader135), least recently used out first. Default 1024.
+	BlockStoreMB int `yaml:"block_store_mb"`
 }
+
+// Block reading values for Decode.BlockReading.
+const (
+	BlockReadingOff        = "off"
+	BlockReadingContiguous = "contiguous"
+	BlockReadingShared     = "shared"
+)
 
 // Breaker configures the circuit breaker (gobreaker) around the model. Only model failures and inference
 // timeouts count; client cancellations do not.
@@ -472,6 +489,8 @@ func Default() Config {
 		Decode: Decode{
 			BeamWidth:        10,
 			MaxCandidates:    10,
+			BlockReading:     BlockReadingOff,
+			BlockStoreMB:     1024,
 			MaxSummaryTokens: 256,
 		},
 		Breaker: Breaker{

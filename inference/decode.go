@@ -57,6 +57,9 @@ type Stats struct {
 	CopyMaskBytes int64
 	// Prefill and Decode split the time spent in the model.
 	Prefill, Decode time.Duration
+	// BlockHits and BlockMisses count the prompt's blocks (header included) found in and added to the
+	// block store (block reading only).
+	BlockHits, BlockMisses int
 }
 
 // Result is the outcome of Rank.
@@ -107,6 +110,12 @@ type EngineOptions struct {
 	// (default 64 MiB; negative: no bound, the whole token tree in one Run). A larger tree is fed in
 	// several Runs over the same prompt cache, with identical scores (decoding.copyRoute).
 	CopyMaskBytes int64
+	// Blocks, if set, turns block reading on (blocks.go): each candidate block is read on its own, kept in
+	// this store and reused. It needs a manifest with rope_theta and a model trained for it to read as well
+	// as it does causally. Nil reads every prompt causally.
+	Blocks *BlockStore
+	// BlockLayout is BlockContiguous (the default) or BlockShared.
+	BlockLayout string
 	// Logger receives debug lines; nil discards.
 	Logger *slog.Logger
 }
@@ -123,7 +132,11 @@ type Engine struct {
 	chunk   int
 	// copyMaskBytes is EngineOptions.CopyMaskBytes with its default.
 	copyMaskBytes int64
-	log           *slog.Logger
+	// blocks and freqs serve block reading (EngineOptions.Blocks); blocks is nil without it.
+	blocks *BlockStore
+	layout string
+	freqs  []float64
+	log    *slog.Logger
 }
 
 type worker struct {
@@ -162,6 +175,16 @@ func NewEngine(man *Manifest, tok Tokenizer, models []Model, seen []string, opts
 		copyMaskBytes: cmp.Or(opts.CopyMaskBytes, DefaultCopyMaskBytes), log: opts.Logger}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Blocks != nil {
+		if man.RopeTheta <= 0 {
+			return nil, fmt.Errorf("new engine: block reading needs the manifest's rope_theta (model %s has none)", man.Name)
+		}
+		e.layout = cmp.Or(opts.BlockLayout, BlockContiguous)
+		if e.layout != BlockContiguous && e.layout != BlockShared {
+			return nil, fmt.Errorf("new engine: block layout %q: want %q or %q", e.layout, BlockContiguous, BlockShared)
+		}
+		e.blocks, e.freqs = opts.Blocks, ropeFreqs(man.RopeTheta, man.HeadDim)
 	}
 	for _, m := range models {
 		e.workers <- &worker{model: m, cache: NewKVCache(m.Spec(), 0)}
@@ -219,7 +242,8 @@ func (e *Engine) Rank(ctx context.Context, query string, cands []Candidate, opts
 	if opts.MaxPromptTokens <= 0 || opts.MaxPromptTokens > limit {
 		opts.MaxPromptTokens = limit
 	}
-	prompt, err := e.prompts.Build(query, cands, PromptOptions{MaxTokens: opts.MaxPromptTokens, MaxSummaryTokens: opts.MaxSummaryTokens, TitleOnly: opts.TitleOnly})
+	prompt, err := e.prompts.Build(query, cands, PromptOptions{MaxTokens: opts.MaxPromptTokens, MaxSummaryTokens: opts.MaxSummaryTokens,
+		TitleOnly: opts.TitleOnly, FixedSummaryCap: e.blocks != nil})
 	if err != nil {
 		return Result{}, fmt.Errorf("rank: %w", err)
 	}
@@ -233,12 +257,20 @@ func (e *Engine) Rank(ctx context.Context, query string, cands []Candidate, opts
 		return Result{}, fmt.Errorf("rank: wait for a model: %w", ctx.Err())
 	}
 	defer func() { e.workers <- w }()
+	d := decoding{e: e, w: w, opts: opts, prompt: prompt, cands: cands}
+	// The tokens this request computes: the whole prompt, or by block reading the query and the blocks not
+	// yet stored.
+	compute := len(prompt.IDs)
+	if e.blocks != nil {
+		pl := d.planBlocks()
+		d.plan = &pl
+		compute = pl.missing + len(prompt.IDs) - prompt.Segments[len(prompt.Segments)-1]
+	}
 	if opts.Admit != nil {
-		if err := opts.Admit(len(prompt.IDs)); err != nil {
-			return Result{}, fmt.Errorf("rank: admit a prompt of %d tokens: %w", len(prompt.IDs), err)
+		if err := opts.Admit(compute); err != nil {
+			return Result{}, fmt.Errorf("rank: admit a prompt of %d tokens (%d to compute): %w", len(prompt.IDs), compute, err)
 		}
 	}
-	d := decoding{e: e, w: w, opts: opts, prompt: prompt, cands: cands}
 	res, err := d.run(ctx)
 	if err != nil {
 		return Result{}, fmt.Errorf("rank: %w", err)
@@ -254,7 +286,11 @@ type decoding struct {
 	prompt Prompt
 	cands  []Candidate
 	stats  Stats
-	p      int // prompt length
+	p      int        // prompt length
+	plan   *blockPlan // block reading's lookups; nil reads the prompt causally
+	// shift is the position of the query's and the answer's tokens minus their index in the cache: 0 but
+	// for shared block reading, where every block sits at the same positions.
+	shift int
 }
 
 func (d *decoding) run(ctx context.Context) (Result, error) {
@@ -336,20 +372,30 @@ func (d *decoding) run(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-// prefill feeds the prompt in chunks and returns the logits after its last token.
+// prefill fills the cache with the prompt and returns the logits after its last token: by block reading
+// when the engine has a block store (blocks.go), else causally in chunks.
 func (d *decoding) prefill(ctx context.Context) ([]float32, error) {
+	if d.plan != nil {
+		return d.prefillBlocks(ctx, *d.plan)
+	}
+	return d.prefillCausal(ctx, 0, d.p, 0)
+}
+
+// prefillCausal feeds prompt tokens [from, to) in chunks, each attending to the cache (which holds from
+// positions) and causally to itself, at their index plus shift, and returns the logits after the last.
+func (d *decoding) prefillCausal(ctx context.Context, from, to, shift int) ([]float32, error) {
 	// The last chunk's mask, at most chunk x prompt, is the largest: size the buffer for it once rather
 	// than growing it chunk by chunk (a cold worker would allocate the sum of all chunks' masks).
-	d.w.maskBuf(min(d.e.chunk, d.p), d.p-min(d.e.chunk, d.p))
+	d.w.maskBuf(min(d.e.chunk, to-from), to-min(d.e.chunk, to-from))
 	var logits []float32
-	for s := 0; s < d.p; s += d.e.chunk {
-		end := min(s+d.e.chunk, d.p)
+	for s := from; s < to; s += d.e.chunk {
+		end := min(s+d.e.chunk, to)
 		n := end - s
 		past := d.w.cache.Len()
 		ids, pos := d.w.buffers(n)
 		copy(ids, d.prompt.IDs[s:end])
 		for i := range pos {
-			pos[i] = int64(s + i)
+			pos[i] = int64(s + i + shift)
 		}
 		mask := d.w.maskBuf(n, past)
 		for i := range n {
@@ -465,7 +511,7 @@ func (d *decoding) copyChunk(ctx context.Context, t *Trie, chunk []fedNode, bran
 	var want []int64
 	for i, f := range chunk {
 		ids[i] = f.tok
-		pos[i] = int64(d.p + f.depth)
+		pos[i] = int64(d.p + d.shift + f.depth)
 		row := maskRow(mask, i, past+n, past) // the prompt, and [COPY] once it is in the cache
 		for a := i; a >= 0; a = chunk[a].parent {
 			row[past+a] = 0
@@ -612,7 +658,7 @@ func (d *decoding) feedBeams(ctx context.Context, live []*beam) ([]float32, erro
 		depth0 := len(b.toks) - b.pending
 		for j := range b.pending {
 			ids[k] = int64(b.toks[depth0+j])
-			pos[k] = int64(d.p + depth0 + j)
+			pos[k] = int64(d.p + d.shift + depth0 + j)
 			row := maskRow(mask, k, past+n, d.p)
 			for _, a := range b.fed {
 				row[a] = 0
@@ -772,3 +818,6 @@ func (e *Engine) WarmUp(ctx context.Context, opts Options) (tokens int, took tim
 	}
 	return tokens, took, nil
 }
+
+// Blocks returns the engine's block store; nil when block reading is off.
+func (e *Engine) Blocks() *BlockStore { return e.blocks }

@@ -1,5 +1,11 @@
 package inference
 
+import (
+	"cmp"
+	"context"
+	"slices"
+)
+
 // NewFakeEngine returns an engine over the scripted fake model and byte-level fake tokenizer
 // (fake_test.go) with a prompt budget of maxContext tokens, for benchmarks in package inference_test.
 func NewFakeEngine(seen []string, maxContext int, opts EngineOptions) (*Engine, error) {
@@ -38,4 +44,70 @@ func (e *Engine) OneRunCopyMaskBytes(query string, cands []Candidate, opts Optio
 	}
 	n := int64(t.Len() - len(titles)) // [COPY] for the root, every inner node; not the end leaves
 	return n * (int64(len(p.IDs)) + n) * 4, nil
+}
+
+// PrefillLogits builds the prompt of query and cands as Rank does and returns a copy of the logits after its
+// last token: read by the engine's prefill (block reading when the engine has a store), and, as the reference
+// for block reading, by one Run of the whole prompt under the block mask (every candidate block over the
+// header and itself, the query over everything, positions contiguous), with nothing stored or rotated.
+func (e *Engine) PrefillLogits(ctx context.Context, query string, cands []Candidate, opts Options) (got, ref []float32, err error) {
+	opts.MaxSummaryTokens = cmp.Or(opts.MaxSummaryTokens, 256)
+	if e.man.MaxSummaryTokens > 0 {
+		opts.MaxSummaryTokens = min(opts.MaxSummaryTokens, e.man.MaxSummaryTokens)
+	}
+	limit := cmp.Or(e.man.MaxPromptTokens, e.man.MaxContextTokens)
+	p, err := e.prompts.Build(query, cands, PromptOptions{MaxTokens: limit, MaxSummaryTokens: opts.MaxSummaryTokens, FixedSummaryCap: e.blocks != nil})
+	if err != nil {
+		return nil, nil, err
+	}
+	w := <-e.workers
+	defer func() { e.workers <- w }()
+	n := len(p.IDs)
+	if w.cache.Cap() < n {
+		w.cache = NewKVCache(w.model.Spec(), n)
+	}
+	w.cache.Reset()
+	d := decoding{e: e, w: w, prompt: p, p: n}
+	if e.blocks != nil {
+		pl := d.planBlocks()
+		d.plan = &pl
+	}
+	z, err := d.prefill(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	got = slices.Clone(z)
+	w.cache.Reset()
+	ids, pos := slices.Clone(p.IDs), make([]int64, n)
+	mask := make([]float32, n*n)
+	h, q := p.Segments[0], p.Segments[len(p.Segments)-1]
+	seg := 0
+	for t := range n {
+		pos[t] = int64(t + d.shift*b2i(t >= q))
+		for seg < len(p.Segments) && t >= p.Segments[seg] {
+			seg++
+		}
+		row := maskRow(mask, t, n, t+1)
+		if e.blocks != nil && t >= h && t < q { // a candidate block: itself (shared: and the header) only
+			from := 0
+			if e.layout == BlockShared {
+				from, pos[t] = h, int64(h+t-p.Segments[seg-1])
+			}
+			for j := from; j < p.Segments[seg-1]; j++ {
+				row[j] = MaskedValue
+			}
+		}
+	}
+	z, err = w.model.Forward(ctx, Step{IDs: ids, Positions: pos, Mask: mask, LogitsIndex: []int64{int64(n - 1)}}, w.cache)
+	if err != nil {
+		return nil, nil, err
+	}
+	return got, slices.Clone(z), nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

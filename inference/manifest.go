@@ -63,10 +63,13 @@ type Manifest struct {
 	MaxPromptTokens int `json:"max_prompt_tokens,omitempty"`
 	// PromptFormat is the prompt format the model was trained with (PromptFormatV1 or PromptFormatV2).
 	// Optional: 0 (absent) means PromptFormatV1.
-	PromptFormat int      `json:"prompt_format,omitempty"`
-	CopyTokenID  int64    `json:"copy_token_id"`
-	EndTokenID   int64    `json:"end_token_id"`
-	Template     Template `json:"template"`
+	PromptFormat int `json:"prompt_format,omitempty"`
+	// RopeTheta is the rotary embedding's base (the positions' frequencies theta^(-2j/head_dim)). Optional;
+	// block reading (EngineOptions.Blocks) needs it to move a stored block's keys to another place.
+	RopeTheta   float64  `json:"rope_theta,omitempty"`
+	CopyTokenID int64    `json:"copy_token_id"`
+	EndTokenID  int64    `json:"end_token_id"`
+	Template    Template `json:"template"`
 
 	// Dir is the directory the manifest was read from (not part of the file).
 	Dir string `json:"-"`
@@ -140,6 +143,9 @@ func (m *Manifest) validate() error {
 	}
 	if m.MaxPromptTokens < 0 || m.MaxPromptTokens > m.MaxContextTokens {
 		bad("max_prompt_tokens", "must be in [1, max_context_tokens=%d] or absent, got %d", m.MaxContextTokens, m.MaxPromptTokens)
+	}
+	if m.RopeTheta < 0 {
+		bad("rope_theta", "must be positive or absent, got %g", m.RopeTheta)
 	}
 	if m.KVDType != "float32" {
 		bad("kv_dtype", "must be \"float32\", got %q", m.KVDType)

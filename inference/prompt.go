@@ -21,6 +21,10 @@ type PromptOptions struct {
 	MaxSummaryTokens int
 	// TitleOnly puts every candidate in by title alone (the stage-3 title-context format).
 	TitleOnly bool
+	// FixedSummaryCap cuts every summary to MaxSummaryTokens whatever the other candidates are, and
+	// includes a candidate only when its whole block fits, so that a candidate's block is the same in
+	// every prompt (block reading stores it once). Without it the room left is shared by one cap.
+	FixedSummaryCap bool
 }
 
 // Prompt is a tokenised prompt and what went into it.
@@ -32,6 +36,9 @@ type Prompt struct {
 	InContext int
 	// SummaryTokens[i] is how many summary tokens of candidate i were kept.
 	SummaryTokens []int
+	// Segments are the end offsets in IDs of the header and of each included candidate's block, in
+	// order (InContext+1 of them); the query follows the last.
+	Segments []int
 }
 
 // PromptBuilder tokenises prompts with the manifest's template, following MODEL_FORMAT.md's
@@ -158,29 +165,39 @@ func (b *PromptBuilder) Build(query string, cands []Candidate, opts PromptOption
 				return Prompt{}, fmt.Errorf("encode candidate %d: %w", i, err)
 			}
 		}
-		if used+ce.overhead() > opts.MaxTokens {
+		cost := ce.overhead()
+		if opts.FixedSummaryCap {
+			cost += min(len(ce.summary), opts.MaxSummaryTokens)
+		}
+		if used+cost > opts.MaxTokens {
 			break
 		}
-		used += ce.overhead()
+		used += cost
 		enc = append(enc, ce)
 	}
 	lens := make([]int, len(enc))
 	for i := range enc {
 		lens[i] = len(enc[i].summary)
 	}
-	limit := summaryCap(lens, opts.MaxTokens-used, opts.MaxSummaryTokens)
-	p := Prompt{IDs: make([]int64, 0, opts.MaxTokens), InContext: len(enc), SummaryTokens: make([]int, len(enc))}
+	limit := opts.MaxSummaryTokens
+	if !opts.FixedSummaryCap {
+		limit = summaryCap(lens, opts.MaxTokens-used, opts.MaxSummaryTokens)
+	}
+	p := Prompt{IDs: make([]int64, 0, opts.MaxTokens), InContext: len(enc), SummaryTokens: make([]int, len(enc)),
+		Segments: make([]int, 0, len(enc)+1)}
 	p.IDs = append(p.IDs, b.header...)
+	p.Segments = append(p.Segments, len(p.IDs))
 	for i, ce := range enc {
 		if ce.titleOnly != nil {
 			p.IDs = append(p.IDs, ce.titleOnly...)
-			continue
+		} else {
+			k := min(len(ce.summary), limit)
+			p.SummaryTokens[i] = k
+			p.IDs = append(p.IDs, ce.left...)
+			p.IDs = append(p.IDs, ce.summary[:k]...)
+			p.IDs = append(p.IDs, ce.right...)
 		}
-		k := min(len(ce.summary), limit)
-		p.SummaryTokens[i] = k
-		p.IDs = append(p.IDs, ce.left...)
-		p.IDs = append(p.IDs, ce.summary[:k]...)
-		p.IDs = append(p.IDs, ce.right...)
+		p.Segments = append(p.Segments, len(p.IDs))
 	}
 	p.IDs = append(p.IDs, queryIDs...)
 	return p, nil

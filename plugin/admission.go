@@ -410,7 +410,7 @@ type FirstStageInfo struct {
 
 func (s *Server) modelEndpoint(c *gin.Context) {
 	c.JSON(http.StatusOK, ModelEndpoint{
-		ModelInfo: s.modelInfo(),
+		ModelInfo: s.modelInfo().withBlocks(),
 		Concurrency: ConcurrencyInfo{MaxInflight: s.opts.MaxInflight, QueueSize: s.opts.QueueSize,
 			QueueTimeoutMS: ms(s.opts.QueueTimeout), Cost: s.costs().snapshot()},
 		FirstStage: FirstStageInfo{Encoder: s.first.Encoder(), Params: s.first.Params()},

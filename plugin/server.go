@@ -97,6 +97,27 @@ type ModelInfo struct {
 	// Run is how the model runs on this machine, measured when it was loaded; absent when the caller did
 	// not say.
 	Run *RunInfo `json:"run,omitempty"`
+	// Blocks is the block store's state when the model reads by blocks (decode.block_reading), read at
+	// request time from BlockStore; absent otherwise.
+	Blocks *BlocksInfo `json:"blocks,omitempty"`
+	// BlockStore and BlockLayout are the model's block store and layout; nil without block reading.
+	BlockStore  *inference.BlockStore `json:"-"`
+	BlockLayout string                `json:"-"`
+}
+
+// BlocksInfo describes the block store of a model that reads by blocks (inference/blocks.go): its layout
+// and what it holds and served since the model was loaded (each model has its own, empty at load).
+type BlocksInfo struct {
+	Layout string `json:"layout"`
+	inference.BlockStoreStats
+}
+
+// withBlocks returns i with Blocks read from its store now.
+func (i ModelInfo) withBlocks() ModelInfo {
+	if i.BlockStore != nil {
+		i.Blocks = &BlocksInfo{Layout: i.BlockLayout, BlockStoreStats: i.BlockStore.Stats()}
+	}
+	return i
 }
 
 // RunInfo says how a model runs: its sessions and threads (chosen how), and what one full-size run cost
@@ -402,6 +423,9 @@ func (s *Server) ready(c *gin.Context) {
 	s.refreshAllowList()   // an alias added since the start is allowed from now on
 	model := s.modelInfo() // the current one: a hot swap changes the seen corpus
 	body := gin.H{"ready": true, "model": model.Name, "breaker": s.breaker.State().String()}
+	if b := model.withBlocks().Blocks; b != nil {
+		body["blocks"] = b
+	}
 	diffBody, diff := s.seenDiffBody(model)
 	if diffBody != nil {
 		body["seen_diff"] = diffBody

@@ -260,7 +260,12 @@ func planRun(sessions, threads, cores int) runPlan {
 // openModel opens a model directory with plan's sessions and threads and times a full-size warm-up run
 // (the cost model's first estimate, and /v1/model's run section); ONNX Runtime is initialised once, before.
 func openModel(dir string, c config.Model, plan runPlan, d config.Decode, log *slog.Logger) (plugin.LoadedModel, error) {
+	var blocks *inference.BlockStore // each model its own: a swapped model starts empty and fills as it serves
+	if d.BlockReading != config.BlockReadingOff {
+		blocks = inference.NewBlockStore(int64(d.BlockStoreMB) << 20)
+	}
 	m, err := loader.Open(dir, loader.Options{Sessions: plan.sessions, Quantized: c.Quantized, Logger: log,
+		Blocks: blocks, BlockLayout: d.BlockReading,
 		Runtime: ort.Options{Threads: plan.threads, InterOpThreads: c.InterOpThreads, Provider: c.Provider, CUDADevice: c.DeviceID,
 			NoSpin: plan.sessions > 1}})
 	if err != nil {
@@ -284,7 +289,8 @@ func openModel(dir string, c config.Model, plan runPlan, d config.Decode, log *s
 	info := plugin.ModelInfo{Name: man.Name, Config: man.Config, Backbone: man.Backbone, ModelVersion: man.ModelVersion,
 		DataVersion: man.DataVersion, SeenDocIDs: len(m.Seen), Dir: dir, Gate: plugin.NewGateInfo(g),
 		Run: &plugin.RunInfo{Sessions: plan.sessions, IntraOpThreads: plan.threads, Chosen: plan.chosen,
-			WarmPromptTokens: tokens, WarmRunMS: float64(took.Microseconds()) / 1000}}
+			WarmPromptTokens: tokens, WarmRunMS: float64(took.Microseconds()) / 1000},
+		BlockStore: blocks, BlockLayout: d.BlockReading}
 	if g.Never {
 		log.Warn("model gate never overrides BM25 (policy gate answers BM25's order)", "gate", g.Source)
 	} else {

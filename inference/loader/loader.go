@@ -26,6 +26,11 @@ type Options struct {
 	EncodeCacheEntries int
 	// CopyMaskBytes is passed to the engine (inference.EngineOptions): 0 default (64 MiB), negative no bound.
 	CopyMaskBytes int64
+	// Blocks, if set, turns block reading on with this store (inference.EngineOptions.Blocks); give each
+	// model its own, since blocks are keyed by their ids alone.
+	Blocks *inference.BlockStore
+	// BlockLayout is inference.BlockContiguous (default) or inference.BlockShared.
+	BlockLayout string
 	// Logger receives load and engine logs; nil discards.
 	Logger *slog.Logger
 }
@@ -82,7 +87,7 @@ func Open(dir string, opts Options) (_ *Model, err error) {
 		models = append(models, m)
 	}
 	engine, err := inference.NewEngine(man, tk, models, seen, inference.EngineOptions{Logger: opts.Logger, EncodeCacheEntries: opts.EncodeCacheEntries,
-		CopyMaskBytes: opts.CopyMaskBytes})
+		CopyMaskBytes: opts.CopyMaskBytes, Blocks: opts.Blocks, BlockLayout: opts.BlockLayout})
 	if err != nil {
 		return nil, fmt.Errorf("open model %s: %w", dir, err)
 	}

@@ -22,8 +22,11 @@ job_args() {
     r24a) echo "--init backbone --minutes 15 --batch 32 --lr 5e-5 --warmup 100 --n 5 10 15 20 --shuffle 0.5 --swap-titles 0.25 --seen 0.15 --index 0.05 --kd 0.5 --eval-n 200 --save-every 500" ;;
     r24b) echo "--init backbone --minutes 15 --batch 32 --lr 5e-5 --warmup 100 --n 5 10 15 20 --shuffle 0.5 --swap-titles 0.25 --seen 0.15 --index 0.05 --kd 0 --eval-n 200 --save-every 500" ;;
     r24c) echo "--init backbone --minutes 15 --batch 32 --lr 5e-5 --warmup 100 --n 5 10 15 20 --shuffle 0.5 --swap-titles 0 --seen 0.15 --index 0.05 --kd 0.5 --eval-n 200 --save-every 500" ;;
+    # issue 26: r24a read by blocks (the same data and steps; decode.block_attention's mask and positions)
+    r26a) echo "$(job_args r24a) --blocks shared --budget 1024" ;;
+    r26b) echo "$(job_args r24a) --blocks contiguous --budget 1024" ;;
     dry) echo "--init backbone --steps 2 --batch 2 --n 3 5 --eval-n 2 --save-every 1 --device cpu --bf16 false" ;;
-    *) echo "job.sh: unknown job $1 (r24a r24b r24c dry)" >&2; return 2 ;;
+    *) echo "job.sh: unknown job $1 (r24a r24b r24c r26a r26b dry)" >&2; return 2 ;;
   esac
 }
 

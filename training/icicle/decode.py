@@ -228,13 +228,21 @@ class CachedPromptScorer:
     step(input_ids, position_ids, attention_mask, logits_index, past) -> (logits [1,m,V], presents list),
     all numpy; past / presents are [k0, v0, k1, v1, ...] in layout [1, len, kv_heads, head_dim]."""
 
-    def __init__(self, step, prompt_ids: Sequence[int], empty_past: list[np.ndarray]) -> None:
+    def __init__(self, step, prompt_ids: Sequence[int], empty_past: list[np.ndarray], layout=None) -> None:
+        """layout: block reading's (attend [p,p] bool, positions [p]) of the prompt (model.block_attention); the
+        answer then follows the prompt's last position. None: causal, at positions 0..p-1."""
         self._step = step
         p = len(prompt_ids)
         ids = np.asarray([prompt_ids], dtype=np.int64)
-        pos = np.arange(p, dtype=np.int64)[None]
-        logits, self._past = step(ids, pos, causal_mask_np(0, p), np.asarray([p - 1], np.int64), empty_past)
+        if layout is None:
+            pos, mask = np.arange(p, dtype=np.int64)[None], causal_mask_np(0, p)
+        else:
+            attend, positions = (np.asarray(x) for x in layout)
+            pos = positions.astype(np.int64)[None]
+            mask = np.where(attend, 0.0, -1e9).astype(np.float32)[None]
+        logits, self._past = step(ids, pos, mask, np.asarray([p - 1], np.int64), empty_past)
         self._p = p
+        self._pos0 = int(pos[0, -1]) + 1
         self._cache: dict[tuple[int, ...], np.ndarray] = {(): logits[0, -1]}
 
     def logits(self, answer_prefix: tuple[int, ...]) -> np.ndarray:
@@ -242,11 +250,39 @@ class CachedPromptScorer:
         if z is None:
             k = len(answer_prefix)
             ids = np.asarray([answer_prefix], dtype=np.int64)
-            pos = np.arange(self._p, self._p + k, dtype=np.int64)[None]
+            pos = np.arange(self._pos0, self._pos0 + k, dtype=np.int64)[None]
             out, _ = self._step(ids, pos, causal_mask_np(self._p, k), np.asarray([k - 1], np.int64), self._past)
             z = out[0, -1]
             self._cache[answer_prefix] = z
         return z
+
+
+BLOCK_LAYOUTS = ("contiguous", "shared")
+
+
+def block_attention(segments: Sequence[int], length: int, layout: str) -> tuple[np.ndarray, np.ndarray]:
+    """Block reading's attention and positions (issue 26) over a sequence of `length` tokens whose prompt has the
+    given segments (prompt.Prompt.segments: the ends of the header and of each candidate block; the query and the
+    answer follow). Returns (attend [length, length] bool, True = may attend; positions [length] int64):
+    - contiguous (Block-Attention): a candidate block sees itself only, every token at its index;
+    - shared (BlockRank): a block sees the header and itself, every block starts right after the header, and the
+      query and the answer follow the longest block.
+    The header, the query and the answer are causal over everything before them. It is what the Go engine
+    computes with stored blocks (inference/blocks.go), as one mask; training feeds it to Decoder.train_logits."""
+    if layout not in BLOCK_LAYOUTS:
+        raise ValueError(f"block layout {layout!r}: want one of {BLOCK_LAYOUTS}")
+    attend = np.tril(np.ones((length, length), dtype=bool))
+    pos = np.arange(length, dtype=np.int64)
+    h, q = segments[0], segments[-1]
+    longest = 0
+    for start, end in zip(segments[:-1], segments[1:]):
+        attend[start:end, (0 if layout == "contiguous" else h):start] = False
+        longest = max(longest, end - start)
+        if layout == "shared":
+            pos[start:end] = np.arange(h, h + end - start)
+    if layout == "shared":
+        pos[q:] = np.arange(h + longest, h + longest + length - q)
+    return attend, pos
 
 
 def causal_mask_np(past: int, n: int) -> np.ndarray:

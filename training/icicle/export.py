@@ -197,6 +197,7 @@ def write_manifest(out: str, *, name: str, config: str, backbone: str, model_ver
         "head_dim": c.head_dim,
         "kv_dtype": "float32",
         "max_context_tokens": c.max_context_tokens,
+        "rope_theta": c.rope_theta,  # block reading moves stored keys by it (inference/blocks.go)
         "copy_token_id": copy_token_id,
         "end_token_id": end_token_id,
         "template": template,

@@ -84,6 +84,8 @@ class Attention(nn.Module):
         vh = vv.transpose(1, 2).repeat_interleave(rep, dim=1)
         if mask is None:  # training: plain causal attention, fused (identical maths, see train_logits)
             o = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True)
+        elif mask.dtype == torch.bool:  # training under a block layout: [B,1,T,T], True attends (block_attention)
+            o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
         else:
             att = torch.matmul(qh, kh.transpose(2, 3)) / math.sqrt(c.head_dim) + mask.unsqueeze(1)
             o = torch.matmul(torch.softmax(att, dim=-1), vh)
@@ -168,18 +170,23 @@ class Decoder(nn.Module):
         z = torch.zeros(batch, 0, self.c.kv_heads, self.c.head_dim, device=self.embed_tokens.weight.device)
         return [z, z] * self.c.layers
 
-    def train_logits(self, input_ids, pad_mask, gather_b, gather_t, out_vocab=None):
+    def train_logits(self, input_ids, pad_mask, gather_b, gather_t, out_vocab=None, layout=None):
         """Causal training forward on a right-padded batch [B,T]; pad_mask [B,T] bool (True = real token).
 
         Returns logits [k, V] at the k positions (gather_b[j], gather_t[j]) (the positions that predict the
-        answer tokens); with out_vocab (a 1-D id tensor) only those columns, [k, len(out_vocab)]."""
+        answer tokens); with out_vocab (a 1-D id tensor) only those columns, [k, len(out_vocab)]. layout: block
+        reading's (attend [B,T,T] bool, positions [B,T]) from block_attention, instead of causal attention at
+        positions 0..T-1."""
         b, t = input_ids.shape
         pos = torch.arange(t, device=input_ids.device).unsqueeze(0).expand(b, t)
         # The batch is right-padded, so under a causal mask no real token ever sees a pad: the pad mask only
         # changes rows at pad positions, which are never gathered. mask=None selects the fused causal kernel.
         if not bool(pad_mask[:, 1:].le(pad_mask[:, :-1]).all()):
             raise ValueError("train_logits: pad_mask must be right padding (True then False per row)")
-        h, _ = self._hidden(input_ids, pos, None, self.empty_past(b))
+        mask = None
+        if layout is not None:
+            mask, pos = layout[0].unsqueeze(1), layout[1]
+        h, _ = self._hidden(input_ids, pos, mask, self.empty_past(b))
         h = h[gather_b, gather_t]
         if out_vocab is None:
             return self._lm_head(h)

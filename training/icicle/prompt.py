@@ -30,7 +30,7 @@ Budget rule (the Go engine implements the same; golden vectors check it), B = ma
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 TEMPLATE = {
@@ -53,6 +53,11 @@ TEMPLATE_V2 = {
 }
 
 TEMPLATES = {1: TEMPLATE, 2: TEMPLATE_V2}
+
+# Block reading (issue 26): format 2 without the per-request "[{i}] ", so that a candidate's block is the same
+# ids wherever it is listed (scripts/block-model.sh writes the same template into a model's manifest).
+TEMPLATE_BLOCKS = {**TEMPLATE_V2, "candidate": "- {summary}\nTitle:\n{title}\n",
+                   "candidate_title_only": "- Title:\n{title}\n"}
 PROMPT_FORMAT = 2  # what new models are trained with; a manifest without "prompt_format" means 1
 
 DEFAULT_MAX_SUMMARY_TOKENS = 256
@@ -71,6 +76,8 @@ class Prompt:
     ids: list[int]
     included: int  # how many candidates (a prefix of the given list) made it into the prompt
     summary_tokens: list[int]  # per included candidate: summary ids kept (0 for title-only blocks)
+    # end offsets in ids of the header and of each included candidate's block (the query follows the last)
+    segments: list[int] = field(default_factory=list)
 
 
 def _fill(t: str, **kw: object) -> str:
@@ -118,6 +125,7 @@ def build_prompt(
     title_only: bool = False,
     template: dict | None = None,
     prompt_format: int = 1,
+    fixed_cap: bool = False,
 ) -> Prompt:
     """Builds the prompt ids for query and candidates under the budget rule in the module doc. template: the
     manifest's (default: the format's own, TEMPLATES[prompt_format])."""
@@ -144,21 +152,25 @@ def build_prompt(
             pre = _title_pieces(encode, template["candidate_title_only"], n, c.title)
             post, summ = [], None
         cost = len(pre) + len(post)
+        if fixed_cap and summ is not None:  # block reading: every summary cut to the cap, a block in only whole
+            cost += min(len(summ), max_summary_tokens)
         if used + cost > max_prompt_tokens:
             break
         used += cost
         blocks.append((pre, summ, post))
     remaining = max_prompt_tokens - used
     lens = [len(s) for _, s, _ in blocks if s is not None]
-    cap = summary_cap(lens, remaining, max_summary_tokens)
+    cap = max_summary_tokens if fixed_cap else summary_cap(lens, remaining, max_summary_tokens)
     ids = list(header)
     kept: list[int] = []
+    segments = [len(ids)]
     for pre, summ, post in blocks:
         k = 0 if summ is None else min(len(summ), cap)
         ids += pre + ([] if summ is None else summ[:k]) + post
         kept.append(k)
+        segments.append(len(ids))
     ids += qblock
-    return Prompt(ids, len(blocks), kept)
+    return Prompt(ids, len(blocks), kept, segments)
 
 
 def summary_cap(lens: Sequence[int], remaining: int, max_summary_tokens: int) -> int:

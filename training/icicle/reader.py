@@ -19,7 +19,9 @@ One step = `--batch` instances, each drawn as (shares by the flags):
 - parametric (--seen): a "seen" question of part "train" with its list (the gold is never in it): the answer is
   the gold's title without [COPY], from memory; (--index) a seen document's first 64 text tokens -> its title.
 Loss: the answer tokens' cross-entropy over the set's title tokens (train.loss_on's restricted softmax) plus the
-teacher term. Prompts: reader135's format (2), 512 tokens, 24-token summaries.
+teacher term. Prompts: reader135's format (2), --budget tokens (512), 24-token summaries. With --blocks contiguous |
+shared (issue 26) every prompt is built in the block template (no "[i]", every summary cut to 24) and read by
+blocks (decode.block_attention: a mask and position ids, no new parameters), in training and in the evaluation.
 
 A run lives in WORK: ckpt.pt (weights, optimizer, scheduler, step, RNG states, seconds so far; written every
 --save-every steps, at the end, and on SIGTERM/SIGINT), log.jsonl (loss every 25 steps, each evaluation), run.json
@@ -47,9 +49,9 @@ import torch.nn.functional as F
 
 from . import readerdata
 from .data import Doc, Query
-from .decode import Trie, torch_step
+from .decode import BLOCK_LAYOUTS, Trie, block_attention, torch_step
 from .device import autocast, model_device, resolve_device
-from .prompt import Candidate, build_prompt
+from .prompt import TEMPLATE_BLOCKS, Candidate, build_prompt
 from .serve_eval import serve_table
 from .train import INDEX_TEMPLATE, Instance, _batch, docid_vocab
 
@@ -81,6 +83,8 @@ class Args:
     eval_every: int = 0  # steps; 0 = only at the end
     save_every: int = 25
     bf16: bool = True
+    blocks: str = ""  # issue 26: "contiguous" | "shared" reads every prompt by blocks (decode.block_attention)
+    budget: int = BUDGET
 
 
 class Reader:
@@ -97,9 +101,16 @@ class Reader:
         self.out_vocab = docid_vocab(tok, [self.docs[d].title for d in self.titles])
 
     def build(self, query: str, cands: list[Candidate]):
-        """reader135's prompt (serve_table's build)."""
-        return build_prompt(self.tok.encode, query, cands, BUDGET, max_summary_tokens=SUMMARY_TOKENS,
+        """reader135's prompt (serve_table's build); with --blocks the block template (no per-request "[i]") and
+        every summary cut to the same cap, so a block is the same ids in every prompt."""
+        if self.a.blocks:
+            return build_prompt(self.tok.encode, query, cands, self.a.budget, max_summary_tokens=SUMMARY_TOKENS,
+                                prompt_format=PROMPT_FORMAT, template=TEMPLATE_BLOCKS, fixed_cap=True)
+        return build_prompt(self.tok.encode, query, cands, self.a.budget, max_summary_tokens=SUMMARY_TOKENS,
                             prompt_format=PROMPT_FORMAT)
+
+    def _segments(self, p) -> list[int] | None:
+        return p.segments if self.a.blocks else None
 
     def prompt(self, query: str, names: list[str], shown: dict[str, str]):
         return self.build(query, [Candidate(self.docs[shown.get(d, d)].title, self.docs[d].text) for d in names])
@@ -135,7 +146,7 @@ class Reader:
             p = self.prompt(q["q"], names, shown)
         inc = order[: p.included]
         gold = shown.get(q["gold"], q["gold"])
-        inst = Instance(p.ids, [self.tok.copy_id] + self.tok.docid(gold))
+        inst = Instance(p.ids, [self.tok.copy_id] + self.tok.docid(gold), segments=self._segments(p))
         teacher = None
         if a.kd > 0:
             cos = torch.tensor([q["cos"][i] for i in inc])
@@ -147,7 +158,7 @@ class Reader:
         q = rng.choice(self.seen_q)
         n = rng.choice(self.a.n)
         p = self.prompt(q["q"], q["list"][:n], {})
-        return Instance(p.ids, self.tok.docid(q["gold"]))
+        return Instance(p.ids, self.tok.docid(q["gold"]), segments=self._segments(p))
 
     def index_instance(self, rng: random.Random) -> Instance:
         d = rng.choice(self.seen_docs)
@@ -190,7 +201,7 @@ class Reader:
             out[name] = serve_table(step, empty, tok.encode, tok.end_id, tok.copy_id, gtrie, view,
                                     self.build,
                                     n, (10,), contexts=ctx, summary=lambda d: self.docs[d].text,
-                                    queries=queries)["n10"]
+                                    queries=queries, layout=self.a.blocks)["n10"]
         return out
 
 
@@ -207,13 +218,30 @@ class _Lists:
         return self.lists[query]
 
 
-def step_loss(model, out_vocab: torch.Tensor, insts: list[Instance], teach: list, kd: float) -> torch.Tensor:
+def batch_layout(insts: list[Instance], t: int, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block reading's (attend [B,t,t], positions [B,t]) over _batch's right-padded rows: each instance with segments
+    under decode.block_attention, the others (and every pad) causal at their index."""
+    attend = torch.ones(len(insts), t, t, dtype=torch.bool).tril()
+    pos = torch.arange(t).repeat(len(insts), 1)
+    for b, inst in enumerate(insts):
+        if inst.segments:
+            n = len(inst.prompt) + len(inst.answer) - 1
+            m, p = block_attention(inst.segments, n, layout)
+            attend[b, :n, :n] = torch.from_numpy(m)
+            pos[b, :n] = torch.from_numpy(p)
+            pos[b, n:] = torch.arange(int(p[-1]) + 1, int(p[-1]) + 1 + t - n)
+    return attend, pos
+
+
+def step_loss(model, out_vocab: torch.Tensor, insts: list[Instance], teach: list, kd: float,
+              layout: str = "") -> torch.Tensor:
     """Answer cross-entropy over out_vocab (summed, per instance mean over tokens, then the batch mean) plus kd x the
-    teacher KL at the first title token of reading instances."""
+    teacher KL at the first title token of reading instances; with layout, prompts are read by blocks."""
     dev = model_device(model)
     ids, pad, gb, gt, tgt = (x.to(dev) for x in _batch(insts))
     ov = out_vocab.to(dev)
-    logits = model.train_logits(ids, pad, gb, gt, ov).float()
+    lay = tuple(x.to(dev) for x in batch_layout(insts, ids.shape[1], layout)) if layout else None
+    logits = model.train_logits(ids, pad, gb, gt, ov, layout=lay).float()
     loss = F.cross_entropy(logits, torch.searchsorted(ov, tgt))
     if kd <= 0:
         return loss
@@ -332,7 +360,7 @@ def train(a: Args) -> dict:
         total = 0.0
         for pi, pt in parts:
             with autocast(dev, a.bf16):
-                loss = step_loss(model, rd.out_vocab, pi, pt, a.kd) * (len(pi) / len(insts))
+                loss = step_loss(model, rd.out_vocab, pi, pt, a.kd, a.blocks) * (len(pi) / len(insts))
             loss.backward()
             total += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -397,6 +425,8 @@ def main(argv=None) -> None:
     cmd = ns.pop("cmd")
     ns["n"] = tuple(ns["n"])
     a = Args(**ns)
+    if a.blocks and a.blocks not in BLOCK_LAYOUTS:
+        raise SystemExit(f"--blocks {a.blocks!r}: want one of {BLOCK_LAYOUTS} (or nothing: causal reading)")
     if cmd == "train":
         res = train(a)
     else:

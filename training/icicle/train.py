@@ -47,6 +47,9 @@ class Instance:
     # gold's path), or None at a position where the whole output vocabulary competes (the route token). Set for
     # context-dependent instances; read by choice_loss_on.
     choices: list[list[int] | None] | None = None
+    # The prompt's segments (prompt.Prompt.segments) when the instance is read by blocks (reader.py --blocks);
+    # None reads it causally.
+    segments: list[int] | None = None
 
 
 def copy_choices(seqs: list[list[int]], gold: int) -> list[list[int] | None]:

@@ -88,6 +88,40 @@ def test_teacher_term_adds_to_the_loss(rd):
     assert m.embed_tokens.weight.grad is not None
 
 
+def test_block_reading_instances_train_under_their_layout(rset):
+    """--blocks: instances carry their prompt's segments in the block template, and the loss under the layout's
+    mask and positions equals the one-sequence-at-a-time forward under decode.block_attention (the padding of the
+    batch changes nothing) and differs from causal reading."""
+    from icicle.decode import block_attention
+    from icicle.model import Decoder, ModelConfig
+    from icicle.tokenizer import Tok, build_tokenizer
+
+    a = reader.Args(set=rset, work="", kd=0.0, shuffle=0.0, swap_titles=0.0, blocks="shared")
+    rb = reader.Reader(readerdata.load(rset), Tok(build_tokenizer()), a)
+    insts = [rb.reading_instance(random.Random(i))[0] for i in range(3)]
+    assert all(i.segments and len(i.segments) >= 2 for i in insts)
+    assert all(rb.tok.encode("[1]")[0] not in i.prompt[i.segments[0]:i.segments[1]][:2] for i in insts)
+    torch.manual_seed(0)
+    m = Decoder(ModelConfig(vocab_size=49153, hidden=32, layers=2, heads=2, kv_heads=1, head_dim=16, intermediate=64,
+                            max_context_tokens=2048)).eval()
+    with torch.no_grad():
+        batched = reader.step_loss(m, rb.out_vocab, insts, [None] * 3, 0.0, "shared")
+        one = []
+        for inst in insts:
+            ids = torch.tensor([inst.prompt + inst.answer[:-1]])
+            att, pos = block_attention(inst.segments, ids.shape[1], "shared")
+            gt = torch.arange(len(inst.prompt) - 1, ids.shape[1])
+            z = m.train_logits(ids, torch.ones_like(ids, dtype=torch.bool), torch.zeros_like(gt), gt, rb.out_vocab,
+                               layout=(torch.from_numpy(att)[None], torch.from_numpy(pos)[None]))
+            one.append(torch.nn.functional.cross_entropy(z.float(), torch.searchsorted(rb.out_vocab,
+                                                                                         torch.tensor(inst.answer))))
+        causal = reader.step_loss(m, rb.out_vocab, insts, [None] * 3, 0.0)
+    answer_tokens = [len(i.answer) for i in insts]
+    want = sum(l * n for l, n in zip(one, answer_tokens)) / sum(answer_tokens)
+    assert abs(batched.item() - want.item()) < 1e-4
+    assert abs(batched.item() - causal.item()) > 1e-4
+
+
 def _run(args, env=None, timeout=1200):
     p = subprocess.run(args, cwd=os.path.join(REPO, "training"), capture_output=True, text=True, timeout=timeout,
                        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})

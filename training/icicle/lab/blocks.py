@@ -6,11 +6,13 @@ is encoded on its own, and what a request then costs.
 The prompt is split into the header, one block per candidate (exactly the ids of prompt.build_prompt) and the query
 block. "full" is today's causal prefill. In the block modes the header is encoded once, each block attends to the
 header and itself only, and the query and the answer attend to everything; that is a mask and position ids over the
-model's own step contract (no new parameters, the ONNX graph already takes both):
-- contiguous: block i sits at its place in the prompt (Block-Attention: a block computed at offset 0 and its keys
-  re-rotated to that place gives the same keys, since RoPE inside the block is relative);
-- shared: every block starts right after the header (BlockRank: order-free, a block's cache is the same wherever
-  it is listed), the query after the longest block.
+model's own step contract (no new parameters, the ONNX graph already takes both), decode.block_attention's layouts:
+- contiguous: block i attends to itself only and sits at its place in the prompt (Block-Attention: a block computed
+  at offset 0 and its keys re-rotated to that place gives the same keys, since RoPE inside the block is relative);
+  before 2026-11-25 this tool's contiguous blocks also saw the header (results/reader/blocks_reader135_zero_shot.json),
+  which no stored block can (its state would depend on its distance from the header);
+- shared: every block attends to the header and itself and starts right after the header (BlockRank: order-free, a
+  block's cache is the same wherever it is listed), the query after the longest block.
 Per mode: the held-out shuffled view of the reader set (reading alone, chance 0.10) and the ordered one, the copy
 pick, and the time of the per-request part (full: the whole prefill; blocks: the query block over the cached
 blocks), torch on this machine's cores.
@@ -55,9 +57,12 @@ class BlockScorer:
         off = h
         for b in blocks:
             n = len(b)
-            start = h if mode == "shared" else off
-            _, pres = step(np.asarray([b]), np.arange(start, start + n)[None], causal_mask_np(h, n), np.asarray([n - 1]),
-                           past_h)
+            if mode == "shared":  # over the header, at its end
+                _, pres = step(np.asarray([b]), np.arange(h, h + n)[None], causal_mask_np(h, n), np.asarray([n - 1]),
+                               past_h)
+            else:  # alone, at its place
+                _, pres = step(np.asarray([b]), np.arange(off, off + n)[None], causal_mask_np(0, n),
+                               np.asarray([n - 1]), empty)
             for layer, p in zip(kv, pres):
                 layer.append(p)
             off += n

@@ -1,0 +1,342 @@
+package inference
+
+// Block reading (issue 26). The prompt is read as the header, one block per candidate and the query: each
+// candidate block is computed on its own, the query and the answer attend to everything. Two layouts, both
+// exact with stored blocks and both a mask and position ids over the model's step contract (so a model can be
+// fine-tuned to them without new parameters):
+//   - BlockContiguous (Block-Attention): a block attends to itself only and every token keeps its place in the
+//     prompt. A block's keys and values then depend on its offset only through the rotary embedding of its keys,
+//     a rotation per position (R(a+d) = R(d) R(a)); it is computed once at offset 0 and its keys rotated to its
+//     place in each prompt. The order of the list stays visible to the model.
+//   - BlockShared (BlockRank): a block attends to the header and itself, and every block sits right after the
+//     header (the same positions for all); the query follows the longest block. Nothing is rotated, and the
+//     model cannot see the list's order.
+//
+// Blocks are kept in a BlockStore and reused by every request that lists them; only the query and the decoding
+// run per request. The store is the engine's own (a swapped model starts with an empty one and fills it while
+// it serves); a block missing at request time is computed then, all missing blocks of a request in as few Runs
+// as the prefill chunk allows, and kept. Keys are content hashes of the block's ids, so a template with {i} in
+// its candidate block (a position-dependent block) is read correctly, only with fewer hits.
+
+import (
+	"container/list"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sync"
+)
+
+// Block layouts (EngineOptions.BlockLayout).
+const (
+	BlockContiguous = "contiguous"
+	BlockShared     = "shared"
+)
+
+// DefaultBlockStoreBytes bounds a BlockStore made with a zero size.
+const DefaultBlockStoreBytes = 1 << 30
+
+// BlockStore keeps candidate blocks' keys and values, least recently used first out when full. It is safe
+// for concurrent use.
+type BlockStore struct {
+	mu    sync.Mutex
+	max   int64
+	bytes int64
+	order *list.List // of *blockKV, most recently used at the front
+	byKey map[blockKey]*list.Element
+	stats BlockStoreStats
+}
+
+// BlockStoreStats counts a store's traffic.
+type BlockStoreStats struct {
+	// Blocks and Bytes are what the store holds now; MaxBytes its bound.
+	Blocks   int   `json:"blocks"`
+	Bytes    int64 `json:"bytes"`
+	MaxBytes int64 `json:"max_bytes"`
+	// Hits and Misses count block lookups; Evicted counts blocks dropped to make room.
+	Hits    int64 `json:"hits"`
+	Misses  int64 `json:"misses"`
+	Evicted int64 `json:"evicted"`
+}
+
+type blockKey [sha256.Size]byte
+
+// blockKV is one block's keys and values per layer (n positions in the KVCache layout), its keys rotated as
+// at offset base.
+type blockKV struct {
+	key          blockKey
+	n, base      int
+	keys, values [][]float32
+}
+
+func (b *blockKV) size() int64 {
+	var s int64
+	for l := range b.keys {
+		s += int64(len(b.keys[l])+len(b.values[l])) * 4
+	}
+	return s
+}
+
+// NewBlockStore returns an empty store holding at most maxBytes of keys and values (DefaultBlockStoreBytes
+// when 0).
+func NewBlockStore(maxBytes int64) *BlockStore {
+	if maxBytes == 0 {
+		maxBytes = DefaultBlockStoreBytes
+	}
+	return &BlockStore{max: maxBytes, order: list.New(), byKey: make(map[blockKey]*list.Element)}
+}
+
+// Stats returns the store's counters.
+func (s *BlockStore) Stats() BlockStoreStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Blocks, st.Bytes, st.MaxBytes = s.order.Len(), s.bytes, s.max
+	return st
+}
+
+func (s *BlockStore) get(k blockKey) *blockKV {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.byKey[k]
+	if !ok {
+		s.stats.Misses++
+		return nil
+	}
+	s.stats.Hits++
+	s.order.MoveToFront(e)
+	return e.Value.(*blockKV)
+}
+
+func (s *BlockStore) put(b *blockKV) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.byKey[b.key]; ok {
+		return
+	}
+	sz := b.size()
+	if sz > s.max {
+		return
+	}
+	for s.bytes+sz > s.max {
+		old := s.order.Back()
+		ob := old.Value.(*blockKV)
+		s.order.Remove(old)
+		delete(s.byKey, ob.key)
+		s.bytes -= ob.size()
+		s.stats.Evicted++
+	}
+	s.byKey[b.key] = s.order.PushFront(b)
+	s.bytes += sz
+}
+
+// keyOf names a block by its layout, its ids and the offset its keys are rotated for.
+func keyOf(layout string, base int, ids []int64) blockKey {
+	h := sha256.New()
+	h.Write([]byte(layout))
+	var buf [8]byte
+	binary.LittleEndian.PutUint64(buf[:], uint64(base))
+	h.Write(buf[:])
+	for _, id := range ids {
+		binary.LittleEndian.PutUint64(buf[:], uint64(id))
+		h.Write(buf[:])
+	}
+	var k blockKey
+	h.Sum(k[:0])
+	return k
+}
+
+// ropeFreqs returns theta^(-2j/headDim) for j < headDim/2, the rotary frequencies of the model's graph.
+func ropeFreqs(theta float64, headDim int) []float64 {
+	f := make([]float64, headDim/2)
+	for j := range f {
+		f[j] = 1 / math.Pow(theta, float64(2*j)/float64(headDim))
+	}
+	return f
+}
+
+// rotateKeys turns keys (positions x heads x headDim, rotary in the rotate-half layout: dimension j pairs
+// with j+headDim/2) by delta positions in place.
+func rotateKeys(keys []float32, headDim int, freqs []float64, delta int) {
+	if delta == 0 {
+		return
+	}
+	half := headDim / 2
+	cos, sin := make([]float32, half), make([]float32, half)
+	for j := range half {
+		a := float64(delta) * freqs[j]
+		cos[j], sin[j] = float32(math.Cos(a)), float32(math.Sin(a))
+	}
+	for h := 0; h+headDim <= len(keys); h += headDim {
+		x := keys[h : h+headDim]
+		for j := range half {
+			a, b := x[j], x[j+half]
+			x[j] = a*cos[j] - b*sin[j]
+			x[j+half] = b*cos[j] + a*sin[j]
+		}
+	}
+}
+
+// appendBlock appends b's positions to the cache with its keys rotated to start at offset at.
+func (c *KVCache) appendBlock(b *blockKV, at int, freqs []float64) error {
+	if err := c.Append(b.n, b.keys, b.values); err != nil {
+		return err
+	}
+	start, end := (c.n-b.n)*c.stride, c.n*c.stride
+	for l := range c.keys {
+		rotateKeys(c.keys[l][start:end], c.spec.HeadDim, freqs, at-b.base)
+	}
+	return nil
+}
+
+// takeBlock copies positions [from, from+n) of the cache out as a block rotated for offset base.
+func (c *KVCache) takeBlock(k blockKey, from, n, base int) *blockKV {
+	b := &blockKV{key: k, n: n, base: base, keys: make([][]float32, len(c.keys)), values: make([][]float32, len(c.keys))}
+	for l := range c.keys {
+		b.keys[l] = append([]float32(nil), c.keys[l][from*c.stride:(from+n)*c.stride]...)
+		b.values[l] = append([]float32(nil), c.values[l][from*c.stride:(from+n)*c.stride]...)
+	}
+	return b
+}
+
+// blockPlan is a prompt's blocks looked up in the store: the header (segment 0) and each candidate's block.
+type blockPlan struct {
+	keys    []blockKey
+	kv      []*blockKV // nil: to compute
+	missing int        // tokens to compute
+}
+
+// blockBase is the offset a candidate block is computed and stored at: 0 (contiguous: it sees itself only)
+// or the header's end (shared).
+func (d *decoding) blockBase() int {
+	if d.e.layout == BlockShared {
+		return d.prompt.Segments[0]
+	}
+	return 0
+}
+
+// planBlocks looks every segment of the prompt up (the header at offset 0, the candidates' blocks at
+// blockBase) and sets the position shift of the query and the answer.
+func (d *decoding) planBlocks() blockPlan {
+	segs := d.prompt.Segments
+	pl := blockPlan{keys: make([]blockKey, len(segs)), kv: make([]*blockKV, len(segs))}
+	start, longest := 0, 0
+	for i, end := range segs {
+		base := 0
+		if i > 0 {
+			base = d.blockBase()
+			longest = max(longest, end-start)
+		}
+		pl.keys[i] = keyOf(d.e.layout, base, d.prompt.IDs[start:end])
+		if pl.kv[i] = d.e.blocks.get(pl.keys[i]); pl.kv[i] == nil {
+			pl.missing += end - start
+		}
+		start = end
+	}
+	if d.e.layout == BlockShared {
+		// Cache index segs[last] holds the query's first token, at position header + longest block.
+		d.shift = segs[0] + longest - segs[len(segs)-1]
+	}
+	return pl
+}
+
+// prefillBlocks fills the cache with the header and the candidate blocks, from the store or computed and
+// stored, then feeds the query causally over them; it returns the logits after the prompt's last token.
+func (d *decoding) prefillBlocks(ctx context.Context, pl blockPlan) ([]float32, error) {
+	segs := d.prompt.Segments
+	h := segs[0]
+	c := d.w.cache
+	if pl.kv[0] == nil {
+		if _, err := d.prefillCausal(ctx, 0, h, 0); err != nil {
+			return nil, fmt.Errorf("header: %w", err)
+		}
+		pl.kv[0] = c.takeBlock(pl.keys[0], 0, h, 0)
+		d.e.blocks.put(pl.kv[0])
+		d.stats.BlockMisses++
+	} else if err := c.appendBlock(pl.kv[0], 0, d.e.freqs); err != nil {
+		return nil, err
+	} else {
+		d.stats.BlockHits++
+	}
+	// The missing candidate blocks, in groups of at most a prefill chunk of tokens, each block over the
+	// header and itself at the canonical offset h.
+	var group []int
+	fed := 0
+	flush := func() error {
+		if len(group) == 0 {
+			return nil
+		}
+		if err := d.computeBlocks(ctx, pl, group, fed); err != nil {
+			return err
+		}
+		group, fed = group[:0], 0
+		return nil
+	}
+	for i := 1; i < len(segs); i++ {
+		if pl.kv[i] != nil {
+			d.stats.BlockHits++
+			continue
+		}
+		d.stats.BlockMisses++
+		n := segs[i] - segs[i-1]
+		if fed > 0 && fed+n > d.e.chunk {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+		group = append(group, i)
+		fed += n
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	// Every block in its place (shared: where it was computed), then the query.
+	for i := 1; i < len(segs); i++ {
+		at := segs[i-1]
+		if d.e.layout == BlockShared {
+			at = pl.kv[i].base
+		}
+		if err := c.appendBlock(pl.kv[i], at, d.e.freqs); err != nil {
+			return nil, fmt.Errorf("place block %d: %w", i, err)
+		}
+	}
+	return d.prefillCausal(ctx, segs[len(segs)-1], d.p, d.shift)
+}
+
+// computeBlocks runs the blocks in group (segment indices) in one Run after the header, each at blockBase
+// attending to itself (and, shared, to the header), and stores them. fed is their total length.
+func (d *decoding) computeBlocks(ctx context.Context, pl blockPlan, group []int, fed int) error {
+	segs := d.prompt.Segments
+	h, base, see := segs[0], d.blockBase(), 0
+	if d.e.layout == BlockShared {
+		see = h
+	}
+	c := d.w.cache
+	c.Truncate(h)
+	ids, pos := d.w.buffers(fed)
+	mask := d.w.maskBuf(fed, h)
+	k := 0
+	for _, i := range group {
+		first := k
+		for t := segs[i-1]; t < segs[i]; t++ {
+			ids[k] = d.prompt.IDs[t]
+			pos[k] = int64(base + k - first)
+			row := maskRow(mask, k, h+fed, see)
+			clear(row[h+first : h+k+1])
+			k++
+		}
+	}
+	if _, err := d.forward(ctx, Step{IDs: ids, Positions: pos, Mask: mask, LogitsIndex: d.w.index(fed - 1)}); err != nil {
+		return fmt.Errorf("compute %d blocks (%d tokens): %w", len(group), fed, err)
+	}
+	from := h
+	for _, i := range group {
+		n := segs[i] - segs[i-1]
+		pl.kv[i] = c.takeBlock(pl.keys[i], from, n, base)
+		d.e.blocks.put(pl.kv[i])
+		from += n
+	}
+	c.Truncate(h)
+	return nil
+}

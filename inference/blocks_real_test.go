@@ -1,0 +1,265 @@
+//go:build ort && tokenizers
+
+package inference_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/inference/loader"
+	"github.com/icicle-search/sidecar/inference/ort"
+	"github.com/icicle-search/sidecar/plugin"
+	"github.com/icicle-search/sidecar/internal/testenv"
+)
+
+// blockTolerance bounds |block path - reference| on a logit: the same fp32 graph, the stored keys rotated in
+// Go (float32, angles in float64) where the reference rotates inside the graph (measured: 4e-5).
+const blockTolerance = 1e-3
+
+func maxAbsDiff(a, b []float32) float64 {
+	m := 0.0
+	for i := range a {
+		m = max(m, math.Abs(float64(a[i]-b[i])))
+	}
+	return m
+}
+
+// blockModelDir is the shipped default (model.onnx built by scripts/model.sh) under a candidate template
+// without {i}, so that a candidate's block is the same wherever it is listed, and max_prompt_tokens at
+// max_context_tokens: a directory of links to models/reader135's files and a rewritten manifest (what
+// scripts/block-model.sh writes).
+func blockModelDir(t testing.TB) string {
+	t.Helper()
+	src, err := filepath.Abs(filepath.Join("..", "models", "reader135"))
+	require.NoError(t, err)
+	if _, err := os.Stat(filepath.Join(src, "model.onnx")); err != nil {
+		testenv.Missing(t, "%s has no model.onnx yet: run scripts/model.sh %s (scripts/test.sh does)", src, src)
+	}
+	dir := t.TempDir()
+	entries, err := os.ReadDir(src)
+	require.NoError(t, err)
+	for _, e := range entries {
+		if e.Name() != "manifest.json" {
+			require.NoError(t, os.Symlink(filepath.Join(src, e.Name()), filepath.Join(dir, e.Name())))
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(src, "manifest.json"))
+	require.NoError(t, err)
+	var man map[string]any
+	require.NoError(t, json.Unmarshal(raw, &man))
+	tmpl := man["template"].(map[string]any)
+	for _, k := range []string{"candidate", "candidate_title_only"} {
+		tmpl[k] = strings.ReplaceAll(tmpl[k].(string), "[{i}] ", "- ")
+	}
+	man["max_prompt_tokens"] = man["max_context_tokens"] // room for 100 candidates, as scripts/block-model.sh
+	raw, err = json.Marshal(man)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "manifest.json"), raw, 0o644))
+	return dir
+}
+
+// openReader135 opens the shipped default's weights under blockModelDir's template with block reading in
+// layout on store when store is set.
+func openReader135(t *testing.T, store *inference.BlockStore, layout string) *loader.Model {
+	t.Helper()
+	m, err := loader.Open(blockModelDir(t), loader.Options{Blocks: store, BlockLayout: layout})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+// TestBlockReading, per layout: the block path (blocks computed once, stored, placed by rotating their keys
+// in Go, then the query) gives the logits of one Run of the whole prompt under the layout's mask and
+// positions; a second request over the same candidates in reverse order computes no block and still matches
+// (contiguous: a different answer, the order is seen; shared: the same, it is not); Rank's warm answer is its
+// cold one. With one candidate, shared block reading is causal reading.
+func TestBlockReading(t *testing.T) {
+	initORT(t)
+	cases := readGoldenDecode(t, filepath.Join("..", "models", "reader135"))
+	c := cases[3]
+	require.Len(t, c.Candidates, 10)
+	cands := c.Candidates
+	rev := slices.Clone(cands)
+	slices.Reverse(rev)
+	for _, layout := range []string{inference.BlockContiguous, inference.BlockShared} {
+		t.Run(layout, func(t *testing.T) {
+			store := inference.NewBlockStore(0)
+			m := openReader135(t, store, layout)
+			got, ref, err := m.Engine.PrefillLogits(t.Context(), c.Query, cands, c.options())
+			require.NoError(t, err)
+			require.Less(t, maxAbsDiff(got, ref), blockTolerance, "cold store")
+			st := store.Stats()
+			require.Equal(t, int64(0), st.Hits)
+			require.Equal(t, 1+len(cands), st.Blocks, "the header and every candidate's block are stored")
+
+			got2, ref2, err := m.Engine.PrefillLogits(t.Context(), c.Query, rev, c.options())
+			require.NoError(t, err)
+			require.Equal(t, int64(1+len(cands)), store.Stats().Hits, "every block of the reversed list is a hit")
+			require.Less(t, maxAbsDiff(got2, ref2), blockTolerance, "stored blocks placed anew")
+			if layout == inference.BlockShared {
+				require.Less(t, maxAbsDiff(got, got2), blockTolerance, "shared positions: the order is not seen")
+			} else {
+				require.Greater(t, maxAbsDiff(got, got2), 1e-2, "contiguous positions: the order is seen")
+			}
+
+			cold, err := openReader135(t, inference.NewBlockStore(0), layout).Engine.Rank(t.Context(), c.Query, cands, c.options())
+			require.NoError(t, err)
+			require.Equal(t, 1+len(cands), cold.Stats.BlockMisses)
+			warm, err := m.Engine.Rank(t.Context(), c.Query, cands, c.options())
+			require.NoError(t, err)
+			require.Equal(t, 0, warm.Stats.BlockMisses)
+			require.Equal(t, 1+len(cands), warm.Stats.BlockHits)
+			require.Equal(t, len(cold.Beams), len(warm.Beams))
+			for i := range cold.Beams {
+				require.Equal(t, cold.Beams[i].DocID, warm.Beams[i].DocID)
+				require.InDelta(t, cold.Beams[i].Score, warm.Beams[i].Score, 1e-5)
+			}
+		})
+	}
+	// Shared with one candidate is causal reading: the block sees the header and itself, the query everything,
+	// at their own positions.
+	one := cands[:1]
+	b1, _, err := openReader135(t, inference.NewBlockStore(0), inference.BlockShared).Engine.PrefillLogits(t.Context(), c.Query, one, c.options())
+	require.NoError(t, err)
+	c1, _, err := openReader135(t, nil, "").Engine.PrefillLogits(t.Context(), c.Query, one, c.options())
+	require.NoError(t, err)
+	require.Less(t, maxAbsDiff(b1, c1), blockTolerance, "one candidate, shared: block reading is causal reading")
+}
+
+// TestBlockSwapServesWhileStoreFills: a hot swap (plugin.Swapper) to a model reading by blocks whose store is
+// empty, under concurrent requests: every request before, across and after the swap answers without error; the
+// new model's store fills from the requests (misses, then hits on the blocks that repeat) and its answers are
+// those of a cold engine (the store's state never changes an answer).
+func TestBlockSwapServesWhileStoreFills(t *testing.T) {
+	initORT(t)
+	dir := blockModelDir(t)
+	cases := readGoldenDecode(t, filepath.Join("..", "models", "reader135"))
+	var work []decodeCase
+	for _, c := range cases {
+		if len(c.Candidates) >= 3 && c.MaxPromptTokens >= 512 {
+			work = append(work, c.decodeCase)
+		}
+	}
+	require.GreaterOrEqual(t, len(work), 6)
+	work = work[:6]
+	open := func(store *inference.BlockStore, layout string) *loader.Model {
+		m, err := loader.Open(dir, loader.Options{Sessions: 2, Blocks: store, BlockLayout: layout})
+		require.NoError(t, err)
+		return m
+	}
+	first := open(inference.NewBlockStore(0), inference.BlockContiguous)
+	next := inference.NewBlockStore(0)
+	sw := plugin.NewSwapper(plugin.LoadedModel{Reranker: first.Engine, Close: first.Close},
+		func(string) (plugin.LoadedModel, error) {
+			m := open(next, inference.BlockShared)
+			return plugin.LoadedModel{Reranker: m.Engine, Close: m.Close}, nil
+		}, nil)
+	t.Cleanup(func() { _ = sw.Close() })
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	swapped := make(chan struct{})
+	for g := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 8 {
+				if i == 3 && g == 0 {
+					<-swapped
+				}
+				c := work[(g+i)%len(work)]
+				if _, err := sw.Rank(t.Context(), c.Query, c.Candidates, c.options()); err != nil {
+					errs <- fmt.Errorf("worker %d request %d: %w", g, i, err)
+				}
+			}
+		}()
+	}
+	_, err := sw.Swap(dir)
+	require.NoError(t, err)
+	close(swapped)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	st := next.Stats()
+	require.Positive(t, st.Misses, "the new model computed its blocks")
+	require.Positive(t, st.Hits, "and reused those that repeat")
+	c := work[0]
+	warm, err := sw.Rank(t.Context(), c.Query, c.Candidates, c.options())
+	require.NoError(t, err)
+	require.Zero(t, warm.Stats.BlockMisses)
+	cold := open(inference.NewBlockStore(0), inference.BlockShared)
+	t.Cleanup(func() { _ = cold.Close() })
+	want, err := cold.Engine.Rank(t.Context(), c.Query, c.Candidates, c.options())
+	require.NoError(t, err)
+	require.Equal(t, len(want.Beams), len(warm.Beams))
+	for i := range want.Beams {
+		require.Equal(t, want.Beams[i].DocID, warm.Beams[i].DocID)
+		require.InDelta(t, want.Beams[i].Score, warm.Beams[i].Score, 1e-4)
+	}
+}
+
+// BenchmarkBlockRank: one query in the engine with its blocks stored (the steady state after the documents'
+// first requests), against causal reading of the same candidates, at 10 and 100 candidates and beam 1 and 10;
+// it reports the split prefill (causal: the prompt; blocks: placing the stored blocks and the query) and decode
+// (the copy and parametric routes), Runs and tokens fed per query.
+//
+//	eval "$(scripts/env.sh)"; go test -tags "ort tokenizers" -run '^$' -bench BlockRank -count 3 ./inference
+func BenchmarkBlockRank(b *testing.B) {
+	lib := os.Getenv("ICICLE_ORT_LIB")
+	if lib == "" {
+		b.Skip("ICICLE_ORT_LIB not set")
+	}
+	if err := ort.Init(lib); err != nil {
+		b.Fatal(err)
+	}
+	defer ort.Shutdown()
+	cands := benchCandidates(b, 100)
+	dir := blockModelDir(b)
+	for _, layout := range []string{"causal", inference.BlockContiguous, inference.BlockShared} {
+		for _, n := range []int{10, 100} {
+			for _, w := range []int{1, 10} {
+				b.Run(fmt.Sprintf("%s/cands=%d/beam=%d", layout, n, w), func(b *testing.B) {
+					var store *inference.BlockStore
+					if layout != "causal" {
+						store = inference.NewBlockStore(0)
+					}
+					lm, err := loader.Open(dir, loader.Options{Blocks: store, BlockLayout: layout, Runtime: ort.Options{Threads: 2, InterOpThreads: 1}})
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer lm.Close()
+					opts := inference.Options{BeamWidth: w}
+					if _, err := lm.Engine.Rank(b.Context(), benchQuery, cands[:n], opts); err != nil { // fills the store
+						b.Fatal(err)
+					}
+					var pre, dec time.Duration
+					var res inference.Result
+					for b.Loop() {
+						if res, err = lm.Engine.Rank(b.Context(), benchQuery, cands[:n], opts); err != nil {
+							b.Fatal(err)
+						}
+						pre, dec = pre+res.Stats.Prefill, dec+res.Stats.Decode
+					}
+					b.ReportMetric(float64(pre.Milliseconds())/float64(b.N), "prefill-ms/op")
+					b.ReportMetric(float64(dec.Milliseconds())/float64(b.N), "decode-ms/op")
+					b.ReportMetric(float64(res.Stats.ForwardRuns), "runs/op")
+					b.ReportMetric(float64(res.Stats.TokensFed), "fed/op")
+					b.ReportMetric(float64(res.PromptTokens), "prompt/op")
+				})
+			}
+		}
+	}
+}

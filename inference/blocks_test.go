@@ -1,0 +1,100 @@
+package inference
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestRotateKeys: rotations by a then b are one by a+b, by d then -d none, and a rotation keeps each pair's
+// length (it is the rotary embedding's relative property that block reading relies on).
+func TestRotateKeys(t *testing.T) {
+	const headDim = 8
+	freqs := ropeFreqs(10000, headDim)
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := make([]float32, 3*2*headDim) // 3 positions x 2 heads
+	for i := range keys {
+		keys[i] = rng.Float32()*2 - 1
+	}
+	ab, oneStep := append([]float32(nil), keys...), append([]float32(nil), keys...)
+	rotateKeys(ab, headDim, freqs, 17)
+	rotateKeys(ab, headDim, freqs, 25)
+	rotateKeys(oneStep, headDim, freqs, 42)
+	require.InDeltaSlice(t, oneStep, ab, 1e-5)
+	back := append([]float32(nil), keys...)
+	rotateKeys(back, headDim, freqs, 300)
+	require.NotEqual(t, keys, back)
+	rotateKeys(back, headDim, freqs, -300)
+	require.InDeltaSlice(t, keys, back, 1e-5)
+	for h := 0; h < len(keys); h += headDim {
+		for j := range headDim / 2 {
+			a, b := keys[h+j], keys[h+j+headDim/2]
+			x, y := oneStep[h+j], oneStep[h+j+headDim/2]
+			require.InDelta(t, a*a+b*b, x*x+y*y, 1e-5)
+		}
+	}
+	same := append([]float32(nil), keys...)
+	rotateKeys(same, headDim, freqs, 0)
+	require.Equal(t, keys, same)
+}
+
+func testBlock(key byte, positions int) *blockKV {
+	b := &blockKV{n: positions, keys: [][]float32{make([]float32, positions*4)}, values: [][]float32{make([]float32, positions*4)}}
+	b.key[0] = key
+	return b
+}
+
+// TestBlockStoreLRU: the store keeps at most its bytes, drops the least recently used first, counts hits,
+// misses and evictions, and never keeps a block larger than itself.
+func TestBlockStoreLRU(t *testing.T) {
+	s := NewBlockStore(3 * 32) // three blocks of one position, 4 floats of keys and of values
+	for k := byte(1); k <= 3; k++ {
+		s.put(testBlock(k, 1))
+	}
+	require.NotNil(t, s.get(blockKey{1})) // 1 is now the most recent; 2 the least
+	s.put(testBlock(4, 1))
+	require.Nil(t, s.get(blockKey{2}))
+	for _, k := range []byte{1, 3, 4} {
+		require.NotNil(t, s.get(blockKey{k}), "block %d", k)
+	}
+	s.put(testBlock(5, 4)) // larger than the whole store: not kept, nothing evicted
+	require.Nil(t, s.get(blockKey{5}))
+	st := s.Stats()
+	require.Equal(t, BlockStoreStats{Blocks: 3, Bytes: 96, MaxBytes: 96, Hits: 4, Misses: 2, Evicted: 1}, st)
+	require.NotEqual(t, keyOf(BlockContiguous, 0, []int64{1, 2}), keyOf(BlockShared, 0, []int64{1, 2}))
+	require.NotEqual(t, keyOf(BlockContiguous, 0, []int64{1, 2}), keyOf(BlockContiguous, 5, []int64{1, 2}))
+	require.NotEqual(t, keyOf(BlockContiguous, 0, []int64{1, 2}), keyOf(BlockContiguous, 0, []int64{2, 1}))
+}
+
+// TestPromptSegmentsFixedCap: Segments end the header and each block; with FixedSummaryCap every summary is
+// cut to MaxSummaryTokens whatever the room, a candidate goes in only whole, and a candidate's block is the
+// same ids in any list (with a template without {i}).
+func TestPromptSegmentsFixedCap(t *testing.T) {
+	tmpl := fakeManifest().Template
+	tmpl.Candidate = strings.ReplaceAll(tmpl.Candidate, "[{i}] ", "- ")
+	b, err := NewPromptBuilder(fakeTokenizer{}, tmpl)
+	require.NoError(t, err)
+	long := Candidate{Title: "Alpha", Summary: strings.Repeat("a", 40)}
+	short := Candidate{Title: "Beta", Summary: "bb"}
+	p, err := b.Build("q", []Candidate{long, short}, PromptOptions{MaxTokens: 1000, MaxSummaryTokens: 10, FixedSummaryCap: true})
+	require.NoError(t, err)
+	require.Equal(t, []int{10, 2}, p.SummaryTokens)
+	require.Len(t, p.Segments, 3)
+	block := func(p Prompt, i int) []int64 { return p.IDs[p.Segments[i]:p.Segments[i+1]] }
+	q, err := b.Build("q", []Candidate{short, long}, PromptOptions{MaxTokens: 1000, MaxSummaryTokens: 10, FixedSummaryCap: true})
+	require.NoError(t, err)
+	require.Equal(t, block(p, 0), block(q, 1), "the long candidate's block is the same at place 1 and 2")
+	require.Equal(t, block(p, 1), block(q, 0))
+	// A budget that holds the header, the query and the first block only: the second is left out, not cut.
+	room := p.Segments[1] + len(p.IDs) - p.Segments[2]
+	r, err := b.Build("q", []Candidate{long, short}, PromptOptions{MaxTokens: room + 3, MaxSummaryTokens: 10, FixedSummaryCap: true})
+	require.NoError(t, err)
+	require.Equal(t, 1, r.InContext)
+	require.Equal(t, []int{10}, r.SummaryTokens)
+	// Without FixedSummaryCap the same budget shares the room: both go in, cut shorter.
+	w, err := b.Build("q", []Candidate{long, short}, PromptOptions{MaxTokens: room + 3, MaxSummaryTokens: 10})
+	require.NoError(t, err)
+	require.Equal(t, 2, w.InContext)
+}
