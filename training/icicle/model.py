@@ -76,20 +76,29 @@ class Attention(nn.Module):
         cs, sn = cos.unsqueeze(2), sin.unsqueeze(2)
         q = q * cs + _rotate_half(q) * sn
         k = k * cs + _rotate_half(k) * sn
-        kk = torch.cat([past_k, k], dim=1)  # [B,past+n,kvh,hd]
-        vv = torch.cat([past_v, v], dim=1)
         rep = c.heads // c.kv_heads
-        qh = q.transpose(1, 2)  # [B,h,n,hd]
-        kh = kk.transpose(1, 2).repeat_interleave(rep, dim=1)  # [B,h,past+n,hd]
-        vh = vv.transpose(1, 2).repeat_interleave(rep, dim=1)
-        if mask is None:  # training: plain causal attention, fused (identical maths, see train_logits)
-            o = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True)
-        elif mask.dtype == torch.bool:  # training under a block layout: [B,1,T,T], True attends (block_attention)
-            o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
-        else:
-            att = torch.matmul(qh, kh.transpose(2, 3)) / math.sqrt(c.head_dim) + mask.unsqueeze(1)
-            o = torch.matmul(torch.softmax(att, dim=-1), vh)
-        o = o.transpose(1, 2).reshape(b, n, c.heads * c.head_dim)
+        if mask is None or mask.dtype == torch.bool:  # training: no past
+            qh = q.transpose(1, 2)  # [B,h,n,hd]
+            kh = k.transpose(1, 2).repeat_interleave(rep, dim=1)  # [B,h,n,hd]
+            vh = v.transpose(1, 2).repeat_interleave(rep, dim=1)
+            if mask is None:  # plain causal attention, fused (identical maths, see train_logits)
+                o = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True)
+            else:  # under a block layout: [B,1,T,T], True attends (decode.block_attention)
+                o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
+            o = o.transpose(1, 2).reshape(b, n, c.heads * c.head_dim)
+            return self.o_proj(o), k, v
+        # The step (and the ONNX graph): query heads are grouped by the key/value head they share (head h reads kv
+        # head h // rep), so the keys and values are never repeated per query head: with a long cached past
+        # (block reading's stored blocks) each Run then moves the past about three times less.
+        kk = torch.cat([past_k, k], dim=1).permute(0, 2, 3, 1)  # [B,kvh,hd,past+n]
+        vv = torch.cat([past_v, v], dim=1).transpose(1, 2)  # [B,kvh,past+n,hd]
+        m = kk.shape[-1]
+        qg = q.view(b, n, c.kv_heads, rep, c.head_dim).permute(0, 2, 3, 1, 4).reshape(b, c.kv_heads, rep * n, c.head_dim)
+        att = torch.matmul(qg, kk) / math.sqrt(c.head_dim)  # [B,kvh,rep*n,past+n]
+        att = att.view(b, c.kv_heads, rep, n, m) + mask.view(b, 1, 1, n, m)
+        w = torch.softmax(att, dim=-1).view(b, c.kv_heads, rep * n, m)
+        o = torch.matmul(w, vv)  # [B,kvh,rep*n,hd]
+        o = o.view(b, c.kv_heads, rep, n, c.head_dim).permute(0, 3, 1, 2, 4).reshape(b, n, c.heads * c.head_dim)
         return self.o_proj(o), k, v
 
 
