@@ -19,8 +19,8 @@ import (
 	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/inference/loader"
 	"github.com/icicle-search/sidecar/inference/ort"
-	"github.com/icicle-search/sidecar/plugin"
 	"github.com/icicle-search/sidecar/internal/testenv"
+	"github.com/icicle-search/sidecar/plugin"
 )
 
 // blockTolerance bounds |block path - reference| on a logit: the same fp32 graph, the stored keys rotated in
@@ -218,14 +218,7 @@ func TestBlockSwapServesWhileStoreFills(t *testing.T) {
 //
 //	eval "$(scripts/env.sh)"; go test -tags "ort tokenizers" -run '^$' -bench BlockRank -count 3 ./inference
 func BenchmarkBlockRank(b *testing.B) {
-	lib := os.Getenv("ICICLE_ORT_LIB")
-	if lib == "" {
-		b.Skip("ICICLE_ORT_LIB not set")
-	}
-	if err := ort.Init(lib); err != nil {
-		b.Fatal(err)
-	}
-	defer ort.Shutdown()
+	benchORT(b)
 	cands := benchCandidates(b, 100)
 	dir := blockModelDir(b)
 	for _, layout := range []string{"causal", inference.BlockContiguous, inference.BlockShared} {

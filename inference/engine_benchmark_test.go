@@ -21,14 +21,7 @@ import (
 //
 //	eval "$(scripts/env.sh)"; go test -tags "ort tokenizers" -run '^$' -bench Rank -count 6 ./inference | tee new.txt
 func BenchmarkRank(b *testing.B) {
-	lib := os.Getenv("ICICLE_ORT_LIB")
-	if lib == "" {
-		b.Skip("ICICLE_ORT_LIB not set")
-	}
-	if err := ort.Init(lib); err != nil {
-		b.Fatal(err)
-	}
-	defer ort.Shutdown()
+	benchORT(b)
 	cands := benchCandidates(b, 100)
 	// The encode cache is measured off and on in the same run; with it on, every iteration after the first
 	// reuses the same candidates' encodings (the steady state for popular documents).
@@ -58,4 +51,17 @@ func BenchmarkRank(b *testing.B) {
 			}
 		}
 	}
+}
+
+// benchORT starts ONNX Runtime for a benchmark (skipped without ICICLE_ORT_LIB) and shuts it down after.
+func benchORT(b *testing.B) {
+	b.Helper()
+	lib := os.Getenv("ICICLE_ORT_LIB")
+	if lib == "" {
+		b.Skip("ICICLE_ORT_LIB not set")
+	}
+	if err := ort.Init(lib); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = ort.Shutdown() })
 }
