@@ -147,3 +147,30 @@ func watchLog(reg prometheus.Registerer, what, writtenHelp, droppedHelp string, 
 		counter(dropped, droppedHelp, prometheus.Labels{"reason": "write_error"}, func(c ImpressionCounts) uint64 { return c.Failed }),
 	)
 }
+
+// watchBlocks exports the serving model's block store (decode.block_reading), read at scrape time: what it holds
+// and its lookups. A swapped model brings its own, empty store, so the counters restart at a swap (Prometheus
+// reads that as a counter reset). Without block reading every series is 0.
+func (s *Server) watchBlocks(reg prometheus.Registerer) {
+	stat := func(f func(inference.BlockStoreStats) float64) func() float64 {
+		return func() float64 {
+			st := s.modelInfo().BlockStore
+			if st == nil {
+				return 0
+			}
+			return f(st.Stats())
+		}
+	}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "icicle_block_store_bytes",
+			Help: "Bytes of keys and values in the serving model's block store."}, stat(func(st inference.BlockStoreStats) float64 { return float64(st.Bytes) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "icicle_block_store_blocks",
+			Help: "Blocks (candidate documents' prompt blocks, and the header) in the serving model's block store."}, stat(func(st inference.BlockStoreStats) float64 { return float64(st.Blocks) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "icicle_block_store_hits_total",
+			Help: "Prompt blocks read from the serving model's block store."}, stat(func(st inference.BlockStoreStats) float64 { return float64(st.Hits) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "icicle_block_store_misses_total",
+			Help: "Prompt blocks the serving model computed because its store did not hold them."}, stat(func(st inference.BlockStoreStats) float64 { return float64(st.Misses) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "icicle_block_store_evicted_total",
+			Help: "Blocks dropped from the serving model's block store to make room."}, stat(func(st inference.BlockStoreStats) float64 { return float64(st.Evicted) })),
+	)
+}

@@ -308,6 +308,7 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 		reg = prometheus.NewRegistry()
 	}
 	s.metrics = newMetrics(reg)
+	s.watchBlocks(reg)
 	if opts.Impressions != nil {
 		watchImpressions(reg, opts.Impressions)
 	}
