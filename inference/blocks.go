@@ -156,36 +156,45 @@ func ropeFreqs(theta float64, headDim int) []float64 {
 	return f
 }
 
-// rotateKeys turns keys (positions x heads x headDim, rotary in the rotate-half layout: dimension j pairs
-// with j+headDim/2) by delta positions in place.
-func rotateKeys(keys []float32, headDim int, freqs []float64, delta int) {
-	if delta == 0 {
-		return
+// rotation is the cosines and sines that turn keys by delta positions: one pair per rotary frequency.
+type rotation struct{ cos, sin []float32 }
+
+func newRotation(freqs []float64, delta int) rotation {
+	r := rotation{make([]float32, len(freqs)), make([]float32, len(freqs))}
+	for j, f := range freqs {
+		a := float64(delta) * f
+		r.cos[j], r.sin[j] = float32(math.Cos(a)), float32(math.Sin(a))
 	}
-	half := headDim / 2
-	cos, sin := make([]float32, half), make([]float32, half)
-	for j := range half {
-		a := float64(delta) * freqs[j]
-		cos[j], sin[j] = float32(math.Cos(a)), float32(math.Sin(a))
-	}
-	for h := 0; h+headDim <= len(keys); h += headDim {
-		x := keys[h : h+headDim]
+	return r
+}
+
+// rotate turns keys (positions x heads x headDim, rotary in the rotate-half layout: dimension j pairs with
+// j+headDim/2, headDim = 2 x the frequencies) in place.
+func (r rotation) rotate(keys []float32) {
+	half := len(r.cos)
+	for h := 0; h+2*half <= len(keys); h += 2 * half {
+		x := keys[h : h+2*half]
 		for j := range half {
 			a, b := x[j], x[j+half]
-			x[j] = a*cos[j] - b*sin[j]
-			x[j+half] = b*cos[j] + a*sin[j]
+			x[j] = a*r.cos[j] - b*r.sin[j]
+			x[j+half] = b*r.cos[j] + a*r.sin[j]
 		}
 	}
 }
 
-// appendBlock appends b's positions to the cache with its keys rotated to start at offset at.
+// appendBlock appends b's positions to the cache with its keys rotated to start at offset at (one rotation
+// for every layer).
 func (c *KVCache) appendBlock(b *blockKV, at int, freqs []float64) error {
 	if err := c.Append(b.n, b.keys, b.values); err != nil {
 		return err
 	}
+	if at == b.base {
+		return nil
+	}
+	r := newRotation(freqs, at-b.base)
 	start, end := (c.n-b.n)*c.stride, c.n*c.stride
 	for l := range c.keys {
-		rotateKeys(c.keys[l][start:end], c.spec.HeadDim, freqs, at-b.base)
+		r.rotate(c.keys[l][start:end])
 	}
 	return nil
 }
@@ -259,8 +268,8 @@ func (d *decoding) prefillBlocks(ctx context.Context, pl blockPlan) ([]float32, 
 	} else {
 		d.stats.BlockHits++
 	}
-	// The missing candidate blocks, in groups of at most a prefill chunk of tokens, each block over the
-	// header and itself at the canonical offset h.
+	// The missing candidate blocks, in groups of at most a prefill chunk of tokens, each at blockBase
+	// (computeBlocks).
 	var group []int
 	fed := 0
 	flush := func() error {

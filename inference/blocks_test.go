@@ -19,14 +19,14 @@ func TestRotateKeys(t *testing.T) {
 		keys[i] = rng.Float32()*2 - 1
 	}
 	ab, oneStep := append([]float32(nil), keys...), append([]float32(nil), keys...)
-	rotateKeys(ab, headDim, freqs, 17)
-	rotateKeys(ab, headDim, freqs, 25)
-	rotateKeys(oneStep, headDim, freqs, 42)
+	newRotation(freqs, 17).rotate(ab)
+	newRotation(freqs, 25).rotate(ab)
+	newRotation(freqs, 42).rotate(oneStep)
 	require.InDeltaSlice(t, oneStep, ab, 1e-5)
 	back := append([]float32(nil), keys...)
-	rotateKeys(back, headDim, freqs, 300)
+	newRotation(freqs, 300).rotate(back)
 	require.NotEqual(t, keys, back)
-	rotateKeys(back, headDim, freqs, -300)
+	newRotation(freqs, -300).rotate(back)
 	require.InDeltaSlice(t, keys, back, 1e-5)
 	for h := 0; h < len(keys); h += headDim {
 		for j := range headDim / 2 {
@@ -36,7 +36,7 @@ func TestRotateKeys(t *testing.T) {
 		}
 	}
 	same := append([]float32(nil), keys...)
-	rotateKeys(same, headDim, freqs, 0)
+	newRotation(freqs, 0).rotate(same)
 	require.Equal(t, keys, same)
 }
 

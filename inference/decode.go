@@ -233,17 +233,7 @@ func (e *Engine) Close() error {
 
 // Rank runs the routed, trie-constrained search for query over cands (in BM25 order).
 func (e *Engine) Rank(ctx context.Context, query string, cands []Candidate, opts Options) (Result, error) {
-	opts.BeamWidth = cmp.Or(opts.BeamWidth, 10)
-	opts.MaxSummaryTokens = cmp.Or(opts.MaxSummaryTokens, 256)
-	if e.man.MaxSummaryTokens > 0 {
-		opts.MaxSummaryTokens = min(opts.MaxSummaryTokens, e.man.MaxSummaryTokens)
-	}
-	limit := cmp.Or(e.man.MaxPromptTokens, e.man.MaxContextTokens)
-	if opts.MaxPromptTokens <= 0 || opts.MaxPromptTokens > limit {
-		opts.MaxPromptTokens = limit
-	}
-	prompt, err := e.prompts.Build(query, cands, PromptOptions{MaxTokens: opts.MaxPromptTokens, MaxSummaryTokens: opts.MaxSummaryTokens,
-		TitleOnly: opts.TitleOnly, FixedSummaryCap: e.blocks != nil})
+	opts, prompt, err := e.prompt(query, cands, opts)
 	if err != nil {
 		return Result{}, fmt.Errorf("rank: %w", err)
 	}
@@ -276,6 +266,23 @@ func (e *Engine) Rank(ctx context.Context, query string, cands []Candidate, opts
 		return Result{}, fmt.Errorf("rank: %w", err)
 	}
 	return res, nil
+}
+
+// prompt fills opts' defaults and bounds (the manifest's summary and prompt caps) and builds the prompt
+// (every summary cut to the same cap when the engine reads by blocks).
+func (e *Engine) prompt(query string, cands []Candidate, opts Options) (Options, Prompt, error) {
+	opts.BeamWidth = cmp.Or(opts.BeamWidth, 10)
+	opts.MaxSummaryTokens = cmp.Or(opts.MaxSummaryTokens, 256)
+	if e.man.MaxSummaryTokens > 0 {
+		opts.MaxSummaryTokens = min(opts.MaxSummaryTokens, e.man.MaxSummaryTokens)
+	}
+	limit := cmp.Or(e.man.MaxPromptTokens, e.man.MaxContextTokens)
+	if opts.MaxPromptTokens <= 0 || opts.MaxPromptTokens > limit {
+		opts.MaxPromptTokens = limit
+	}
+	p, err := e.prompts.Build(query, cands, PromptOptions{MaxTokens: opts.MaxPromptTokens, MaxSummaryTokens: opts.MaxSummaryTokens,
+		TitleOnly: opts.TitleOnly, FixedSummaryCap: e.blocks != nil})
+	return opts, p, err
 }
 
 // decoding is the state of one Rank call.
@@ -818,6 +825,3 @@ func (e *Engine) WarmUp(ctx context.Context, opts Options) (tokens int, took tim
 	}
 	return tokens, took, nil
 }
-
-// Blocks returns the engine's block store; nil when block reading is off.
-func (e *Engine) Blocks() *BlockStore { return e.blocks }

@@ -1,7 +1,6 @@
 package inference
 
 import (
-	"cmp"
 	"context"
 	"slices"
 )
@@ -48,15 +47,10 @@ func (e *Engine) OneRunCopyMaskBytes(query string, cands []Candidate, opts Optio
 
 // PrefillLogits builds the prompt of query and cands as Rank does and returns a copy of the logits after its
 // last token: read by the engine's prefill (block reading when the engine has a store), and, as the reference
-// for block reading, by one Run of the whole prompt under the block mask (every candidate block over the
-// header and itself, the query over everything, positions contiguous), with nothing stored or rotated.
+// for block reading, by one Run of the whole prompt under the engine's layout as a mask and positions (a
+// candidate block over itself, shared: and the header; the query over everything), nothing stored or rotated.
 func (e *Engine) PrefillLogits(ctx context.Context, query string, cands []Candidate, opts Options) (got, ref []float32, err error) {
-	opts.MaxSummaryTokens = cmp.Or(opts.MaxSummaryTokens, 256)
-	if e.man.MaxSummaryTokens > 0 {
-		opts.MaxSummaryTokens = min(opts.MaxSummaryTokens, e.man.MaxSummaryTokens)
-	}
-	limit := cmp.Or(e.man.MaxPromptTokens, e.man.MaxContextTokens)
-	p, err := e.prompts.Build(query, cands, PromptOptions{MaxTokens: limit, MaxSummaryTokens: opts.MaxSummaryTokens, FixedSummaryCap: e.blocks != nil})
+	_, p, err := e.prompt(query, cands, opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -83,7 +77,10 @@ func (e *Engine) PrefillLogits(ctx context.Context, query string, cands []Candid
 	h, q := p.Segments[0], p.Segments[len(p.Segments)-1]
 	seg := 0
 	for t := range n {
-		pos[t] = int64(t + d.shift*b2i(t >= q))
+		pos[t] = int64(t)
+		if t >= q {
+			pos[t] += int64(d.shift)
+		}
 		for seg < len(p.Segments) && t >= p.Segments[seg] {
 			seg++
 		}
@@ -103,11 +100,4 @@ func (e *Engine) PrefillLogits(ctx context.Context, query string, cands []Candid
 		return nil, nil, err
 	}
 	return got, slices.Clone(z), nil
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
