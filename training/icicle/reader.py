@@ -103,11 +103,9 @@ class Reader:
     def build(self, query: str, cands: list[Candidate]):
         """reader135's prompt (serve_table's build); with --blocks the block template (no per-request "[i]") and
         every summary cut to the same cap, so a block is the same ids in every prompt."""
-        if self.a.blocks:
-            return build_prompt(self.tok.encode, query, cands, self.a.budget, max_summary_tokens=SUMMARY_TOKENS,
-                                prompt_format=PROMPT_FORMAT, template=TEMPLATE_BLOCKS, fixed_cap=True)
+        blocks = dict(template=TEMPLATE_BLOCKS, fixed_cap=True) if self.a.blocks else {}
         return build_prompt(self.tok.encode, query, cands, self.a.budget, max_summary_tokens=SUMMARY_TOKENS,
-                            prompt_format=PROMPT_FORMAT)
+                            prompt_format=PROMPT_FORMAT, **blocks)
 
     def _segments(self, p) -> list[int] | None:
         return p.segments if self.a.blocks else None
