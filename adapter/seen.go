@@ -28,13 +28,63 @@ const pitKeepAlive = "1m"
 // key), never _source. fn owns each page and may keep it; an error from fn stops the listing and is
 // returned as it is. A shard that fails is an error, never a silently shorter list.
 func (a *Adapter) ListSeen(ctx context.Context, fn func(docids []string) error) error {
+	q := map[string]any{"term": map[string]any{a.f.Seen: true}}
+	err := a.listPIT(ctx, q, false, a.seenPageSize, func(hits []pitHit) error {
+		page := make([]string, len(hits))
+		for i, h := range hits {
+			if a.f.DocID == IDField {
+				page[i] = h.ID
+				continue
+			}
+			if len(h.Sort) == 0 || json.Unmarshal(h.Sort[0], &page[i]) != nil {
+				return fmt.Errorf("decode response: hit %d has no docid sort value", i)
+			}
+		}
+		return fn(page)
+	})
+	if err != nil {
+		return fmt.Errorf("list seen %q: %w", a.index, err)
+	}
+	return nil
+}
+
+// ListNew calls fn with the documents not marked seen (the model's candidates), each with its ID, DocID,
+// Title and Summary, in pages of pageSize (at most SeenPageSize), from one point in time of the index as
+// ListSeen, in docid order. fn owns each page; an error from fn stops the listing and is returned as it is.
+func (a *Adapter) ListNew(ctx context.Context, pageSize int, fn func(docs []Hit) error) error {
+	if pageSize < 1 || pageSize > SeenPageSize {
+		return fmt.Errorf("list new %q: %w: page size %d, want 1..%d", a.index, ErrInvalidArgument, pageSize, SeenPageSize)
+	}
+	err := a.listPIT(ctx, a.f.notSeen(), true, pageSize, func(hits []pitHit) error {
+		page := make([]Hit, len(hits))
+		for i, h := range hits {
+			page[i] = a.sourceHit(sourceHit{ID: h.ID, Source: h.Source})
+		}
+		return fn(page)
+	})
+	if err != nil {
+		return fmt.Errorf("list new %q: %w", a.index, err)
+	}
+	return nil
+}
+
+// pitHit is a hit of a point-in-time listing.
+type pitHit struct {
+	ID     string            `json:"_id"`
+	Sort   []json.RawMessage `json:"sort"`
+	Source json.RawMessage   `json:"_source"`
+}
+
+// listPIT pages through the documents matching query in docid order (listSort) from one point in time, size
+// per page, with their title and summary when source is set, and calls fn with each page that is not empty.
+func (a *Adapter) listPIT(ctx context.Context, query map[string]any, source bool, size int, fn func([]pitHit) error) error {
 	var pit struct {
 		ID string `json:"id"`
 	}
 	// No allow_partial_search_results here: 8.14 refuses the parameter on _pit; each page checks its shards.
 	req := esapi.OpenPointInTimeRequest{Index: []string{a.index}, KeepAlive: pitKeepAlive}
 	if err := a.do(ctx, req, &pit); err != nil {
-		return fmt.Errorf("list seen %q: open point in time: %w", a.index, err)
+		return fmt.Errorf("open point in time: %w", err)
 	}
 	defer func() {
 		// Close even when ctx is done: an abandoned point in time pins segments until it expires.
@@ -47,42 +97,45 @@ func (a *Adapter) ListSeen(ctx context.Context, fn func(docids []string) error) 
 	}()
 	var after []json.RawMessage
 	for {
-		page, next, pitID, err := a.seenPage(ctx, pit.ID, after)
+		hits, pitID, err := a.pitPage(ctx, pit.ID, after, query, source, size)
 		if err != nil {
-			return fmt.Errorf("list seen %q: %w", a.index, err)
+			return err
 		}
 		pit.ID = pitID // Elasticsearch may hand back a new id; the latest is the one to use and close
-		if len(page) > 0 {
-			if err := fn(page); err != nil {
+		if len(hits) > 0 {
+			if err := fn(hits); err != nil {
 				return err
 			}
 		}
-		if len(page) < a.seenPageSize {
+		if len(hits) < size {
 			return nil
 		}
-		after = next
+		after = hits[len(hits)-1].Sort
 	}
 }
 
-// seenPage reads one page of seen docids after the sort values after (nil for the first page) and returns
-// the docids, the sort values to continue from and the point-in-time id to use next.
-func (a *Adapter) seenPage(ctx context.Context, pitID string, after []json.RawMessage) ([]string, []json.RawMessage, string, error) {
+// pitPage reads one page of listPIT after the sort values after (nil for the first page) and returns its hits
+// and the point-in-time id to use next.
+func (a *Adapter) pitPage(ctx context.Context, pitID string, after []json.RawMessage, query map[string]any, source bool, size int) ([]pitHit, string, error) {
 	q := map[string]any{
-		"size":             a.seenPageSize,
+		"size":             size,
 		"_source":          false,
 		"track_total_hits": false,
-		"query":            map[string]any{"term": map[string]any{a.f.Seen: true}},
+		"query":            query,
 		// The docid field is unique per document (in the sidecar's layout it derives the _id); the point in
 		// time adds its own tiebreaker. With the docid in _id (which cannot be sorted on), the shard order.
-		"sort": a.seenSort(),
+		"sort": a.listSort(),
 		"pit":  map[string]any{"id": pitID, "keep_alive": pitKeepAlive},
+	}
+	if source {
+		q["_source"] = a.f.sourceFields()
 	}
 	if after != nil {
 		q["search_after"] = after
 	}
 	body, err := json.Marshal(q)
 	if err != nil {
-		return nil, nil, "", err
+		return nil, "", err
 	}
 	var res struct {
 		PitID    string `json:"pit_id"`
@@ -91,35 +144,18 @@ func (a *Adapter) seenPage(ctx context.Context, pitID string, after []json.RawMe
 			Failed int `json:"failed"`
 		} `json:"_shards"`
 		Hits struct {
-			Hits []struct {
-				ID   string            `json:"_id"`
-				Sort []json.RawMessage `json:"sort"`
-			} `json:"hits"`
+			Hits []pitHit `json:"hits"`
 		} `json:"hits"`
 	}
 	no := false
 	// No index in the path: a point-in-time search names its index through the id.
 	if err := a.do(ctx, esapi.SearchRequest{Body: bytes.NewReader(body), AllowPartialSearchResults: &no}, &res); err != nil {
-		return nil, nil, "", err
+		return nil, "", err
 	}
 	if res.TimedOut || res.Shards.Failed > 0 {
-		return nil, nil, "", fmt.Errorf("%w: page incomplete (timed out %t, %d shards failed)", ErrUnavailable, res.TimedOut, res.Shards.Failed)
+		return nil, "", fmt.Errorf("%w: page incomplete (timed out %t, %d shards failed)", ErrUnavailable, res.TimedOut, res.Shards.Failed)
 	}
-	page := make([]string, len(res.Hits.Hits))
-	for i, h := range res.Hits.Hits {
-		if a.f.DocID == IDField {
-			page[i] = h.ID
-			continue
-		}
-		if len(h.Sort) == 0 || json.Unmarshal(h.Sort[0], &page[i]) != nil {
-			return nil, nil, "", fmt.Errorf("decode response: hit %d has no docid sort value", i)
-		}
-	}
-	var next []json.RawMessage
-	if n := len(res.Hits.Hits); n > 0 {
-		next = res.Hits.Hits[n-1].Sort
-	}
-	return page, next, cmp.Or(res.PitID, pitID), nil
+	return res.Hits.Hits, cmp.Or(res.PitID, pitID), nil
 }
 
 // SeenDiff compares the documents marked seen in the index with the deployed model's seen corpus. The
@@ -185,8 +221,8 @@ func (a *Adapter) SeenDiff(ctx context.Context, modelSeen []string) (SeenDiff, e
 	return diff, nil
 }
 
-// seenSort is ListSeen's sort: by the docid field, or in shard order when the docid is the _id.
-func (a *Adapter) seenSort() []any {
+// listSort is the listings' sort: by the docid field, or in shard order when the docid is the _id.
+func (a *Adapter) listSort() []any {
 	if a.f.DocID == IDField {
 		return []any{map[string]any{"_shard_doc": "asc"}}
 	}

@@ -5,6 +5,7 @@ package adapter_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,7 +23,8 @@ import (
 )
 
 // TestIntegrationListSeenAndDiff lists the seen documents of a real index across several pages of a
-// point in time and compares them with a model's seen corpus that misses some and adds others.
+// point in time and compares them with a model's seen corpus that misses some and adds others; ListNew
+// lists the other documents with their titles and summaries (the block store's fill reads them).
 func TestIntegrationListSeenAndDiff(t *testing.T) {
 	a, _ := newIndex(t)
 	ctx := t.Context()
@@ -74,6 +76,33 @@ func TestIntegrationListSeenAndDiff(t *testing.T) {
 	d, err = a.SeenDiff(ctx, want)
 	require.NoError(t, err)
 	require.True(t, d.Consistent(), "%+v", d)
+
+	byID := map[string]adapter.Doc{}
+	var wantNew []string
+	for _, d := range docs {
+		if !d.Seen {
+			byID[d.DocID] = d
+			wantNew = append(wantNew, d.DocID)
+		}
+	}
+	slices.Sort(wantNew)
+	var gotNew []string
+	pages = 0
+	require.NoError(t, a.ListNew(ctx, 60, func(p []adapter.Hit) error {
+		pages++
+		for _, h := range p {
+			gotNew = append(gotNew, h.DocID)
+			require.Equal(t, byID[h.DocID].Title, h.Title, h.DocID)
+			require.Equal(t, byID[h.DocID].Summary, h.Summary, h.DocID)
+			require.Equal(t, adapter.DocumentID(h.DocID), h.ID)
+		}
+		return nil
+	}))
+	require.Equal(t, 3, pages, "125 new documents: pages of 60, 60, 5")
+	require.Equal(t, wantNew, gotNew, "every new document once, in docid order")
+	require.ErrorIs(t, a.ListNew(ctx, 0, nil), adapter.ErrInvalidArgument)
+	stop := errors.New("enough")
+	require.ErrorIs(t, a.ListNew(ctx, 10, func([]adapter.Hit) error { return stop }), stop)
 
 	// No point in time is left open.
 	res, err := plain.Get(esURL(t) + "/_nodes/stats/indices/search")

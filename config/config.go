@@ -196,6 +196,10 @@ type Decode struct {
 	// BlockStoreMB bounds the blocks kept in memory (float32 keys and values, 46 KB per token for
 	// models/reader135), least recently used out first. Default 1024.
 	BlockStoreMB int `yaml:"block_store_mb"`
+	// BlockPrecision is how the store keeps keys and values: "float32" (as computed) or "int8" (a scale per
+	// position and head: 27% of float32's bytes for head_dim 64, a different answer on about one query in a
+	// hundred, docs/evaluation.md "Block reading"). Default "float32".
+	BlockPrecision string `yaml:"block_precision"`
 }
 
 // Block reading values for Decode.BlockReading.
@@ -203,6 +207,12 @@ const (
 	BlockReadingOff        = "off"
 	BlockReadingContiguous = "contiguous"
 	BlockReadingShared     = "shared"
+)
+
+// Block store precisions for Decode.BlockPrecision.
+const (
+	BlockPrecisionFloat32 = "float32"
+	BlockPrecisionInt8    = "int8"
 )
 
 // Breaker configures the circuit breaker (gobreaker) around the model. Only model failures and inference
@@ -491,6 +501,7 @@ func Default() Config {
 			MaxCandidates:    10,
 			BlockReading:     BlockReadingOff,
 			BlockStoreMB:     1024,
+			BlockPrecision:   BlockPrecisionFloat32,
 			MaxSummaryTokens: 256,
 		},
 		Breaker: Breaker{

@@ -12,7 +12,8 @@ package inference
 //     header (the same positions for all); the query follows the longest block. Nothing is rotated, and the
 //     model cannot see the list's order.
 //
-// Blocks are kept in a BlockStore and reused by every request that lists them; only the query and the decoding
+// Blocks are kept in a BlockStore (float32, or int8 with a scale per position and head: a quarter of the memory)
+// and reused by every request that lists them; only the query and the decoding
 // run per request. The store is the engine's own (a swapped model starts with an empty one and fills it while
 // it serves); a block missing at request time is computed then, all missing blocks of a request in as few Runs
 // as the prefill chunk allows, and kept. Keys are content hashes of the block's ids, so a template with {i} in
@@ -37,10 +38,20 @@ const (
 // DefaultBlockStoreBytes bounds a BlockStore made with a zero size.
 const DefaultBlockStoreBytes = 1 << 30
 
+// Block store precisions (NewBlockStore).
+const (
+	// BlockFloat32 keeps a block's keys and values as computed: 4 bytes a value.
+	BlockFloat32 = "float32"
+	// BlockInt8 keeps each position's head (head_dim values of keys, or of values) as int8 with one float32
+	// scale (max |x| / 127): 1 + 4/head_dim bytes a value.
+	BlockInt8 = "int8"
+)
+
 // BlockStore keeps candidate blocks' keys and values, least recently used first out when full. It is safe
 // for concurrent use.
 type BlockStore struct {
 	mu    sync.Mutex
+	quant bool // int8
 	max   int64
 	bytes int64
 	order *list.List // of *blockKV, most recently used at the front
@@ -50,6 +61,8 @@ type BlockStore struct {
 
 // BlockStoreStats counts a store's traffic.
 type BlockStoreStats struct {
+	// Precision is BlockFloat32 or BlockInt8.
+	Precision string `json:"precision"`
 	// Blocks and Bytes are what the store holds now; MaxBytes its bound.
 	Blocks   int   `json:"blocks"`
 	Bytes    int64 `json:"bytes"`
@@ -63,11 +76,13 @@ type BlockStoreStats struct {
 type blockKey [sha256.Size]byte
 
 // blockKV is one block's keys and values per layer (n positions in the KVCache layout), its keys rotated as
-// at offset base.
+// at offset base: float32 (keys, values) or int8 (q, with a scale per position and head in scale).
 type blockKV struct {
 	key          blockKey
 	n, base      int
 	keys, values [][]float32
+	q            [2][][]int8    // keys, values
+	scale        [2][][]float32 // keys, values: per position and head
 }
 
 func (b *blockKV) size() int64 {
@@ -75,16 +90,29 @@ func (b *blockKV) size() int64 {
 	for l := range b.keys {
 		s += int64(len(b.keys[l])+len(b.values[l])) * 4
 	}
+	for kv := range b.q {
+		for l := range b.q[kv] {
+			s += int64(len(b.q[kv][l])) + int64(len(b.scale[kv][l]))*4
+		}
+	}
 	return s
 }
 
 // NewBlockStore returns an empty store holding at most maxBytes of keys and values (DefaultBlockStoreBytes
-// when 0).
-func NewBlockStore(maxBytes int64) *BlockStore {
+// when 0), as int8 (BlockInt8) when quant is set, else float32.
+func NewBlockStore(maxBytes int64, quant bool) *BlockStore {
 	if maxBytes == 0 {
 		maxBytes = DefaultBlockStoreBytes
 	}
-	return &BlockStore{max: maxBytes, order: list.New(), byKey: make(map[blockKey]*list.Element)}
+	return &BlockStore{quant: quant, max: maxBytes, order: list.New(), byKey: make(map[blockKey]*list.Element)}
+}
+
+// Precision returns BlockFloat32 or BlockInt8.
+func (s *BlockStore) Precision() string {
+	if s.quant {
+		return BlockInt8
+	}
+	return BlockFloat32
 }
 
 // Stats returns the store's counters.
@@ -92,7 +120,7 @@ func (s *BlockStore) Stats() BlockStoreStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
-	st.Blocks, st.Bytes, st.MaxBytes = s.order.Len(), s.bytes, s.max
+	st.Precision, st.Blocks, st.Bytes, st.MaxBytes = s.Precision(), s.order.Len(), s.bytes, s.max
 	return st
 }
 
@@ -185,8 +213,20 @@ func (r rotation) rotate(keys []float32) {
 // appendBlock appends b's positions to the cache with its keys rotated to start at offset at (one rotation
 // for every layer).
 func (c *KVCache) appendBlock(b *blockKV, at int, freqs []float64) error {
-	if err := c.Append(b.n, b.keys, b.values); err != nil {
-		return err
+	if b.keys != nil {
+		if err := c.Append(b.n, b.keys, b.values); err != nil {
+			return err
+		}
+	} else {
+		if c.n+b.n > c.Cap() {
+			return fmt.Errorf("append %d positions to kv cache of %d/%d: %w", b.n, c.n, c.Cap(), ErrContextFull)
+		}
+		start, end := c.n*c.stride, (c.n+b.n)*c.stride
+		for l := range c.keys {
+			dequantize(c.keys[l][start:end], b.q[0][l], b.scale[0][l], c.spec.HeadDim)
+			dequantize(c.values[l][start:end], b.q[1][l], b.scale[1][l], c.spec.HeadDim)
+		}
+		c.n += b.n
 	}
 	if at == b.base {
 		return nil
@@ -199,14 +239,60 @@ func (c *KVCache) appendBlock(b *blockKV, at int, freqs []float64) error {
 	return nil
 }
 
-// takeBlock copies positions [from, from+n) of the cache out as a block rotated for offset base.
-func (c *KVCache) takeBlock(k blockKey, from, n, base int) *blockKV {
-	b := &blockKV{key: k, n: n, base: base, keys: make([][]float32, len(c.keys)), values: make([][]float32, len(c.keys))}
-	for l := range c.keys {
-		b.keys[l] = append([]float32(nil), c.keys[l][from*c.stride:(from+n)*c.stride]...)
-		b.values[l] = append([]float32(nil), c.values[l][from*c.stride:(from+n)*c.stride]...)
+// takeBlock copies positions [from, from+n) of the cache out as a block rotated for offset base, quantized to
+// int8 when asked.
+func (c *KVCache) takeBlock(k blockKey, from, n, base int, quant bool) *blockKV {
+	b := &blockKV{key: k, n: n, base: base}
+	span := func(buf []float32) []float32 { return buf[from*c.stride : (from+n)*c.stride] }
+	if !quant {
+		b.keys, b.values = make([][]float32, len(c.keys)), make([][]float32, len(c.keys))
+		for l := range c.keys {
+			b.keys[l] = append([]float32(nil), span(c.keys[l])...)
+			b.values[l] = append([]float32(nil), span(c.values[l])...)
+		}
+		return b
+	}
+	heads := n * c.stride / c.spec.HeadDim
+	for kv, bufs := range [2][][]float32{c.keys, c.values} {
+		b.q[kv], b.scale[kv] = make([][]int8, len(bufs)), make([][]float32, len(bufs))
+		for l, buf := range bufs {
+			b.q[kv][l], b.scale[kv][l] = make([]int8, n*c.stride), make([]float32, heads)
+			quantize(b.q[kv][l], b.scale[kv][l], span(buf), c.spec.HeadDim)
+		}
 	}
 	return b
+}
+
+// quantize writes x as int8 in groups of g values (one position's head), each with the scale max |x| / 127:
+// x ≈ q × scale, the error at most scale / 2 per value.
+func quantize(q []int8, scale []float32, x []float32, g int) {
+	for h := range scale {
+		grp := x[h*g : (h+1)*g]
+		var m float32
+		for _, v := range grp {
+			m = max(m, v, -v)
+		}
+		if m == 0 {
+			scale[h] = 0
+			clear(q[h*g : (h+1)*g])
+			continue
+		}
+		scale[h] = m / 127
+		inv := 127 / m
+		for j, v := range grp {
+			q[h*g+j] = int8(math.Round(float64(v * inv)))
+		}
+	}
+}
+
+// dequantize writes q × scale (quantize's groups of g) into x.
+func dequantize(x []float32, q []int8, scale []float32, g int) {
+	for h, s := range scale {
+		grp, qs := x[h*g:(h+1)*g], q[h*g:(h+1)*g]
+		for j, v := range qs {
+			grp[j] = float32(v) * s
+		}
+	}
 }
 
 // blockPlan is a prompt's blocks looked up in the store: the header (segment 0) and each candidate's block.
@@ -260,7 +346,7 @@ func (d *decoding) prefillBlocks(ctx context.Context, pl blockPlan) ([]float32, 
 		if _, err := d.prefillCausal(ctx, 0, h, 0); err != nil {
 			return nil, fmt.Errorf("header: %w", err)
 		}
-		pl.kv[0] = c.takeBlock(pl.keys[0], 0, h, 0)
+		pl.kv[0] = c.takeBlock(pl.keys[0], 0, h, 0, d.e.blocks.quant)
 		d.e.blocks.put(pl.kv[0])
 		d.stats.BlockMisses++
 	} else if err := c.appendBlock(pl.kv[0], 0, d.e.freqs); err != nil {
@@ -342,7 +428,7 @@ func (d *decoding) computeBlocks(ctx context.Context, pl blockPlan, group []int,
 	from := h
 	for _, i := range group {
 		n := segs[i] - segs[i-1]
-		pl.kv[i] = c.takeBlock(pl.keys[i], from, n, base)
+		pl.kv[i] = c.takeBlock(pl.keys[i], from, n, base, d.e.blocks.quant)
 		d.e.blocks.put(pl.kv[i])
 		from += n
 	}

@@ -49,7 +49,7 @@ func testBlock(key byte, positions int) *blockKV {
 // TestBlockStoreLRU: the store keeps at most its bytes, drops the least recently used first, counts hits,
 // misses and evictions, and never keeps a block larger than itself.
 func TestBlockStoreLRU(t *testing.T) {
-	s := NewBlockStore(3 * 32) // three blocks of one position, 4 floats of keys and of values
+	s := NewBlockStore(3*32, false) // three blocks of one position, 4 floats of keys and of values
 	for k := byte(1); k <= 3; k++ {
 		s.put(testBlock(k, 1))
 	}
@@ -62,7 +62,7 @@ func TestBlockStoreLRU(t *testing.T) {
 	s.put(testBlock(5, 4)) // larger than the whole store: not kept, nothing evicted
 	require.Nil(t, s.get(blockKey{5}))
 	st := s.Stats()
-	require.Equal(t, BlockStoreStats{Blocks: 3, Bytes: 96, MaxBytes: 96, Hits: 4, Misses: 2, Evicted: 1}, st)
+	require.Equal(t, BlockStoreStats{Precision: BlockFloat32, Blocks: 3, Bytes: 96, MaxBytes: 96, Hits: 4, Misses: 2, Evicted: 1}, st)
 	require.NotEqual(t, keyOf(BlockContiguous, 0, []int64{1, 2}), keyOf(BlockShared, 0, []int64{1, 2}))
 	require.NotEqual(t, keyOf(BlockContiguous, 0, []int64{1, 2}), keyOf(BlockContiguous, 5, []int64{1, 2}))
 	require.NotEqual(t, keyOf(BlockContiguous, 0, []int64{1, 2}), keyOf(BlockContiguous, 0, []int64{2, 1}))
@@ -98,3 +98,55 @@ func TestPromptSegmentsFixedCap(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, w.InContext)
 }
+
+// TestQuantizeBlock: int8 groups (one position's head each) come back within half a step (max |x| / 254) of
+// every value, an all-zero group stays zero, and a block taken as int8 and placed again gives back the cache's
+// values within that bound, in a quarter of the bytes and a scale per head.
+func TestQuantizeBlock(t *testing.T) {
+	const g = 8
+	rng := rand.New(rand.NewPCG(3, 4))
+	x := make([]float32, 4*g)
+	for i := range x[:3*g] {
+		x[i] = (rng.Float32()*2 - 1) * float32(1+i/g*10) // groups of different ranges; the last all zero
+	}
+	q, scale := make([]int8, len(x)), make([]float32, 4)
+	quantize(q, scale, x, g)
+	back := make([]float32, len(x))
+	dequantize(back, q, scale, g)
+	for h := range 4 {
+		var m float32
+		for _, v := range x[h*g : (h+1)*g] {
+			m = max(m, v, -v)
+		}
+		require.InDelta(t, m/127, scale[h], 1e-6)
+		for j := h * g; j < (h+1)*g; j++ {
+			require.LessOrEqual(t, float64(abs32(back[j]-x[j])), float64(m/254)+1e-6, "value %d", j)
+		}
+	}
+	require.Equal(t, make([]float32, g), back[3*g:], "a zero group")
+
+	spec := Spec{NumLayers: 2, NumKVHeads: 2, HeadDim: g}
+	c := NewKVCache(spec, 8)
+	k := make([][]float32, 2)
+	v := make([][]float32, 2)
+	for l := range k {
+		k[l], v[l] = make([]float32, 3*2*g), make([]float32, 3*2*g)
+		for i := range k[l] {
+			k[l][i], v[l][i] = rng.Float32()*4-2, rng.Float32()-0.5
+		}
+	}
+	require.NoError(t, c.Append(3, k, v))
+	full, quant := c.takeBlock(blockKey{1}, 0, 3, 0, false), c.takeBlock(blockKey{2}, 0, 3, 0, true)
+	require.Equal(t, int64(2*2*3*2*g*4), full.size())
+	require.Equal(t, int64(2*2*(3*2*g+3*2*4)), quant.size(), "int8 values and a float32 scale per position and head")
+	d := NewKVCache(spec, 8)
+	require.NoError(t, d.appendBlock(quant, 0, ropeFreqs(10000, g)))
+	for l := range k {
+		gotK, gotV := d.Past(l)
+		require.InDeltaSlice(t, k[l], gotK, 2.0/254+1e-6)
+		require.InDeltaSlice(t, v[l], gotV, 0.5/254+1e-6)
+	}
+	require.ErrorIs(t, NewKVCache(spec, 2).appendBlock(quant, 0, nil), ErrContextFull)
+}
+
+func abs32(x float32) float32 { return max(x, -x) }

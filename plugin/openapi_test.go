@@ -423,10 +423,12 @@ func contractCases() []contractCase {
 				o.Model.Gate = NewGateInfo(&gate.Gate{Source: "m/gate.json", Threshold: 0.7, Fit: &gate.FitInfo{N: 10}})
 			})},
 		{name: "model reading by blocks", method: "GET", path: "/v1/model", status: 200, has: []string{"blocks.layout", "blocks.max_bytes"},
-			server: std(func(o *Options) { o.Model.BlockStore, o.Model.BlockLayout = inference.NewBlockStore(1<<20), "shared" })},
+			server: std(func(o *Options) {
+				o.Model.BlockStore, o.Model.BlockLayout = inference.NewBlockStore(1<<20, false), "shared"
+			})},
 		{name: "readyz reading by blocks", method: "GET", path: "/readyz", status: 200, has: []string{"blocks.layout", "blocks.misses"},
 			server: std(func(o *Options) {
-				o.Model.BlockStore, o.Model.BlockLayout = inference.NewBlockStore(1<<20), "contiguous"
+				o.Model.BlockStore, o.Model.BlockLayout = inference.NewBlockStore(1<<20, false), "contiguous"
 			})},
 		{name: "healthz", method: "GET", path: "/healthz", status: 200},
 		{name: "readyz", method: "GET", path: "/readyz", status: 200},

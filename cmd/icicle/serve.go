@@ -262,7 +262,7 @@ func planRun(sessions, threads, cores int) runPlan {
 func openModel(dir string, c config.Model, plan runPlan, d config.Decode, log *slog.Logger) (plugin.LoadedModel, error) {
 	var blocks *inference.BlockStore // each model its own: a swapped model starts empty and fills as it serves
 	if d.BlockReading != config.BlockReadingOff {
-		blocks = inference.NewBlockStore(int64(d.BlockStoreMB) << 20)
+		blocks = inference.NewBlockStore(int64(d.BlockStoreMB)<<20, d.BlockPrecision == config.BlockPrecisionInt8)
 	}
 	m, err := loader.Open(dir, loader.Options{Sessions: plan.sessions, Quantized: c.Quantized, Logger: log,
 		Blocks: blocks, BlockLayout: d.BlockReading,
