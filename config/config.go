@@ -200,6 +200,10 @@ type Decode struct {
 	// position and head: 27% of float32's bytes for head_dim 64, a different answer on about one query in a
 	// hundred, docs/evaluation.md "Block reading"). Default "float32".
 	BlockPrecision string `yaml:"block_precision"`
+	// BlockFill computes the blocks of the index's new documents in the background when a model that reads by
+	// blocks is loaded (at start and on a hot swap), so that requests find them stored; a fill step runs only
+	// on a free session. Without it the store fills from requests alone. Default true.
+	BlockFill bool `yaml:"block_fill"`
 }
 
 // Block reading values for Decode.BlockReading.
@@ -502,6 +506,7 @@ func Default() Config {
 			BlockReading:     BlockReadingOff,
 			BlockStoreMB:     1024,
 			BlockPrecision:   BlockPrecisionFloat32,
+			BlockFill:        true,
 			MaxSummaryTokens: 256,
 		},
 		Breaker: Breaker{

@@ -24,6 +24,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -57,6 +58,7 @@ type BlockStore struct {
 	order *list.List // of *blockKV, most recently used at the front
 	byKey map[blockKey]*list.Element
 	stats BlockStoreStats
+	fill  *BlockFill
 }
 
 // BlockStoreStats counts a store's traffic.
@@ -71,6 +73,30 @@ type BlockStoreStats struct {
 	Hits    int64 `json:"hits"`
 	Misses  int64 `json:"misses"`
 	Evicted int64 `json:"evicted"`
+	// Fill is the last fill of the store from the index (SetFill); nil when none has started.
+	Fill *BlockFill `json:"fill,omitempty"`
+}
+
+// BlockFill is the progress of a fill of a store ahead of requests with the blocks of the index's new
+// documents (the sidecar's background fill, cmd/icicle blockfill.go, with Engine.FillBlocks).
+type BlockFill struct {
+	// State is "running", "done" (every new document of the index was listed and its block stored) or
+	// "failed" (Error says why; what was stored stays).
+	State string `json:"state"`
+	// Documents counts the new documents passed so far (the index's, once done); Computed the blocks the fill
+	// computed (the others were stored already, by requests). With State done and Evicted 0, every new
+	// document's block is in the store.
+	Documents int     `json:"documents"`
+	Computed  int     `json:"computed"`
+	Seconds   float64 `json:"seconds"`
+	Error     string  `json:"error,omitempty"`
+}
+
+// SetFill records a fill's progress, shown by Stats.
+func (s *BlockStore) SetFill(f BlockFill) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fill = &f
 }
 
 type blockKey [sha256.Size]byte
@@ -121,6 +147,10 @@ func (s *BlockStore) Stats() BlockStoreStats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.Precision, st.Blocks, st.Bytes, st.MaxBytes = s.Precision(), s.order.Len(), s.bytes, s.max
+	if s.fill != nil {
+		f := *s.fill
+		st.Fill = &f
+	}
 	return st
 }
 
@@ -339,23 +369,43 @@ func (d *decoding) planBlocks() blockPlan {
 // prefillBlocks fills the cache with the header and the candidate blocks, from the store or computed and
 // stored, then feeds the query causally over them; it returns the logits after the prompt's last token.
 func (d *decoding) prefillBlocks(ctx context.Context, pl blockPlan) ([]float32, error) {
+	if err := d.storeBlocks(ctx, pl); err != nil {
+		return nil, err
+	}
+	segs := d.prompt.Segments
+	c := d.w.cache
+	// Every block in its place (shared: where it was computed), then the query.
+	for i := 1; i < len(segs); i++ {
+		at := segs[i-1]
+		if d.e.layout == BlockShared {
+			at = pl.kv[i].base
+		}
+		if err := c.appendBlock(pl.kv[i], at, d.e.freqs); err != nil {
+			return nil, fmt.Errorf("place block %d: %w", i, err)
+		}
+	}
+	return d.prefillCausal(ctx, segs[len(segs)-1], d.p, d.shift)
+}
+
+// storeBlocks leaves the header in the cache (from the store, or computed and stored) and computes and stores
+// the candidate blocks the store lacks, in groups of at most a prefill chunk of tokens, each at blockBase
+// (computeBlocks); pl.kv then holds every block.
+func (d *decoding) storeBlocks(ctx context.Context, pl blockPlan) error {
 	segs := d.prompt.Segments
 	h := segs[0]
 	c := d.w.cache
 	if pl.kv[0] == nil {
 		if _, err := d.prefillCausal(ctx, 0, h, 0); err != nil {
-			return nil, fmt.Errorf("header: %w", err)
+			return fmt.Errorf("header: %w", err)
 		}
 		pl.kv[0] = c.takeBlock(pl.keys[0], 0, h, 0, d.e.blocks.quant)
 		d.e.blocks.put(pl.kv[0])
 		d.stats.BlockMisses++
 	} else if err := c.appendBlock(pl.kv[0], 0, d.e.freqs); err != nil {
-		return nil, err
+		return err
 	} else {
 		d.stats.BlockHits++
 	}
-	// The missing candidate blocks, in groups of at most a prefill chunk of tokens, each at blockBase
-	// (computeBlocks).
 	var group []int
 	fed := 0
 	flush := func() error {
@@ -377,26 +427,62 @@ func (d *decoding) prefillBlocks(ctx context.Context, pl blockPlan) ([]float32, 
 		n := segs[i] - segs[i-1]
 		if fed > 0 && fed+n > d.e.chunk {
 			if err := flush(); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		group = append(group, i)
 		fed += n
 	}
-	if err := flush(); err != nil {
-		return nil, err
+	return flush()
+}
+
+// ErrBusy is FillBlocks' answer when every session is serving requests.
+var ErrBusy = errors.New("every session is busy")
+
+// fillQuery stands in for a query in FillBlocks' prompt, whose query is never fed.
+const fillQuery = "?"
+
+// FillBlocks computes and keeps the blocks of cands that the store lacks, each as a request listing it would
+// read it (opts' summary cap and title-only), and returns how many candidate blocks it computed and how many
+// of cands its prompt held (those that fit opts.MaxPromptTokens, in order; the rest are left for another call).
+// It runs only on a free session: when every session is serving, it returns ErrBusy at once, so that a
+// background fill never makes a request wait longer than one fill's Runs (pass a few candidates at a time).
+func (e *Engine) FillBlocks(ctx context.Context, cands []Candidate, opts Options) (computed, held int, err error) {
+	if e.blocks == nil {
+		return 0, 0, errors.New("fill blocks: the engine does not read by blocks")
 	}
-	// Every block in its place (shared: where it was computed), then the query.
-	for i := 1; i < len(segs); i++ {
-		at := segs[i-1]
-		if d.e.layout == BlockShared {
-			at = pl.kv[i].base
+	opts, prompt, err := e.prompt(fillQuery, cands, opts)
+	if err != nil {
+		return 0, 0, fmt.Errorf("fill blocks: %w", err)
+	}
+	var w *worker
+	select {
+	case w = <-e.workers:
+		if w == nil {
+			return 0, 0, fmt.Errorf("fill blocks: %w", ErrClosed)
 		}
-		if err := c.appendBlock(pl.kv[i], at, d.e.freqs); err != nil {
-			return nil, fmt.Errorf("place block %d: %w", i, err)
+	default:
+		return 0, 0, ErrBusy
+	}
+	defer func() { e.workers <- w }()
+	d := decoding{e: e, w: w, opts: opts, prompt: prompt, cands: cands}
+	pl := d.planBlocks()
+	if pl.missing == 0 {
+		return 0, prompt.InContext, nil
+	}
+	if need := len(prompt.IDs); w.cache.Cap() < need {
+		w.cache = NewKVCache(w.model.Spec(), need)
+	}
+	for _, kv := range pl.kv[1:] {
+		if kv == nil {
+			computed++
 		}
 	}
-	return d.prefillCausal(ctx, segs[len(segs)-1], d.p, d.shift)
+	w.cache.Reset()
+	if err := d.storeBlocks(ctx, pl); err != nil {
+		return 0, 0, fmt.Errorf("fill blocks: %w", err)
+	}
+	return computed, prompt.InContext, nil
 }
 
 // computeBlocks runs the blocks in group (segment indices) in one Run after the header, each at blockBase

@@ -182,6 +182,61 @@ func argmax(z []float32) int {
 	return best
 }
 
+// TestFillBlocks: a fill ahead of requests (the sidecar's background fill from the index) stores exactly the
+// blocks a request reads: a Rank over filled candidates computes no block and answers as a cold engine does; a
+// second fill computes nothing; a prompt too small for every candidate holds the first ones and says how many;
+// with every session serving, the fill gives way at once (ErrBusy) and computes nothing.
+func TestFillBlocks(t *testing.T) {
+	initORT(t)
+	c := readGoldenDecode(t, filepath.Join("..", "models", "reader135"))[3]
+	for _, layout := range []string{inference.BlockContiguous, inference.BlockShared} {
+		t.Run(layout, func(t *testing.T) {
+			store := inference.NewBlockStore(0, true)
+			m := openReader135(t, store, layout)
+			opts := c.options()
+			computed, held, err := m.Engine.FillBlocks(t.Context(), c.Candidates[:4], opts)
+			require.NoError(t, err)
+			require.Equal(t, 4, computed)
+			require.Equal(t, 4, held)
+			computed, held, err = m.Engine.FillBlocks(t.Context(), c.Candidates, opts)
+			require.NoError(t, err)
+			require.Equal(t, len(c.Candidates)-4, computed, "the first 4 are stored")
+			require.Equal(t, len(c.Candidates), held)
+			computed, _, err = m.Engine.FillBlocks(t.Context(), c.Candidates, opts)
+			require.NoError(t, err)
+			require.Zero(t, computed)
+			require.Equal(t, 1+len(c.Candidates), store.Stats().Blocks)
+
+			warm, err := m.Engine.Rank(t.Context(), c.Query, c.Candidates, opts)
+			require.NoError(t, err)
+			require.Zero(t, warm.Stats.BlockMisses, "every block was filled")
+			cold, err := openReader135(t, inference.NewBlockStore(0, true), layout).Engine.Rank(t.Context(), c.Query, c.Candidates, opts)
+			require.NoError(t, err)
+			require.Equal(t, len(cold.Beams), len(warm.Beams))
+			for i := range cold.Beams {
+				// Blocks computed in other groups than a cold request's are the same up to float rounding,
+				// which an int8 step can turn into one step of difference.
+				require.Equal(t, cold.Beams[i].DocID, warm.Beams[i].DocID)
+				require.InDelta(t, cold.Beams[i].Score, warm.Beams[i].Score, 0.02)
+			}
+
+			small := opts
+			small.MaxPromptTokens = 120
+			_, held, err = openReader135(t, inference.NewBlockStore(0, true), layout).Engine.FillBlocks(t.Context(), c.Candidates, small)
+			require.NoError(t, err)
+			require.Greater(t, held, 0)
+			require.Less(t, held, len(c.Candidates))
+
+			release := m.Engine.HoldSessions()
+			before := store.Stats()
+			_, _, err = m.Engine.FillBlocks(t.Context(), c.Candidates, opts)
+			release()
+			require.ErrorIs(t, err, inference.ErrBusy)
+			require.Equal(t, before.Misses, store.Stats().Misses, "a busy fill looks nothing up")
+		})
+	}
+}
+
 // TestBlockSwapServesWhileStoreFills: a hot swap (plugin.Swapper) to a model reading by blocks whose store is
 // empty, under concurrent requests: every request before, across and after the swap answers without error; the
 // new model's store fills from the requests (misses, then hits on the blocks that repeat) and its answers are

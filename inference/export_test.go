@@ -101,3 +101,16 @@ func (e *Engine) PrefillLogits(ctx context.Context, query string, cands []Candid
 	}
 	return got, slices.Clone(z), nil
 }
+
+// HoldSessions takes every session of the engine, as requests in flight would, until release is called.
+func (e *Engine) HoldSessions() (release func()) {
+	held := make([]*worker, 0, cap(e.workers))
+	for range cap(e.workers) {
+		held = append(held, <-e.workers)
+	}
+	return func() {
+		for _, w := range held {
+			e.workers <- w
+		}
+	}
+}

@@ -149,15 +149,16 @@ func linkModel(t *testing.T, dir string) string {
 	return out
 }
 
-// serveDefault starts `icicle serve` with no config file: config.Load's defaults plus the connection.
-func serveDefault(t *testing.T, bin, esURL, index, modelDir, lib string) string {
+// serveDefault starts `icicle serve` with no config file: config.Load's defaults plus the connection (and
+// env, ICICLE_* settings of a test's own).
+func serveDefault(t *testing.T, bin, esURL, index, modelDir, lib string, env ...string) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := l.Addr().String()
 	require.NoError(t, l.Close())
 	cmd := exec.Command(bin, "serve")
-	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "ICICLE_POLICY_") })
+	env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "ICICLE_POLICY_") }), env...)
 	// The policy is the configured default; only the connection is set, and the request timeout raised so
 	// that a loaded CI machine does not turn the model's answer into a model_timeout fallback.
 	// The default encoder, found from the repository root the way the configured relative path is. The

@@ -430,6 +430,12 @@ func contractCases() []contractCase {
 			server: std(func(o *Options) {
 				o.Model.BlockStore, o.Model.BlockLayout = inference.NewBlockStore(1<<20, false), "contiguous"
 			})},
+		{name: "readyz with a block fill", method: "GET", path: "/readyz", status: 200, has: []string{"blocks.precision", "blocks.fill.state", "blocks.fill.error"},
+			server: std(func(o *Options) {
+				store := inference.NewBlockStore(1<<20, true)
+				store.SetFill(inference.BlockFill{State: "failed", Documents: 512, Computed: 300, Seconds: 12.5, Error: "list new: unavailable"})
+				o.Model.BlockStore, o.Model.BlockLayout = store, "shared"
+			})},
 		{name: "healthz", method: "GET", path: "/healthz", status: 200},
 		{name: "readyz", method: "GET", path: "/readyz", status: 200},
 		{name: "readyz with a seen diff", method: "GET", path: "/readyz", status: 200, server: withSeenDiff,

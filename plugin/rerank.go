@@ -303,7 +303,7 @@ func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapte
 	resp.CandidatesTruncated = len(hits) > len(cands)
 	in := make([]inference.Candidate, len(cands))
 	for i, h := range cands {
-		in[i] = inference.Candidate{Title: h.DocID, Summary: h.Summary}
+		in[i] = CandidateOf(h)
 		if h.Summary == "" || s.opts.Decode.TitleOnly {
 			resp.TitleOnlyCandidates++
 		}
@@ -560,3 +560,9 @@ func (s *Server) fail(c *gin.Context, endpoint string, err error) {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func ptr[T any](v T) *T { return &v }
+
+// CandidateOf is a hit as the model reads it: its docid (the title it copies) and its summary. The block
+// store's fill (cmd/icicle) builds its blocks with it, so that they are the blocks requests read.
+func CandidateOf(h adapter.Hit) inference.Candidate {
+	return inference.Candidate{Title: h.DocID, Summary: h.Summary}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/config"
 	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/inference/loader"
@@ -52,29 +53,12 @@ func serve(ctx context.Context, args []string) error {
 	if err := ort.Init(cfg.Model.ORTLibrary); err != nil {
 		return fmt.Errorf("init onnx runtime %q (set model.ort_library or ICICLE_ORT_LIB; scripts/ort.sh installs it): %w", cfg.Model.ORTLibrary, err)
 	}
-	// Every model, the first and those hot-swapped in later (docs/model-swap.md), opens with the same
-	// sessions and threads (planRun); the Swapper closes each after its last request.
-	plan := planRun(cfg.Concurrency.MaxInflight, cfg.Model.IntraOpThreads, runtime.NumCPU())
-	open := func(dir string) (plugin.LoadedModel, error) {
-		return openModel(dir, cfg.Model, plan, cfg.Decode, log)
-	}
-	first, err := open(cfg.Model.Dir)
-	if err != nil {
-		_ = ort.Shutdown()
-		return err
-	}
-	cfg.Concurrency.MaxInflight = plan.sessions
-	info := first.Info
-	model := plugin.NewSwapper(first, open, log)
+	// Deferred first, so it runs last: after the model's and the encoder's sessions are closed.
 	defer func() {
-		if err := model.Close(); err != nil {
-			log.Error("close model", "err", err)
-		}
 		if err := ort.Shutdown(); err != nil {
 			log.Error("shut down onnx runtime", "err", err)
 		}
 	}()
-
 	// The first stage's encoder: a configured one that cannot open stops the start, naming the file.
 	enc, err := openEncoder(cfg.FirstStage, log)
 	if err != nil {
@@ -100,14 +84,40 @@ func serve(ctx context.Context, args []string) error {
 	if ci, err := es.Check(checkCtx); err == nil {
 		log.Info("elasticsearch ready", "version", ci.Version, "index", cfg.Elasticsearch.Index)
 	}
-	if n, err := es.SeenCount(checkCtx); err == nil && n != info.SeenDocIDs {
-		log.Warn("seen corpus differs between the index and the model", "index_seen", n, "model_seen", info.SeenDocIDs)
-	}
 	if enc != nil {
 		if n, err := es.CountWithoutVector(checkCtx, enc.Name()); err == nil && n > 0 {
 			log.Warn("documents without the encoder's vector rank by BM25 alone until `icicle enrich` gives them one",
 				"documents", n, "encoder", enc.Name())
 		}
+	}
+	cancel()
+
+	// Every model, the first and those hot-swapped in later (docs/model-swap.md), opens with the same
+	// sessions and threads (planRun); the Swapper closes each after its last request. A model that reads by
+	// blocks fills its store from the index in the background (blockfill.go).
+	plan := planRun(cfg.Concurrency.MaxInflight, cfg.Model.IntraOpThreads, runtime.NumCPU())
+	var fillFrom *adapter.Adapter
+	if cfg.Decode.BlockFill {
+		fillFrom = es
+	}
+	open := func(dir string) (plugin.LoadedModel, error) {
+		return openModel(dir, cfg.Model, plan, cfg.Decode, fillFrom, log)
+	}
+	first, err := open(cfg.Model.Dir)
+	if err != nil {
+		return err
+	}
+	cfg.Concurrency.MaxInflight = plan.sessions
+	info := first.Info
+	model := plugin.NewSwapper(first, open, log)
+	defer func() {
+		if err := model.Close(); err != nil {
+			log.Error("close model", "err", err)
+		}
+	}()
+	checkCtx, cancel = context.WithTimeout(ctx, 30*time.Second)
+	if n, err := es.SeenCount(checkCtx); err == nil && n != info.SeenDocIDs {
+		log.Warn("seen corpus differs between the index and the model", "index_seen", n, "model_seen", info.SeenDocIDs)
 	}
 	cancel()
 	var embedder retrieve.Embedder
@@ -259,7 +269,7 @@ func planRun(sessions, threads, cores int) runPlan {
 
 // openModel opens a model directory with plan's sessions and threads and times a full-size warm-up run
 // (the cost model's first estimate, and /v1/model's run section); ONNX Runtime is initialised once, before.
-func openModel(dir string, c config.Model, plan runPlan, d config.Decode, log *slog.Logger) (plugin.LoadedModel, error) {
+func openModel(dir string, c config.Model, plan runPlan, d config.Decode, fillFrom *adapter.Adapter, log *slog.Logger) (plugin.LoadedModel, error) {
 	var blocks *inference.BlockStore // each model its own: a swapped model starts empty and fills as it serves
 	if d.BlockReading != config.BlockReadingOff {
 		blocks = inference.NewBlockStore(int64(d.BlockStoreMB)<<20, d.BlockPrecision == config.BlockPrecisionInt8)
@@ -272,8 +282,9 @@ func openModel(dir string, c config.Model, plan runPlan, d config.Decode, log *s
 		return plugin.LoadedModel{}, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	tokens, took, err := m.Engine.WarmUp(ctx, inference.Options{BeamWidth: d.BeamWidth, MaxPromptTokens: d.MaxPromptTokens,
-		MaxSummaryTokens: d.MaxSummaryTokens, TitleOnly: d.TitleOnly})
+	opts := inference.Options{BeamWidth: d.BeamWidth, MaxPromptTokens: d.MaxPromptTokens, MaxSummaryTokens: d.MaxSummaryTokens,
+		TitleOnly: d.TitleOnly}
+	tokens, took, err := m.Engine.WarmUp(ctx, opts)
 	cancel()
 	if err != nil {
 		_ = m.Close()
@@ -300,5 +311,10 @@ func openModel(dir string, c config.Model, plan runPlan, d config.Decode, log *s
 		"intra_op_threads", plan.threads, "chosen", plan.chosen, "warm_prompt_tokens", tokens, "warm_run_ms", took.Milliseconds(),
 		"capacity_qps_estimate", float64(plan.sessions)/took.Seconds(),
 		"seen_docids", len(m.Seen), "trie_nodes", m.Engine.GlobalTrie().Len())
-	return plugin.LoadedModel{Reranker: m.Engine, Info: info, Seen: m.Seen, Close: m.Close, Gate: g}, nil
+	closeModel := m.Close
+	if blocks != nil && fillFrom != nil {
+		stop := startBlockFill(fillFrom, m.Engine, blocks, opts, log.With("model", man.Name, "dir", dir))
+		closeModel = func() error { stop(); return m.Close() }
+	}
+	return plugin.LoadedModel{Reranker: m.Engine, Info: info, Seen: m.Seen, Close: closeModel, Gate: g}, nil
 }

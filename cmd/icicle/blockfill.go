@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/plugin"
+)
+
+// The background fill of a model's block store (issue 26, decode.block_fill): when a model that reads by
+// blocks is loaded (at start or by a hot swap), the index's new documents are listed (adapter.ListNew) and
+// their blocks computed and kept (inference.Engine.FillBlocks) before requests ask for them. Requests come
+// first: a fill step runs only on a free session, computes at most fillGroup blocks, and waits while every
+// session serves. The store stays what it is without the fill, derived from Elasticsearch's contents: a
+// block a request misses is computed then. /readyz and /v1/model show the progress (blocks.fill).
+
+const (
+	// fillPage is how many documents one listing request reads; fillGroup how many blocks one fill step
+	// computes (about 40 tokens each for models/reader135: 8 blocks are one Run of about 0.3 s on 2 cores,
+	// the longest a request waits for the fill).
+	fillPage, fillGroup = 256, 8
+	// fillBusyWait is how long the fill waits when every session is serving before it tries again.
+	fillBusyWait = 20 * time.Millisecond
+)
+
+// startBlockFill fills store from es's new documents in the background and returns a stop that cancels the
+// fill and waits for it to end. opts are the requests' decoding options (the summary cap and title-only make
+// a block's tokens).
+func startBlockFill(es *adapter.Adapter, eng *inference.Engine, store *inference.BlockStore, opts inference.Options, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f := fillBlocks(ctx, es, eng, store, opts)
+		switch {
+		case f.State == "done":
+			log.Info("block store filled from the index", "documents", f.Documents, "computed", f.Computed,
+				"seconds", f.Seconds, "store", store.Stats())
+		case ctx.Err() == nil:
+			log.Error("block store fill failed; requests compute the missing blocks", "err", f.Error,
+				"documents", f.Documents, "computed", f.Computed)
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// fillBlocks is startBlockFill's work; it records its progress in the store and returns the last of it.
+func fillBlocks(ctx context.Context, es *adapter.Adapter, eng *inference.Engine, store *inference.BlockStore, opts inference.Options) inference.BlockFill {
+	start := time.Now()
+	f := inference.BlockFill{State: "running"}
+	store.SetFill(f)
+	err := es.ListNew(ctx, fillPage, func(page []adapter.Hit) error {
+		cands := make([]inference.Candidate, len(page))
+		for i, h := range page {
+			cands[i] = plugin.CandidateOf(h)
+		}
+		for len(cands) > 0 {
+			computed, held, err := eng.FillBlocks(ctx, cands[:min(fillGroup, len(cands))], opts)
+			if errors.Is(err, inference.ErrBusy) {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(fillBusyWait):
+					continue
+				}
+			}
+			if err != nil {
+				return err
+			}
+			// A document whose block alone exceeds the prompt is read by no request either: passed over.
+			held = max(held, 1)
+			f.Documents += held
+			f.Computed += computed
+			f.Seconds = time.Since(start).Seconds()
+			store.SetFill(f)
+			cands = cands[held:]
+		}
+		return nil
+	})
+	f.Seconds = time.Since(start).Seconds()
+	f.State = "done"
+	if err != nil {
+		f.State, f.Error = "failed", err.Error()
+	}
+	store.SetFill(f)
+	return f
+}

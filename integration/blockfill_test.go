@@ -1,0 +1,119 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/icicle-search/sidecar/plugin"
+)
+
+// TestBlockStoreFill runs `icicle serve` with block reading on (shared layout, int8 store) over a real index
+// and the real model (issue 26): the store fills from the index's new documents in the background, /readyz
+// says how far; once done, a search over those documents computes no block; a hot swap to a model with an
+// empty store fills that one again while the sidecar serves.
+func TestBlockStoreFill(t *testing.T) {
+	esURL, lib := os.Getenv("ICICLE_ES_URL"), os.Getenv("ICICLE_ORT_LIB")
+	if esURL == "" || lib == "" {
+		t.Fatal("ICICLE_ES_URL and ICICLE_ORT_LIB must be set (scripts/test.sh sets both): this test needs the real node and model")
+	}
+	bin := filepath.Join(t.TempDir(), "icicle")
+	out, err := exec.Command("go", "build", "-tags", "ort tokenizers", "-o", bin, "../cmd/icicle").CombinedOutput()
+	require.NoError(t, err, "build icicle: %s", out)
+	// The shipped default: block reading needs the manifest's rope_theta, which models/small predates.
+	modelDir, err := filepath.Abs(filepath.Join("..", "models", "reader135"))
+	require.NoError(t, err)
+	index := fmt.Sprintf("icicle-blockfill-%d", time.Now().UnixNano())
+	const newDocs = 40
+	ingestForGate(t, esURL, index, modelDir, newDocs)
+
+	const token = "block-fill-admin-token"
+	url := serveDefault(t, bin, esURL, index, blockModel(t, modelDir), lib, "ICICLE_DECODE_BLOCK_READING=shared",
+		"ICICLE_DECODE_BLOCK_PRECISION=int8", "ICICLE_SERVER_ADMIN_TOKEN="+token)
+	first := waitFilled(t, url, newDocs)
+	require.Equal(t, "int8", first.Precision)
+	require.Equal(t, newDocs, first.Fill.Computed, "no request ran before: the fill computed every block")
+	require.GreaterOrEqual(t, first.Blocks, newDocs+1, "the header and every new document's block")
+
+	resp := searchDefault(t, url, "who sang the theme song for the office")
+	require.NotZero(t, resp.CandidatesInContext)
+	after := readyBlocks(t, url)
+	require.Equal(t, first.Misses, after.Misses, "every block the search read was filled ahead of it")
+	require.Greater(t, after.Hits, first.Hits)
+
+	// A hot swap to another directory: a new, empty store, filled again in the background.
+	body, _ := json.Marshal(map[string]string{"dir": blockModel(t, modelDir)})
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/admin/model", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	swapped := waitFilled(t, url, newDocs)
+	require.Less(t, swapped.Hits, after.Hits, "the swapped-in model has a store of its own")
+	resp = searchDefault(t, url, "who sang the theme song for the office")
+	require.NotZero(t, resp.CandidatesInContext)
+}
+
+// blockModel is the default model's files under a manifest whose candidate block has no per-request "[i]"
+// (as scripts/block-model.sh writes it), in a directory of its own.
+func blockModel(t *testing.T, modelDir string) string {
+	t.Helper()
+	dir := linkModel(t, modelDir)
+	raw, err := os.ReadFile(filepath.Join(modelDir, "manifest.json"))
+	require.NoError(t, err)
+	var man map[string]any
+	require.NoError(t, json.Unmarshal(raw, &man))
+	tmpl := man["template"].(map[string]any)
+	for _, k := range []string{"candidate", "candidate_title_only"} {
+		tmpl[k] = strings.ReplaceAll(tmpl[k].(string), "[{i}] ", "- ")
+	}
+	raw, err = json.Marshal(man)
+	require.NoError(t, err)
+	path := filepath.Join(dir, "manifest.json")
+	require.NoError(t, os.Remove(path)) // a link to the default's
+	require.NoError(t, os.WriteFile(path, raw, 0o644))
+	return dir
+}
+
+// readyBlocks is /readyz's block store.
+func readyBlocks(t *testing.T, url string) plugin.BlocksInfo {
+	t.Helper()
+	var ready struct {
+		Blocks *plugin.BlocksInfo `json:"blocks"`
+	}
+	getJSON(t, url+"/readyz", &ready)
+	require.NotNil(t, ready.Blocks, "a model reading by blocks reports its store")
+	return *ready.Blocks
+}
+
+// waitFilled waits until /readyz says the store's fill is done, with docs documents passed.
+func waitFilled(t *testing.T, url string, docs int) plugin.BlocksInfo {
+	t.Helper()
+	var b plugin.BlocksInfo
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
+		b = readyBlocks(t, url)
+		require.NotNil(t, b.Fill, "a fill starts with the model")
+		require.NotEqual(t, "failed", b.Fill.State, b.Fill.Error)
+		require.LessOrEqual(t, b.Fill.Documents, docs)
+		if b.Fill.State == "done" {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the fill is not done in 3 minutes: %+v", b.Fill)
+	}
+	require.Equal(t, docs, b.Fill.Documents, "every new document of the index")
+	require.Zero(t, b.Evicted)
+	return b
+}
