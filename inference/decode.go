@@ -367,7 +367,14 @@ func (d *decoding) run(ctx context.Context) (Result, error) {
 		d.w.cache.Truncate(d.p)
 	}
 	if len(rootToks) > 0 {
-		param, err := d.parametricRoute(ctx, z0, lse0)
+		// A parametric beam scoring below the W-th copied docid cannot enter the answer's top W (scores only
+		// fall as tokens are added): the route stops following it. Exact, and it spares the route's Runs
+		// when the model copies (reader135's [COPY] probability is near 1).
+		floor := math.Inf(-1)
+		if len(beams) >= d.opts.BeamWidth {
+			floor = kthBeamScore(beams, d.opts.BeamWidth)
+		}
+		param, err := d.parametricRoute(ctx, z0, lse0, floor)
 		if err != nil {
 			return Result{}, err
 		}
@@ -574,14 +581,17 @@ type beam struct {
 }
 
 // parametricRoute runs width-W beam search over the global trie, with forced single-child chains
-// taken at no cost and fed together with the next branching token (jump-forward).
-func (d *decoding) parametricRoute(ctx context.Context, z0 []float32, lse0 float64) ([]Beam, error) {
+// taken at no cost and fed together with the next branching token (jump-forward). Beams scoring below floor
+// are dropped (the caller's bound on what can still enter the answer).
+func (d *decoding) parametricRoute(ctx context.Context, z0 []float32, lse0, floor float64) ([]Beam, error) {
 	W := d.opts.BeamWidth
 	g := d.e.global
 	toks, kids := g.Children(0)
 	live := make([]*beam, 0, len(toks))
 	for j, tok := range toks {
-		live = append(live, &beam{node: kids[j], score: float64(z0[tok]) - lse0, toks: []int32{tok}, pending: 1})
+		if sc := float64(z0[tok]) - lse0; sc >= floor {
+			live = append(live, &beam{node: kids[j], score: sc, toks: []int32{tok}, pending: 1})
+		}
 	}
 	live = topBeams(live, W)
 	var finished []*beam
@@ -632,6 +642,9 @@ func (d *decoding) parametricRoute(ctx context.Context, z0 []float32, lse0 float
 		}
 		live = live[:0]
 		for _, b := range topBeams(pool, W) {
+			if b.score < floor {
+				break // sorted: the rest are lower
+			}
 			if g.Doc(b.node) >= 0 {
 				b.pending = 0
 				finished = append(finished, b)
@@ -769,6 +782,16 @@ func topBeams(bs []*beam, k int) []*beam {
 }
 
 // kthScore returns the k-th best score of bs (len(bs) >= k).
+// kthBeamScore is the k-th highest score of bs (len(bs) >= k).
+func kthBeamScore(bs []Beam, k int) float64 {
+	s := make([]float64, len(bs))
+	for i, b := range bs {
+		s[i] = b.Score
+	}
+	slices.Sort(s)
+	return s[len(s)-k]
+}
+
 func kthScore(bs []*beam, k int) float64 {
 	s := make([]float64, len(bs))
 	for i, b := range bs {

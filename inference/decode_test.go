@@ -1,9 +1,11 @@
 package inference
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"testing"
@@ -58,6 +60,10 @@ func TestRankMatchesBruteForce(t *testing.T) {
 			e, _ := newTestEngine(t, seen, hashLogits)
 			res, err := e.Rank(t.Context(), "which city", tc.cands, Options{BeamWidth: 20})
 			require.NoError(t, err)
+			// Width 2: the copied docids' second score bounds the parametric route (it drops beams below it);
+			// the answer is still the exact top 2.
+			top2, err := e.Rank(t.Context(), "which city", tc.cands, Options{BeamWidth: 2})
+			require.NoError(t, err)
 
 			prompt, err := e.prompts.Build("which city", tc.cands, PromptOptions{MaxTokens: 4096, MaxSummaryTokens: 256})
 			require.NoError(t, err)
@@ -83,6 +89,18 @@ func TestRankMatchesBruteForce(t *testing.T) {
 				}
 			}
 			require.Len(t, res.Beams, len(want))
+			order := slices.Collect(maps.Keys(want))
+			slices.SortFunc(order, func(a, b string) int {
+				if c := cmp.Compare(want[b], want[a]); c != 0 {
+					return c
+				}
+				return cmp.Compare(a, b)
+			})
+			require.Len(t, top2.Beams, 2)
+			for i, b := range top2.Beams {
+				require.Equal(t, order[i], b.DocID, "width 2, beam %d", i)
+				require.InDelta(t, want[b.DocID], b.Score, 1e-9)
+			}
 			require.InDelta(t, math.Exp(float64(z0[fakeCopy])-lse0), res.PCopy, 1e-9)
 			for i, b := range res.Beams {
 				require.InDelta(t, want[b.DocID], b.Score, 1e-9, "beam %d %s", i, b.DocID)
