@@ -80,8 +80,9 @@ type BlockStoreStats struct {
 // BlockFill is the progress of a fill of a store ahead of requests with the blocks of the index's new
 // documents (the sidecar's background fill, cmd/icicle blockfill.go, with Engine.FillBlocks).
 type BlockFill struct {
-	// State is "running", "done" (every new document of the index was listed and its block stored) or
-	// "failed" (Error says why; what was stored stays).
+	// State is "running", "done" (every new document of the index was listed and its block stored), "full"
+	// (the store's bound was reached first: the fill stopped rather than evict what it computed) or "failed"
+	// (Error says why; what was stored stays).
 	State string `json:"state"`
 	// Documents counts the new documents passed so far (the index's, once done); Computed the blocks the fill
 	// computed (the others were stored already, by requests). With State done and Evicted 0, every new

@@ -22,7 +22,8 @@ import (
 // TestBlockStoreFill runs `icicle serve` with block reading on (shared layout, int8 store) over a real index
 // and the real model (issue 26): the store fills from the index's new documents in the background, /readyz
 // says how far; once done, a search over those documents computes no block; a hot swap to a model with an
-// empty store fills that one again while the sidecar serves.
+// empty store fills that one again while the sidecar serves; a store too small for the index stops the fill
+// at its bound instead of evicting what it computed.
 func TestBlockStoreFill(t *testing.T) {
 	esURL, lib := os.Getenv("ICICLE_ES_URL"), os.Getenv("ICICLE_ORT_LIB")
 	if esURL == "" || lib == "" {
@@ -63,6 +64,24 @@ func TestBlockStoreFill(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	swapped := waitFilled(t, url, newDocs)
 	require.Less(t, swapped.Hits, after.Hits, "the swapped-in model has a store of its own")
+	resp = searchDefault(t, url, "who sang the theme song for the office")
+	require.NotZero(t, resp.CandidatesInContext)
+
+	// A store bound below the index's new documents (int8 blocks of reader135 are about 0.4 MB): the fill
+	// stops when the store would evict, says so, and the sidecar serves.
+	url = serveDefault(t, bin, esURL, index, blockModel(t, modelDir), lib, "ICICLE_DECODE_BLOCK_READING=shared",
+		"ICICLE_DECODE_BLOCK_PRECISION=int8", "ICICLE_DECODE_BLOCK_STORE_MB=4")
+	var b plugin.BlocksInfo
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
+		if b = readyBlocks(t, url); b.Fill.State != "running" {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the fill is not over in 3 minutes: %+v", b.Fill)
+	}
+	require.Equal(t, "full", b.Fill.State, "%+v", b.Fill)
+	require.Less(t, b.Fill.Documents, newDocs)
+	require.LessOrEqual(t, b.Bytes, b.MaxBytes)
+	require.Positive(t, b.Evicted, "the fill stops at the step that evicted")
 	resp = searchDefault(t, url, "who sang the theme song for the office")
 	require.NotZero(t, resp.CandidatesInContext)
 }

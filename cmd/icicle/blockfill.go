@@ -40,6 +40,9 @@ func startBlockFill(es *adapter.Adapter, eng *inference.Engine, store *inference
 		case f.State == "done":
 			log.Info("block store filled from the index", "documents", f.Documents, "computed", f.Computed,
 				"seconds", f.Seconds, "store", store.Stats())
+		case f.State == "full":
+			log.Warn("block store full before every new document of the index was filled: raise decode.block_store_mb; "+
+				"requests compute the other blocks", "documents", f.Documents, "computed", f.Computed, "store", store.Stats())
 		case ctx.Err() == nil:
 			log.Error("block store fill failed; requests compute the missing blocks", "err", f.Error,
 				"documents", f.Documents, "computed", f.Computed)
@@ -48,11 +51,17 @@ func startBlockFill(es *adapter.Adapter, eng *inference.Engine, store *inference
 	return func() { cancel(); <-done }
 }
 
-// fillBlocks is startBlockFill's work; it records its progress in the store and returns the last of it.
+// errStoreFull stops a fill whose store began to evict.
+var errStoreFull = errors.New("the block store is full")
+
+// fillBlocks is startBlockFill's work; it records its progress in the store and returns the last of it. It
+// stops when the store starts evicting (state "full": decode.block_store_mb holds fewer blocks than the index
+// has new documents), since filling on would only drop the blocks it computed.
 func fillBlocks(ctx context.Context, es *adapter.Adapter, eng *inference.Engine, store *inference.BlockStore, opts inference.Options) inference.BlockFill {
 	start := time.Now()
 	f := inference.BlockFill{State: "running"}
 	store.SetFill(f)
+	evicted := store.Stats().Evicted
 	err := es.ListNew(ctx, fillPage, func(page []adapter.Hit) error {
 		cands := make([]inference.Candidate, len(page))
 		for i, h := range page {
@@ -78,12 +87,20 @@ func fillBlocks(ctx context.Context, es *adapter.Adapter, eng *inference.Engine,
 			f.Seconds = time.Since(start).Seconds()
 			store.SetFill(f)
 			cands = cands[held:]
+			if store.Stats().Evicted > evicted {
+				return errStoreFull
+			}
 		}
 		return nil
 	})
 	f.Seconds = time.Since(start).Seconds()
-	f.State = "done"
-	if err != nil {
+	switch {
+	case err == nil:
+		f.State = "done"
+	case errors.Is(err, errStoreFull):
+		// Filling on would evict the blocks just computed: the rest is left to the requests.
+		f.State = "full"
+	default:
 		f.State, f.Error = "failed", err.Error()
 	}
 	store.SetFill(f)
