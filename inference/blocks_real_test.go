@@ -3,7 +3,6 @@
 package inference_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -46,27 +45,7 @@ func blockModelDir(t testing.TB) string {
 	if _, err := os.Stat(filepath.Join(src, "model.onnx")); err != nil {
 		testenv.Missing(t, "%s has no model.onnx yet: run scripts/model.sh %s (scripts/test.sh does)", src, src)
 	}
-	dir := t.TempDir()
-	entries, err := os.ReadDir(src)
-	require.NoError(t, err)
-	for _, e := range entries {
-		if e.Name() != "manifest.json" {
-			require.NoError(t, os.Symlink(filepath.Join(src, e.Name()), filepath.Join(dir, e.Name())))
-		}
-	}
-	raw, err := os.ReadFile(filepath.Join(src, "manifest.json"))
-	require.NoError(t, err)
-	var man map[string]any
-	require.NoError(t, json.Unmarshal(raw, &man))
-	tmpl := man["template"].(map[string]any)
-	for _, k := range []string{"candidate", "candidate_title_only"} {
-		tmpl[k] = strings.ReplaceAll(tmpl[k].(string), "[{i}] ", "- ")
-	}
-	man["max_prompt_tokens"] = man["max_context_tokens"] // room for 100 candidates, as scripts/block-model.sh
-	raw, err = json.Marshal(man)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "manifest.json"), raw, 0o644))
-	return dir
+	return testenv.BlockModel(t, src)
 }
 
 // openReader135 opens the shipped default's weights under blockModelDir's template with block reading in

@@ -10,12 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/icicle-search/sidecar/internal/testenv"
 	"github.com/icicle-search/sidecar/plugin"
 )
 
@@ -40,7 +40,7 @@ func TestBlockStoreFill(t *testing.T) {
 	ingestForGate(t, esURL, index, modelDir, newDocs)
 
 	const token = "block-fill-admin-token"
-	url := serveDefault(t, bin, esURL, index, blockModel(t, modelDir), lib, "ICICLE_DECODE_BLOCK_READING=shared",
+	url := serveDefault(t, bin, esURL, index, testenv.BlockModel(t, modelDir), lib, "ICICLE_DECODE_BLOCK_READING=shared",
 		"ICICLE_DECODE_BLOCK_PRECISION=int8", "ICICLE_SERVER_ADMIN_TOKEN="+token)
 	first := waitFilled(t, url, newDocs)
 	require.Equal(t, "int8", first.Precision)
@@ -54,7 +54,7 @@ func TestBlockStoreFill(t *testing.T) {
 	require.Greater(t, after.Hits, first.Hits)
 
 	// A hot swap to another directory: a new, empty store, filled again in the background.
-	body, _ := json.Marshal(map[string]string{"dir": blockModel(t, modelDir)})
+	body, _ := json.Marshal(map[string]string{"dir": testenv.BlockModel(t, modelDir)})
 	req, err := http.NewRequest(http.MethodPost, url+"/v1/admin/model", bytes.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+token)
@@ -69,7 +69,7 @@ func TestBlockStoreFill(t *testing.T) {
 
 	// A store bound below the index's new documents (int8 blocks of reader135 are about 0.4 MB): the fill
 	// stops when the store would evict, says so, and the sidecar serves.
-	url = serveDefault(t, bin, esURL, index, blockModel(t, modelDir), lib, "ICICLE_DECODE_BLOCK_READING=shared",
+	url = serveDefault(t, bin, esURL, index, testenv.BlockModel(t, modelDir), lib, "ICICLE_DECODE_BLOCK_READING=shared",
 		"ICICLE_DECODE_BLOCK_PRECISION=int8", "ICICLE_DECODE_BLOCK_STORE_MB=4")
 	var b plugin.BlocksInfo
 	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
@@ -84,27 +84,6 @@ func TestBlockStoreFill(t *testing.T) {
 	require.Positive(t, b.Evicted, "the fill stops at the step that evicted")
 	resp = searchDefault(t, url, "who sang the theme song for the office")
 	require.NotZero(t, resp.CandidatesInContext)
-}
-
-// blockModel is the default model's files under a manifest whose candidate block has no per-request "[i]"
-// (as scripts/block-model.sh writes it), in a directory of its own.
-func blockModel(t *testing.T, modelDir string) string {
-	t.Helper()
-	dir := linkModel(t, modelDir)
-	raw, err := os.ReadFile(filepath.Join(modelDir, "manifest.json"))
-	require.NoError(t, err)
-	var man map[string]any
-	require.NoError(t, json.Unmarshal(raw, &man))
-	tmpl := man["template"].(map[string]any)
-	for _, k := range []string{"candidate", "candidate_title_only"} {
-		tmpl[k] = strings.ReplaceAll(tmpl[k].(string), "[{i}] ", "- ")
-	}
-	raw, err = json.Marshal(man)
-	require.NoError(t, err)
-	path := filepath.Join(dir, "manifest.json")
-	require.NoError(t, os.Remove(path)) // a link to the default's
-	require.NoError(t, os.WriteFile(path, raw, 0o644))
-	return dir
 }
 
 // readyBlocks is /readyz's block store.
