@@ -452,10 +452,7 @@ func (e *Engine) FillBlocks(ctx context.Context, cands []Candidate, opts Options
 	if e.blocks == nil {
 		return 0, 0, errors.New("fill blocks: the engine does not read by blocks")
 	}
-	opts, prompt, err := e.prompt(fillQuery, cands, opts)
-	if err != nil {
-		return 0, 0, fmt.Errorf("fill blocks: %w", err)
-	}
+	// The session first: a busy engine is told at once, before the candidates are tokenized.
 	var w *worker
 	select {
 	case w = <-e.workers:
@@ -466,6 +463,10 @@ func (e *Engine) FillBlocks(ctx context.Context, cands []Candidate, opts Options
 		return 0, 0, ErrBusy
 	}
 	defer func() { e.workers <- w }()
+	opts, prompt, err := e.prompt(fillQuery, cands, opts)
+	if err != nil {
+		return 0, 0, fmt.Errorf("fill blocks: %w", err)
+	}
 	d := decoding{e: e, w: w, opts: opts, prompt: prompt, cands: cands}
 	pl := d.planBlocks()
 	if pl.missing == 0 {

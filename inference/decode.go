@@ -372,7 +372,7 @@ func (d *decoding) run(ctx context.Context) (Result, error) {
 		// when the model copies (reader135's [COPY] probability is near 1).
 		floor := math.Inf(-1)
 		if len(beams) >= d.opts.BeamWidth {
-			floor = kthBeamScore(beams, d.opts.BeamWidth)
+			floor = kthScore(beams, func(b Beam) float64 { return b.Score }, d.opts.BeamWidth)
 		}
 		param, err := d.parametricRoute(ctx, z0, lse0, floor)
 		if err != nil {
@@ -621,7 +621,7 @@ func (d *decoding) parametricRoute(ctx context.Context, z0 []float32, lse0, floo
 			}
 		}
 		live = next
-		if len(live) == 0 || (len(finished) >= W && live[0].score <= kthScore(finished, W)) {
+		if len(live) == 0 || (len(finished) >= W && live[0].score <= kthScore(finished, func(b *beam) float64 { return b.score }, W)) {
 			break
 		}
 		logits, err := d.feedBeams(ctx, live)
@@ -782,20 +782,10 @@ func topBeams(bs []*beam, k int) []*beam {
 }
 
 // kthScore returns the k-th best score of bs (len(bs) >= k).
-// kthBeamScore is the k-th highest score of bs (len(bs) >= k).
-func kthBeamScore(bs []Beam, k int) float64 {
+func kthScore[B any](bs []B, score func(B) float64, k int) float64 {
 	s := make([]float64, len(bs))
 	for i, b := range bs {
-		s[i] = b.Score
-	}
-	slices.Sort(s)
-	return s[len(s)-k]
-}
-
-func kthScore(bs []*beam, k int) float64 {
-	s := make([]float64, len(bs))
-	for i, b := range bs {
-		s[i] = b.score
+		s[i] = score(b)
 	}
 	slices.Sort(s)
 	return s[len(s)-k]
