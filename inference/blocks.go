@@ -368,8 +368,9 @@ func (d *decoding) planBlocks() blockPlan {
 }
 
 // prefillBlocks fills the cache with the header and the candidate blocks, from the store or computed and
-// stored, then feeds the query causally over them; it returns the logits after the prompt's last token.
-func (d *decoding) prefillBlocks(ctx context.Context, pl blockPlan) ([]float32, error) {
+// stored, then feeds the query causally over them (with tree's first chunk, as prefill); it returns the logits
+// after the prompt's last token.
+func (d *decoding) prefillBlocks(ctx context.Context, pl blockPlan, tree *copyTree) ([]float32, error) {
 	if err := d.storeBlocks(ctx, pl); err != nil {
 		return nil, err
 	}
@@ -385,7 +386,7 @@ func (d *decoding) prefillBlocks(ctx context.Context, pl blockPlan) ([]float32, 
 			return nil, fmt.Errorf("place block %d: %w", i, err)
 		}
 	}
-	return d.prefillCausal(ctx, segs[len(segs)-1], d.p, d.shift)
+	return d.prefillCausal(ctx, segs[len(segs)-1], d.p, d.shift, tree)
 }
 
 // storeBlocks leaves the header in the cache (from the store, or computed and stored) and computes and stores
@@ -396,7 +397,7 @@ func (d *decoding) storeBlocks(ctx context.Context, pl blockPlan) error {
 	h := segs[0]
 	c := d.w.cache
 	if pl.kv[0] == nil {
-		if _, err := d.prefillCausal(ctx, 0, h, 0); err != nil {
+		if _, err := d.prefillCausal(ctx, 0, h, 0, nil); err != nil {
 			return fmt.Errorf("header: %w", err)
 		}
 		pl.kv[0] = c.takeBlock(pl.keys[0], 0, h, 0, d.e.blocks.quant)

@@ -154,8 +154,13 @@ func NewEngine(man *Manifest, tok Tokenizer, models []Model, seen []string, opts
 	if len(models) == 0 {
 		return nil, errors.New("new engine: no models")
 	}
-	// The seen corpus is encoded once, directly; the cache serves the per-request segments.
-	seqs, err := docidSeqs(tok, seen, man.EndTokenID)
+	// The seen corpus is encoded once, directly; the cache serves the per-request segments. A model without
+	// the parametric route gets an empty global trie: step 0 offers [COPY] alone.
+	var recall []string
+	if man.HasRoute(RouteParametric) {
+		recall = seen
+	}
+	seqs, err := docidSeqs(tok, recall, man.EndTokenID)
 	if err != nil {
 		return nil, fmt.Errorf("new engine: seen corpus: %w", err)
 	}
@@ -309,7 +314,7 @@ func (d *decoding) run(ctx context.Context) (Result, error) {
 	var ctxCand []int
 	seenTitle := make(map[string]bool)
 	for i, c := range d.cands[:d.prompt.InContext] {
-		if !seenTitle[c.Title] {
+		if !seenTitle[c.Title] && e.man.HasRoute(RouteCopy) {
 			seenTitle[c.Title] = true
 			ctxDocs = append(ctxDocs, c.Title)
 			ctxCand = append(ctxCand, i)
@@ -329,14 +334,20 @@ func (d *decoding) run(ctx context.Context) (Result, error) {
 		d.w.cache = NewKVCache(d.w.model.Spec(), need)
 	}
 	d.w.cache.Reset()
+	// The copy route's token tree does not depend on the prompt's logits: planned now, its first chunk is fed
+	// in the prompt's last Run (one Run fewer a request).
+	var tree *copyTree
+	if len(ctxDocs) > 0 {
+		tree = d.planCopy(ctxTrie, len(ctxDocs))
+	}
 
 	start := time.Now()
-	logits, err := d.prefill(ctx)
+	logits, err := d.prefill(ctx, tree)
 	if err != nil {
 		return Result{}, err
 	}
 	// The model owns its logits buffer and overwrites it on the next Run; step 0's row outlives that.
-	z0 := slices.Clone(logits)
+	z0 := slices.Clone(logits[:e.man.VocabSize])
 	d.stats.Prefill = time.Since(start)
 	start = time.Now()
 
@@ -354,10 +365,10 @@ func (d *decoding) run(ctx context.Context) (Result, error) {
 	lse0 := logSumExp(z0, allowed)
 	res := Result{InContext: d.prompt.InContext, PromptTokens: d.p, SummaryTokens: d.prompt.SummaryTokens}
 	var beams []Beam
-	if len(ctxDocs) > 0 {
+	if tree != nil {
 		lpCopy := float64(z0[copyID]) - lse0
 		res.PCopy = math.Exp(lpCopy)
-		copied, err := d.copyRoute(ctx, ctxTrie, len(ctxDocs), lpCopy)
+		copied, err := d.copyRoute(ctx, tree, lpCopy, logits)
 		if err != nil {
 			return Result{}, err
 		}
@@ -386,18 +397,21 @@ func (d *decoding) run(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-// prefill fills the cache with the prompt and returns the logits after its last token: by block reading
+// prefill fills the cache with the prompt and returns the logits after its last token (row 0), followed by the
+// rows of tree's first chunk when tree has one (fed in the prompt's last Run: copyTree). It reads by blocks
 // when the engine has a block store (blocks.go), else causally in chunks.
-func (d *decoding) prefill(ctx context.Context) ([]float32, error) {
+func (d *decoding) prefill(ctx context.Context, tree *copyTree) ([]float32, error) {
 	if d.plan != nil {
-		return d.prefillBlocks(ctx, *d.plan)
+		return d.prefillBlocks(ctx, *d.plan, tree)
 	}
-	return d.prefillCausal(ctx, 0, d.p, 0)
+	return d.prefillCausal(ctx, 0, d.p, 0, tree)
 }
 
 // prefillCausal feeds prompt tokens [from, to) in chunks, each attending to the cache (which holds from
-// positions) and causally to itself, at their index plus shift, and returns the logits after the last.
-func (d *decoding) prefillCausal(ctx context.Context, from, to, shift int) ([]float32, error) {
+// positions) and causally to itself, at their index plus shift, and returns the logits after the last. When
+// tree has chunks, its first is fed in the last chunk's Run after the prompt's tokens (to must then be the
+// prompt's end), and its branching nodes' logits rows follow the prompt's.
+func (d *decoding) prefillCausal(ctx context.Context, from, to, shift int, tree *copyTree) ([]float32, error) {
 	// The last chunk's mask, at most chunk x prompt, is the largest: size the buffer for it once rather
 	// than growing it chunk by chunk (a cold worker would allocate the sum of all chunks' masks).
 	d.w.maskBuf(min(d.e.chunk, to-from), to-min(d.e.chunk, to-from))
@@ -405,55 +419,98 @@ func (d *decoding) prefillCausal(ctx context.Context, from, to, shift int) ([]fl
 	for s := from; s < to; s += d.e.chunk {
 		end := min(s+d.e.chunk, to)
 		n := end - s
+		var tail []fedNode
+		if end == to && tree != nil && len(tree.chunks) > 0 {
+			tail = tree.chunks[0]
+		}
 		past := d.w.cache.Len()
-		ids, pos := d.w.buffers(n)
+		width := past + n + len(tail)
+		ids, pos := d.w.buffers(n + len(tail))
 		copy(ids, d.prompt.IDs[s:end])
-		for i := range pos {
+		for i := range n {
 			pos[i] = int64(s + i + shift)
 		}
-		mask := d.w.maskBuf(n, past)
+		mask := d.w.maskBuf(n+len(tail), past)
 		for i := range n {
-			maskRow(mask, i, past+n, past+i+1) // causal: the past and the chunk up to itself
+			maskRow(mask, i, width, past+i+1) // causal: the past and the chunk up to itself
+		}
+		want := d.w.index(n - 1)
+		if tail != nil {
+			tree.rows0, want = d.treeRows(tree.t, tail, ids, pos, mask, n, width, past+n, want)
+			d.w.out = want
 		}
 		var err error
-		logits, err = d.forward(ctx, Step{IDs: ids, Positions: pos, Mask: mask, LogitsIndex: d.w.index(n - 1)})
+		logits, err = d.forward(ctx, Step{IDs: ids, Positions: pos, Mask: mask, LogitsIndex: want})
 		if err != nil {
 			return nil, fmt.Errorf("prefill tokens %d-%d: %w", s, end, err)
+		}
+		if tail != nil {
+			d.stats.CopyRuns++
+			d.stats.CopyMaskBytes = max(d.stats.CopyMaskBytes, int64(len(mask))*4)
 		}
 	}
 	return logits, nil
 }
 
-// copyRoute scores every context docid exactly. [COPY] and the trie tokens on the way to a branching node
-// are fed as a token tree (each token attends to the prompt, its ancestors and itself, at position
-// prompt+depth), and logits are read at every branching node; tokens below the last branching node of a
-// path are forced, cost 0 and are not fed (jump-forward). The tree goes in one Run when its attention
-// mask, n x (prompt+n) float32, fits EngineOptions.CopyMaskBytes; otherwise in several Runs, each a
-// sub-forest of whole subtrees of the context trie's root. The first Run also feeds [COPY]; the cache is
-// cut back to prompt+[COPY] after each Run, so every Run attends to the same prompt KV (never a copy of
-// it) and every token still sees exactly the prompt, [COPY] and its ancestors: the scores are those of
-// one Run. A single subtree over the budget goes alone, over it. It returns the score of each of the
-// trie's docs docids.
-func (d *decoding) copyRoute(ctx context.Context, t *Trie, docs int, lpCopy float64) ([]float64, error) {
-	// branches[n]: n's subtree holds a branching node, so n must be fed. Children have larger ids than
-	// their parents (the trie is numbered breadth first), so one backward pass settles it.
-	branches := make([]bool, t.Len())
+// copyTree is the copy route's token tree over the context trie t: [COPY] and the trie tokens on the way to a
+// branching node, fed as a token tree (each token attends to the prompt, its ancestors and itself, at position
+// prompt+depth) with logits read at every branching node; tokens below the last branching node of a path are
+// forced, cost 0 and are not fed (jump-forward). It is planned before the prefill, since it does not depend on
+// the prompt's logits, and fed in chunks (copyChunks); the first chunk rides in the prompt's last Run.
+type copyTree struct {
+	t        *Trie
+	docs     int
+	branches []bool      // branches[n]: n's subtree holds a branching node, so n is fed
+	chunks   [][]fedNode // nil when every docid is forced after [COPY] (one docid)
+	rows0    []int       // the first chunk's logits rows in the prompt's last Run (treeRows)
+}
+
+// planCopy plans the copy route over t's docs docids.
+func (d *decoding) planCopy(t *Trie, docs int) *copyTree {
+	// Children have larger ids than their parents (the trie is numbered breadth first), so one backward pass
+	// settles branches.
+	ct := &copyTree{t: t, docs: docs, branches: make([]bool, t.Len())}
 	for n := t.Len() - 1; n >= 0; n-- {
 		toks, kids := t.Children(NodeID(n))
-		branches[n] = len(toks) > 1
+		ct.branches[n] = len(toks) > 1
 		for _, k := range kids {
-			branches[n] = branches[n] || branches[k]
+			ct.branches[n] = ct.branches[n] || ct.branches[k]
 		}
 	}
-	if !branches[0] {
+	if ct.branches[0] {
+		ct.chunks = d.copyChunks(t, ct.branches, d.lastChunk())
+	}
+	return ct
+}
+
+// lastChunk is the number of prompt tokens fed in the prompt's last Run: the last prefill chunk of the prompt,
+// or by block reading of the query.
+func (d *decoding) lastChunk() int {
+	from := 0
+	if d.plan != nil {
+		from = d.prompt.Segments[len(d.prompt.Segments)-1]
+	}
+	return (d.p-from-1)%d.e.chunk + 1
+}
+
+// copyRoute scores every context docid exactly from the planned tree. The chunk fed with the prompt
+// (prefill's logits, rows tree.rows0) is scored first; each further chunk goes in a Run of its own, each a
+// sub-forest of whole subtrees of the context trie's root (copyChunks). The cache is cut back to
+// prompt+[COPY] after each Run, so every Run attends to the same prompt KV (never a copy of it) and every token
+// still sees exactly the prompt, [COPY] and its ancestors: the scores are those of one Run. It returns the
+// score of each of the trie's docids.
+func (d *decoding) copyRoute(ctx context.Context, tree *copyTree, lpCopy float64, prefill []float32) ([]float64, error) {
+	if tree.chunks == nil {
 		// Every docid is forced after [COPY]: one docid, score lpCopy, no Run needed (jump-forward).
 		return []float64{lpCopy}, nil
 	}
-	acc := make([]float64, t.Len()) // score of the path to each fed node
+	acc := make([]float64, tree.t.Len()) // score of the path to each fed node
 	acc[0] = lpCopy
-	scores := make([]float64, docs)
-	for _, c := range d.copyChunks(t, branches) {
-		if err := d.copyChunk(ctx, t, c, branches, acc, scores); err != nil {
+	scores := make([]float64, tree.docs)
+	for i, c := range tree.chunks {
+		if i == 0 {
+			d.scoreChunk(tree, c, tree.rows0, prefill, acc, scores)
+		} else if err := d.copyChunk(ctx, tree, c, acc, scores); err != nil {
 			return nil, fmt.Errorf("copy route: %w", err)
 		}
 		d.w.cache.Truncate(d.p + 1) // keep the prompt and [COPY] for the next chunk
@@ -470,8 +527,9 @@ type fedNode struct {
 }
 
 // copyChunks splits the fed token tree (nodes with branches set) into the chunks copyRoute feeds, each
-// in parent-before-child order. The first starts with [COPY] (node 0); a subtree is never split.
-func (d *decoding) copyChunks(t *Trie, branches []bool) [][]fedNode {
+// in parent-before-child order. The first starts with [COPY] (node 0) and shares its Run with the prompt's
+// last lead tokens (counted in its mask); a subtree is never split.
+func (d *decoding) copyChunks(t *Trie, branches []bool, lead int) [][]fedNode {
 	budget := d.e.copyMaskBytes
 	fits := func(n, past int) bool { return budget < 0 || int64(n)*int64(past+n)*4 <= budget }
 	chunks := [][]fedNode{{{node: 0, tok: d.e.man.CopyTokenID, parent: -1}}}
@@ -494,7 +552,11 @@ func (d *decoding) copyChunks(t *Trie, branches []bool) [][]fedNode {
 		}
 		cur := chunks[len(chunks)-1]
 		first := len(chunks) == 1
-		if (!first || len(cur) > 1) && !fits(len(cur)+len(sub), past) {
+		rows := len(cur) + len(sub)
+		if first {
+			rows += lead
+		}
+		if (!first || len(cur) > 1) && !fits(rows, past) {
 			chunks = append(chunks, nil)
 			cur, past, first = nil, d.p+1, false // later chunks find [COPY] in the cache
 		}
@@ -513,36 +575,51 @@ func (d *decoding) copyChunks(t *Trie, branches []bool) [][]fedNode {
 	return chunks
 }
 
-// copyChunk feeds one chunk in one Run and carries the path scores down: acc for fed nodes, scores for
-// docids. Parents come before children, and acc of a later chunk's subtree root was set by [COPY]'s row
-// in the first chunk.
-func (d *decoding) copyChunk(ctx context.Context, t *Trie, chunk []fedNode, branches []bool, acc, scores []float64) error {
+// copyChunk feeds one chunk after the first in one Run (the prompt and [COPY] in the cache) and scores it.
+func (d *decoding) copyChunk(ctx context.Context, tree *copyTree, chunk []fedNode, acc, scores []float64) error {
 	n := len(chunk)
 	past := d.w.cache.Len()
 	ids, pos := d.w.buffers(n)
 	mask := d.w.maskBuf(n, past)
-	rows := make([]int, n) // logits row of a branching node, -1 otherwise
-	var want []int64
-	for i, f := range chunk {
-		ids[i] = f.tok
-		pos[i] = int64(d.p + d.shift + f.depth)
-		row := maskRow(mask, i, past+n, past) // the prompt, and [COPY] once it is in the cache
-		for a := i; a >= 0; a = chunk[a].parent {
-			row[past+a] = 0
-		}
-		rows[i] = -1
-		if toks, _ := t.Children(f.node); len(toks) > 1 {
-			rows[i] = len(want)
-			want = append(want, int64(i))
-		}
-	}
+	rows, want := d.treeRows(tree.t, chunk, ids, pos, mask, 0, past+n, past, nil)
 	logits, err := d.forward(ctx, Step{IDs: ids, Positions: pos, Mask: mask, LogitsIndex: want})
 	if err != nil {
 		return err
 	}
 	d.stats.CopyRuns++
 	d.stats.CopyMaskBytes = max(d.stats.CopyMaskBytes, int64(len(mask))*4)
-	v := d.e.man.VocabSize
+	d.scoreChunk(tree, chunk, rows, logits, acc, scores)
+	return nil
+}
+
+// treeRows writes chunk's tokens into a Step from index at: ids, positions (the prompt's end plus depth) and
+// mask rows of the given width, in which each token sees the first visible columns (the prompt, and [COPY]
+// once it is in the cache) and its ancestors in the chunk (the chunk's first token is at column visible). It
+// appends the step index of each branching node to want and returns each token's logits row (-1 for a node
+// that does not branch) and want.
+func (d *decoding) treeRows(t *Trie, chunk []fedNode, ids, pos []int64, mask []float32, at, width, visible int, want []int64) ([]int, []int64) {
+	rows := make([]int, len(chunk))
+	for i, f := range chunk {
+		ids[at+i] = f.tok
+		pos[at+i] = int64(d.p + d.shift + f.depth)
+		row := maskRow(mask, at+i, width, visible)
+		for a := i; a >= 0; a = chunk[a].parent {
+			row[visible+a] = 0
+		}
+		rows[i] = -1
+		if toks, _ := t.Children(f.node); len(toks) > 1 {
+			rows[i] = len(want)
+			want = append(want, int64(at+i))
+		}
+	}
+	return rows, want
+}
+
+// scoreChunk carries the path scores down a fed chunk from its logits (row rows[i] for token i): acc for fed
+// nodes, scores for docids. Parents come before children, and acc of a later chunk's subtree root was set by
+// [COPY]'s row in the first chunk.
+func (d *decoding) scoreChunk(tree *copyTree, chunk []fedNode, rows []int, logits []float32, acc, scores []float64) {
+	t, v := tree.t, d.e.man.VocabSize
 	for i, f := range chunk {
 		toks, kids := t.Children(f.node)
 		var z []float32
@@ -557,7 +634,7 @@ func (d *decoding) copyChunk(ctx context.Context, t *Trie, chunk []fedNode, bran
 				s += float64(z[tok]) - lse
 			}
 			k := kids[j]
-			if branches[k] {
+			if tree.branches[k] {
 				acc[k] = s // fed, in this chunk or a later one
 				continue
 			}
@@ -568,7 +645,6 @@ func (d *decoding) copyChunk(ctx context.Context, t *Trie, chunk []fedNode, bran
 			scores[t.Doc(k)] = s
 		}
 	}
-	return nil
 }
 
 // beam is a live or finished hypothesis of the parametric route.

@@ -208,6 +208,49 @@ func TestRankForcedPathsSkipRuns(t *testing.T) {
 	require.InDelta(t, 1.0, math.Exp(res.Beams[0].Score)+math.Exp(res.Beams[1].Score), 1e-9, "the two routes split the step-0 mass")
 }
 
+// TestRankTrainedRoutes: a model trained for one route is offered only that route at step 0. Copy only: every beam
+// is a copy, its scores a distribution over the titles alone (p([COPY]) = 1), and the one Run is the prompt's
+// with the copy tree (no parametric Run). Parametric only: no copy beam, and the candidates stay in the prompt.
+func TestRankTrainedRoutes(t *testing.T) {
+	seen := []string{"Oslo", "Ottawa", "Rome"}
+	cands := []Candidate{{Title: "Berlin", Summary: "a city"}, {Title: "Bern", Summary: "another"}, {Title: "Paris", Summary: "a third"}}
+	rank := func(routes ...Route) Result {
+		man := fakeManifest()
+		man.Routes = routes
+		e, err := NewEngine(man, fakeTokenizer{}, []Model{&fakeModel{logitsFn: hashLogits}}, seen, EngineOptions{})
+		require.NoError(t, err)
+		defer e.Close()
+		res, err := e.Rank(t.Context(), "capital", cands, Options{BeamWidth: 10})
+		require.NoError(t, err)
+		return res
+	}
+	both := rank()
+	routes := map[Route]int{}
+	for _, b := range both.Beams {
+		routes[b.Route]++
+	}
+	require.Equal(t, map[Route]int{RouteCopy: 3, RouteParametric: 3}, routes)
+	require.Less(t, both.PCopy, 1.0)
+
+	copyOnly := rank(RouteCopy)
+	require.Len(t, copyOnly.Beams, 3)
+	for _, b := range copyOnly.Beams {
+		require.Equal(t, RouteCopy, b.Route)
+	}
+	require.Equal(t, 1.0, copyOnly.PCopy)
+	require.InDelta(t, 1.0, sumExp(copyOnly.Beams), 1e-9)
+	require.Equal(t, 1, copyOnly.Stats.ForwardRuns, "the prompt and the copy tree in one Run, no parametric Run")
+	require.Equal(t, 1, copyOnly.Stats.CopyRuns)
+
+	param := rank(RouteParametric)
+	require.Len(t, param.Beams, 3)
+	for _, b := range param.Beams {
+		require.Equal(t, RouteParametric, b.Route)
+	}
+	require.Equal(t, 0, param.Stats.CopyRuns)
+	require.Equal(t, both.PromptTokens, param.PromptTokens, "the candidates are read, only not copied")
+}
+
 func TestRankTiesAreOrderedByDocID(t *testing.T) {
 	flat := func([]int64) []float32 { return make([]float32, fakeVocab) }
 	e, _ := newTestEngine(t, []string{"b", "a", "c"}, flat)
@@ -230,9 +273,11 @@ func TestRankHundredCandidatesAndBudget(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 100, res.InContext)
 	require.Len(t, res.Beams, 10)
-	// Prefill chunks, one copy-route Run for all 100 titles, and one parametric Run: "Seen one" and
-	// "Seen two" share the chain "Seen " and then branch, after which each is forced to its end.
-	require.Equal(t, (res.PromptTokens+15)/16+2, res.Stats.ForwardRuns)
+	// Prefill chunks, the last of which also feeds the copy route's tree for all 100 titles, and one
+	// parametric Run: "Seen one" and "Seen two" share the chain "Seen " and then branch, after which each is
+	// forced to its end.
+	require.Equal(t, (res.PromptTokens+15)/16+1, res.Stats.ForwardRuns)
+	require.Equal(t, 1, res.Stats.CopyRuns)
 
 	small, err := e.Rank(t.Context(), "q", cands, Options{BeamWidth: 10, MaxPromptTokens: 400})
 	require.NoError(t, err)

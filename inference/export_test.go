@@ -66,7 +66,7 @@ func (e *Engine) PrefillLogits(ctx context.Context, query string, cands []Candid
 		pl := d.planBlocks()
 		d.plan = &pl
 	}
-	z, err := d.prefill(ctx)
+	z, err := d.prefill(ctx, nil)
 	if err != nil {
 		return nil, nil, err
 	}

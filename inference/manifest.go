@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -66,7 +67,12 @@ type Manifest struct {
 	PromptFormat int `json:"prompt_format,omitempty"`
 	// RopeTheta is the rotary embedding's base (the positions' frequencies theta^(-2j/head_dim)). Optional;
 	// block reading (EngineOptions.Blocks) needs it to move a stored block's keys to another place.
-	RopeTheta   float64  `json:"rope_theta,omitempty"`
+	RopeTheta float64 `json:"rope_theta,omitempty"`
+	// Routes are the decoding routes the model was trained for: "copy" (a title of the candidates, after
+	// [COPY]) and "parametric" (a docid of the seen corpus from memory). Optional: absent means both. The
+	// engine offers only these at step 0, so that a model never trained to recall the seen corpus does not
+	// answer with an untrained route (nor spend Runs on it).
+	Routes      []Route  `json:"routes,omitempty"`
 	CopyTokenID int64    `json:"copy_token_id"`
 	EndTokenID  int64    `json:"end_token_id"`
 	Template    Template `json:"template"`
@@ -104,6 +110,11 @@ func LoadManifest(dir string) (*Manifest, error) {
 	}
 	m.Template.Format = m.promptFormat()
 	return m, nil
+}
+
+// HasRoute reports whether the model was trained for route r (every route when the manifest names none).
+func (m *Manifest) HasRoute(r Route) bool {
+	return m.Routes == nil || slices.Contains(m.Routes, r)
 }
 
 func (m *Manifest) validate() error {
@@ -146,6 +157,18 @@ func (m *Manifest) validate() error {
 	}
 	if m.RopeTheta < 0 {
 		bad("rope_theta", "must be positive or absent, got %g", m.RopeTheta)
+	}
+	if m.Routes != nil {
+		if len(m.Routes) == 0 {
+			bad("routes", "must name at least one of %q and %q, or be absent (both)", RouteCopy, RouteParametric)
+		}
+		for i, r := range m.Routes {
+			if r != RouteCopy && r != RouteParametric {
+				bad("routes", "entry %d is %q, want %q or %q", i, r, RouteCopy, RouteParametric)
+			} else if slices.Index(m.Routes, r) != i {
+				bad("routes", "names %q twice", r)
+			}
+		}
 	}
 	if m.KVDType != "float32" {
 		bad("kv_dtype", "must be \"float32\", got %q", m.KVDType)

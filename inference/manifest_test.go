@@ -39,6 +39,11 @@ func TestLoadManifest(t *testing.T) {
 	m, err = LoadManifest(writeModelDir(t, func(m map[string]any) { m["prompt_format"] = 2 }))
 	require.NoError(t, err)
 	require.Equal(t, PromptFormatV2, m.Template.Format, "prompt_format reaches the template the engine builds with")
+	require.True(t, m.HasRoute(RouteCopy) && m.HasRoute(RouteParametric), "no routes: both")
+	m, err = LoadManifest(writeModelDir(t, func(m map[string]any) { m["routes"] = []string{"copy"} }))
+	require.NoError(t, err)
+	require.True(t, m.HasRoute(RouteCopy))
+	require.False(t, m.HasRoute(RouteParametric))
 
 	tests := []struct {
 		name   string
@@ -58,6 +63,9 @@ func TestLoadManifest(t *testing.T) {
 		{"negative summary cap", func(m map[string]any) { m["max_summary_tokens"] = -1 }, []string{`"max_summary_tokens": must be positive or absent`}},
 		{"prompt cap past the context", func(m map[string]any) { m["max_prompt_tokens"] = 1 << 20 }, []string{`"max_prompt_tokens": must be in [1, max_context_tokens=`}},
 		{"same copy and end token", func(m map[string]any) { m["end_token_id"] = 9 }, []string{`"end_token_id": equals copy_token_id`}},
+		{"unknown route", func(m map[string]any) { m["routes"] = []string{"copy", "memory"} }, []string{`"routes": entry 1 is "memory", want "copy" or "parametric"`}},
+		{"no route", func(m map[string]any) { m["routes"] = []string{} }, []string{`"routes": must name at least one`}},
+		{"route twice", func(m map[string]any) { m["routes"] = []string{"copy", "copy"} }, []string{`"routes": names "copy" twice`}},
 		{"unknown prompt format", func(m map[string]any) { m["prompt_format"] = 3 }, []string{`"prompt_format": is 3, this build reads 1 or 2`}},
 		{"format 2 title before summary", func(m map[string]any) {
 			m["prompt_format"] = 2

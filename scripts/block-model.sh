@@ -3,7 +3,8 @@
 # candidate templates drop the per-request "[{i}] " (so that a candidate's block is the same wherever it is
 # listed and is stored once) and whose max_prompt_tokens is MAX (room for 100 candidates). The weights are
 # SRC's: a model trained on causal prompts reads blocks zero-shot (docs/evaluation.md, "Block reading").
-#   scripts/block-model.sh SRC DST [MAX=4096]
+# ROUTES=copy writes "routes": ["copy"] (a model trained with no seen-corpus instances, as b1: MODEL_FORMAT.md).
+#   [ROUTES=copy] scripts/block-model.sh SRC DST [MAX=4096]
 # Serve it with decode.block_reading contiguous or shared (ICICLE_DECODE_BLOCK_READING).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -17,7 +18,7 @@ mkdir -p "$dst"
 for f in "$src"/*; do
   [[ $(basename "$f") == manifest.json ]] || ln -sfn "$f" "$dst/$(basename "$f")"
 done
-python3 - "$src/manifest.json" "$dst/manifest.json" "$max" <<'PY'
+python3 - "$src/manifest.json" "$dst/manifest.json" "$max" "${ROUTES:-}" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))
 if not m.get("rope_theta"):
@@ -26,6 +27,8 @@ for k in ("candidate", "candidate_title_only"):
     m["template"][k] = m["template"][k].replace("[{i}] ", "- ")
 m["max_prompt_tokens"] = min(int(sys.argv[3]), m["max_context_tokens"])
 m["name"] += "-blocks"
+if sys.argv[4]:
+    m["routes"] = sys.argv[4].split(",")
 json.dump(m, open(sys.argv[2], "w"), indent=2)
 PY
 echo "block-model.sh: $dst (template without [{i}], max_prompt_tokens $(python3 -c "import json;print(json.load(open('$dst/manifest.json'))['max_prompt_tokens'])"))" >&2
