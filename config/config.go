@@ -194,7 +194,8 @@ type Decode struct {
 	// "off".
 	BlockReading string `yaml:"block_reading"`
 	// BlockStoreMB bounds the blocks kept in memory (float32 keys and values, 46 KB per token for
-	// models/reader135), least recently used out first. Default 1024.
+	// models/reader135), least recently used out first, or in the file with BlockDir (which then keeps what it
+	// has and takes no more). Default 1024.
 	BlockStoreMB int `yaml:"block_store_mb"`
 	// BlockPrecision is how the store keeps keys and values: "float32" (as computed) or "int8" (a scale per
 	// position and head: 27% of float32's bytes for head_dim 64, a different answer on about one query in a
@@ -204,6 +205,11 @@ type Decode struct {
 	// blocks is loaded (at start and on a hot swap), so that requests find them stored; a fill step runs only
 	// on a free session. Without it the store fills from requests alone. Default true.
 	BlockFill bool `yaml:"block_fill"`
+	// BlockDir keeps the blocks in a file per model, layout and precision in this directory (created if
+	// missing), mapped into memory (inference/blockfile.go), so that they survive a restart: the fill then
+	// computes only what is missing. The file grows to at most block_store_mb and then keeps what it has.
+	// Default "": in memory, least recently used out first, computed again after each start.
+	BlockDir string `yaml:"block_dir"`
 }
 
 // Block reading values for Decode.BlockReading.

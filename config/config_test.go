@@ -144,7 +144,7 @@ func TestLoadGood(t *testing.T) {
 				ORTLibrary: "/opt/ort/lib/libonnxruntime.so",
 			}
 			c.Decode = Decode{BeamWidth: 20, MaxCandidates: 50, MaxSummaryTokens: 128, MaxPromptTokens: 4096, TitleOnly: true,
-				BlockReading: BlockReadingOff, BlockStoreMB: 1024, BlockPrecision: BlockPrecisionFloat32, BlockFill: true}
+				BlockReading: BlockReadingOff, BlockStoreMB: 1024, BlockPrecision: BlockPrecisionFloat32, BlockFill: true, BlockDir: ""}
 			c.Breaker = Breaker{ConsecutiveFailures: 3, Interval: 0, OpenTimeout: time.Minute, HalfOpenMaxRequests: 2}
 			c.Policy = Policy{Mode: PolicyFusion, MinCopyProb: 0.2, MinTopScore: -12.5, FusionK: 10}
 			c.Concurrency = Concurrency{MaxInflight: 4, QueueSize: 0, QueueTimeout: 100 * time.Millisecond}

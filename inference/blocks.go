@@ -59,6 +59,7 @@ type BlockStore struct {
 	byKey map[blockKey]*list.Element
 	stats BlockStoreStats
 	fill  *BlockFill
+	file  *blockFile // nil: in memory (OpenBlockStore: in a file, blockfile.go)
 }
 
 // BlockStoreStats counts a store's traffic.
@@ -69,10 +70,16 @@ type BlockStoreStats struct {
 	Blocks   int   `json:"blocks"`
 	Bytes    int64 `json:"bytes"`
 	MaxBytes int64 `json:"max_bytes"`
-	// Hits and Misses count block lookups; Evicted counts blocks dropped to make room.
+	// Hits and Misses count block lookups; Evicted counts blocks dropped to make room (in memory), Refused
+	// the blocks a full file-backed store did not keep.
 	Hits    int64 `json:"hits"`
 	Misses  int64 `json:"misses"`
 	Evicted int64 `json:"evicted"`
+	Refused int64 `json:"refused"`
+	// File is the file the store is kept in (OpenBlockStore); empty in memory. Its blocks were Loaded from
+	// it when the store opened (computed before a restart).
+	File   string `json:"file,omitempty"`
+	Loaded int    `json:"loaded,omitempty"`
 	// Fill is the last fill of the store from the index (SetFill); nil when none has started.
 	Fill *BlockFill `json:"fill,omitempty"`
 }
@@ -174,6 +181,17 @@ func (s *BlockStore) put(b *blockKV) {
 	if _, ok := s.byKey[b.key]; ok {
 		return
 	}
+	if s.file != nil {
+		// In the file, read in place from now on; a full file keeps what it has.
+		v, err := s.file.append(b)
+		if err != nil {
+			s.stats.Refused++
+			return
+		}
+		s.byKey[v.key] = s.order.PushFront(v)
+		s.bytes += v.size()
+		return
+	}
 	sz := b.size()
 	if sz > s.max {
 		return
@@ -188,6 +206,29 @@ func (s *BlockStore) put(b *blockKV) {
 	}
 	s.byKey[b.key] = s.order.PushFront(b)
 	s.bytes += sz
+}
+
+// Close releases a file-backed store's file (its blocks stay in it for the next OpenBlockStore) once every
+// OpenBlockStore of it is closed; the store is empty afterwards. Call it once no engine reads the store. An
+// in-memory store only empties; a nil one is a no-op.
+func (s *BlockStore) Close() error {
+	if s == nil {
+		return nil
+	}
+	if s.file != nil && !s.file.release() {
+		return nil // another holder still reads it
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.order.Init()
+	clear(s.byKey)
+	s.bytes = 0
+	if s.file == nil {
+		return nil
+	}
+	err := s.file.close()
+	s.file = nil
+	return err
 }
 
 // keyOf names a block by its layout, its ids and the offset its keys are rotated for.

@@ -23,7 +23,8 @@ import (
 // and the real model (issue 26): the store fills from the index's new documents in the background, /readyz
 // says how far; once done, a search over those documents computes no block; a hot swap to a model with an
 // empty store fills that one again while the sidecar serves; a store too small for the index stops the fill
-// at its bound instead of evicting what it computed.
+// at its bound instead of evicting what it computed; a store kept in a file (decode.block_dir) is read back by
+// the next start, whose fill then computes nothing.
 func TestBlockStoreFill(t *testing.T) {
 	esURL, lib := os.Getenv("ICICLE_ES_URL"), os.Getenv("ICICLE_ORT_LIB")
 	if esURL == "" || lib == "" {
@@ -84,6 +85,26 @@ func TestBlockStoreFill(t *testing.T) {
 	require.Positive(t, b.Evicted, "the fill stops at the step that evicted")
 	resp = searchDefault(t, url, "who sang the theme song for the office")
 	require.NotZero(t, resp.CandidatesInContext)
+
+	// A store in a file: the first start fills it, a restart on the same directory reads every block back
+	// (the fill computes none, a search computes none).
+	blockDir, fileModel := t.TempDir(), testenv.BlockModel(t, modelDir)
+	fileEnv := []string{"ICICLE_DECODE_BLOCK_READING=shared", "ICICLE_DECODE_BLOCK_PRECISION=int8", "ICICLE_DECODE_BLOCK_DIR=" + blockDir}
+	url, stop := startServe(t, bin, esURL, index, fileModel, lib, fileEnv...)
+	filled := waitFilled(t, url, newDocs)
+	require.Equal(t, newDocs, filled.Fill.Computed)
+	require.Equal(t, blockDir, filepath.Dir(filled.File), "the model's file in decode.block_dir")
+	require.Zero(t, filled.Loaded, "a new file")
+	stop()
+	url, _ = startServe(t, bin, esURL, index, fileModel, lib, fileEnv...)
+	restarted := waitFilled(t, url, newDocs)
+	require.Equal(t, filled.File, restarted.File)
+	require.GreaterOrEqual(t, restarted.Loaded, newDocs+1, "the header and every new document's block, read back")
+	require.Zero(t, restarted.Fill.Computed, "nothing left to compute")
+	require.Zero(t, restarted.Misses, "not even the warm-up's blocks")
+	resp = searchDefault(t, url, "who sang the theme song for the office")
+	require.NotZero(t, resp.CandidatesInContext)
+	require.Zero(t, readyBlocks(t, url).Misses, "the search read every block from the file")
 }
 
 // readyBlocks is /readyz's block store.

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -153,6 +154,14 @@ func linkModel(t *testing.T, dir string) string {
 // env, ICICLE_* settings of a test's own).
 func serveDefault(t *testing.T, bin, esURL, index, modelDir, lib string, env ...string) string {
 	t.Helper()
+	url, _ := startServe(t, bin, esURL, index, modelDir, lib, env...)
+	return url
+}
+
+// startServe is serveDefault that also returns a stop, which interrupts the sidecar and waits for it to exit
+// (it runs at the test's end otherwise; a second call does nothing).
+func startServe(t *testing.T, bin, esURL, index, modelDir, lib string, env ...string) (url string, stop func()) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := l.Addr().String()
@@ -170,14 +179,18 @@ func serveDefault(t *testing.T, bin, esURL, index, modelDir, lib string, env ...
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_, _ = cmd.Process.Wait()
-		if t.Failed() {
-			t.Logf("icicle serve log:\n%s", logs.String())
-		}
-	})
-	url := "http://" + addr
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(os.Interrupt)
+			_, _ = cmd.Process.Wait()
+			if t.Failed() {
+				t.Logf("icicle serve log:\n%s", logs.String())
+			}
+		})
+	}
+	t.Cleanup(stop)
+	url = "http://" + addr
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		if res, err := http.Get(url + "/readyz"); err == nil {
 			_ = res.Body.Close()
@@ -188,7 +201,7 @@ func serveDefault(t *testing.T, bin, esURL, index, modelDir, lib string, env ...
 		require.True(t, time.Now().Before(deadline), "icicle serve not ready in 60 s:\n%s", logs.String())
 	}
 	require.Contains(t, logs.String(), "policy=gate", "the configured default policy")
-	return url
+	return url, stop
 }
 
 func searchDefault(t *testing.T, url, q string) plugin.Response {

@@ -225,7 +225,7 @@ func TestMetricsExistFromStart(t *testing.T) {
 		`icicle_breaker_state 0`, `icicle_model_queued 0`, `icicle_model_running 0`,
 		`icicle_breaker_transitions_total{to="open"} 0`,
 		`icicle_block_store_bytes 0`, `icicle_block_store_blocks 0`, `icicle_block_store_hits_total 0`,
-		`icicle_block_store_misses_total 0`, `icicle_block_store_evicted_total 0`,
+		`icicle_block_store_misses_total 0`, `icicle_block_store_evicted_total 0`, `icicle_block_store_refused_total 0`,
 	}
 	for _, reason := range []string{"overloaded", "breaker_open", "model_timeout", "model_error", "context_full", "low_confidence"} {
 		want = append(want, `icicle_fallbacks_total{reason="`+reason+`"} 0`)

@@ -172,5 +172,7 @@ func (s *Server) watchBlocks(reg prometheus.Registerer) {
 			Help: "Prompt blocks the serving model computed because its store did not hold them."}, stat(func(st inference.BlockStoreStats) float64 { return float64(st.Misses) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "icicle_block_store_evicted_total",
 			Help: "Blocks dropped from the serving model's block store to make room."}, stat(func(st inference.BlockStoreStats) float64 { return float64(st.Evicted) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "icicle_block_store_refused_total",
+			Help: "Blocks the serving model's full file-backed block store did not keep (decode.block_dir)."}, stat(func(st inference.BlockStoreStats) float64 { return float64(st.Refused) })),
 	)
 }

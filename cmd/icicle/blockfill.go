@@ -55,13 +55,14 @@ func startBlockFill(es *adapter.Adapter, eng *inference.Engine, store *inference
 var errStoreFull = errors.New("the block store is full")
 
 // fillBlocks is startBlockFill's work; it records its progress in the store and returns the last of it. It
-// stops when the store starts evicting (state "full": decode.block_store_mb holds fewer blocks than the index
-// has new documents), since filling on would only drop the blocks it computed.
+// stops when the store starts evicting, or refusing blocks (a full file; state "full": decode.block_store_mb
+// holds fewer blocks than the index has new documents), since filling on would only drop the blocks it computed.
 func fillBlocks(ctx context.Context, es *adapter.Adapter, eng *inference.Engine, store *inference.BlockStore, opts inference.Options) inference.BlockFill {
 	start := time.Now()
 	f := inference.BlockFill{State: "running"}
 	store.SetFill(f)
-	evicted := store.Stats().Evicted
+	st := store.Stats()
+	dropped := st.Evicted + st.Refused
 	err := es.ListNew(ctx, fillPage, func(page []adapter.Hit) error {
 		cands := make([]inference.Candidate, len(page))
 		for i, h := range page {
@@ -87,7 +88,7 @@ func fillBlocks(ctx context.Context, es *adapter.Adapter, eng *inference.Engine,
 			f.Seconds = time.Since(start).Seconds()
 			store.SetFill(f)
 			cands = cands[held:]
-			if store.Stats().Evicted > evicted {
+			if st := store.Stats(); st.Evicted+st.Refused > dropped {
 				return errStoreFull
 			}
 		}

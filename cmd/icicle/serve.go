@@ -267,34 +267,63 @@ func planRun(sessions, threads, cores int) runPlan {
 	return runPlan{1, cores, fmt.Sprintf("auto: one session with the %d cores", cores)}
 }
 
+// openBlockStore returns the block store of the model in dir (nil when block reading is off): in memory, or
+// with decode.block_dir the model's file there, its blocks of earlier runs read back.
+func openBlockStore(dir string, c config.Model, d config.Decode, log *slog.Logger) (*inference.BlockStore, error) {
+	if d.BlockReading == config.BlockReadingOff {
+		return nil, nil
+	}
+	maxBytes, quant := int64(d.BlockStoreMB)<<20, d.BlockPrecision == config.BlockPrecisionInt8
+	if d.BlockDir == "" {
+		return inference.NewBlockStore(maxBytes, quant), nil
+	}
+	if err := os.MkdirAll(d.BlockDir, 0o755); err != nil {
+		return nil, fmt.Errorf("decode.block_dir: %w", err)
+	}
+	start := time.Now()
+	path, spec, err := loader.BlockFile(d.BlockDir, dir, c.Quantized, d.BlockReading, d.BlockPrecision)
+	if err != nil {
+		return nil, fmt.Errorf("decode.block_dir: %w", err)
+	}
+	s, err := inference.OpenBlockStore(path, maxBytes, quant, spec)
+	if err != nil {
+		return nil, fmt.Errorf("decode.block_dir: %w", err)
+	}
+	st := s.Stats()
+	log.Info("block store opened", "file", path, "blocks", st.Loaded, "bytes", st.Bytes, "took_ms", time.Since(start).Milliseconds())
+	return s, nil
+}
+
 // openModel opens a model directory with plan's sessions and threads and times a full-size warm-up run
 // (the cost model's first estimate, and /v1/model's run section); ONNX Runtime is initialised once, before.
 func openModel(dir string, c config.Model, plan runPlan, d config.Decode, fillFrom *adapter.Adapter, log *slog.Logger) (plugin.LoadedModel, error) {
-	var blocks *inference.BlockStore // each model its own: a swapped model starts empty and fills as it serves
-	if d.BlockReading != config.BlockReadingOff {
-		blocks = inference.NewBlockStore(int64(d.BlockStoreMB)<<20, d.BlockPrecision == config.BlockPrecisionInt8)
+	// Each model its own store: a swapped model starts empty (or with its own file) and fills as it serves.
+	blocks, err := openBlockStore(dir, c, d, log)
+	if err != nil {
+		return plugin.LoadedModel{}, err
 	}
 	m, err := loader.Open(dir, loader.Options{Sessions: plan.sessions, Quantized: c.Quantized, Logger: log,
 		Blocks: blocks, BlockLayout: d.BlockReading,
 		Runtime: ort.Options{Threads: plan.threads, InterOpThreads: c.InterOpThreads, Provider: c.Provider, CUDADevice: c.DeviceID,
 			NoSpin: plan.sessions > 1}})
 	if err != nil {
-		return plugin.LoadedModel{}, err
+		return plugin.LoadedModel{}, errors.Join(err, blocks.Close())
 	}
+	closeModel := func() error { return errors.Join(m.Close(), blocks.Close()) }
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	opts := inference.Options{BeamWidth: d.BeamWidth, MaxPromptTokens: d.MaxPromptTokens, MaxSummaryTokens: d.MaxSummaryTokens,
 		TitleOnly: d.TitleOnly}
 	tokens, took, err := m.Engine.WarmUp(ctx, opts)
 	cancel()
 	if err != nil {
-		_ = m.Close()
+		_ = closeModel()
 		return plugin.LoadedModel{}, fmt.Errorf("open model %s: %w", dir, err)
 	}
 	man := m.Manifest
 	// The gate travels with the model (gate.json beside the manifest); none is the safe default.
 	g, err := gate.Load(dir)
 	if err != nil {
-		_ = m.Close()
+		_ = closeModel()
 		return plugin.LoadedModel{}, err
 	}
 	info := plugin.ModelInfo{Name: man.Name, Config: man.Config, Backbone: man.Backbone, ModelVersion: man.ModelVersion,
@@ -311,10 +340,10 @@ func openModel(dir string, c config.Model, plan runPlan, d config.Decode, fillFr
 		"intra_op_threads", plan.threads, "chosen", plan.chosen, "warm_prompt_tokens", tokens, "warm_run_ms", took.Milliseconds(),
 		"capacity_qps_estimate", float64(plan.sessions)/took.Seconds(),
 		"seen_docids", len(m.Seen), "trie_nodes", m.Engine.GlobalTrie().Len())
-	closeModel := m.Close
 	if blocks != nil && fillFrom != nil {
 		stop := startBlockFill(fillFrom, m.Engine, blocks, opts, log.With("model", man.Name, "dir", dir))
-		closeModel = func() error { stop(); return m.Close() }
+		closeEngine := closeModel
+		closeModel = func() error { stop(); return closeEngine() }
 	}
 	return plugin.LoadedModel{Reranker: m.Engine, Info: info, Seen: m.Seen, Close: closeModel, Gate: g}, nil
 }
