@@ -99,14 +99,11 @@ func OpenBlockStore(path string, maxBytes int64, quant bool, spec Spec) (*BlockS
 	}
 	s := NewBlockStore(maxBytes, quant)
 	s.file, s.stats.File = bf, path
-	if err := bf.load(func(b *blockKV) {
+	bf.load(func(b *blockKV) {
 		s.byKey[b.key] = s.order.PushBack(b)
 		s.bytes += b.size()
 		s.stats.Loaded++
-	}); err != nil {
-		_ = bf.close()
-		return nil, fmt.Errorf("open block store %s: %w", path, err)
-	}
+	})
 	bf.path, bf.refs = abs, 1
 	openFiles.m[abs] = s
 	return s, nil
@@ -201,7 +198,7 @@ func (bf *blockFile) recordSize(n int) int64 {
 }
 
 // load reads every record up to used, stopping at the first that fails its checksum (used is cut back there).
-func (bf *blockFile) load(add func(*blockKV)) error {
+func (bf *blockFile) load(add func(*blockKV)) {
 	off := int64(blockFileHeader)
 	for off < bf.used {
 		if bf.used-off < blockRecordHead {
@@ -222,7 +219,6 @@ func (bf *blockFile) load(add func(*blockKV)) error {
 	if off != bf.used {
 		bf.setUsed(off)
 	}
-	return nil
 }
 
 // view returns the block of a record, its slices pointing into the mapping.

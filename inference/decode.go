@@ -313,8 +313,12 @@ func (d *decoding) run(ctx context.Context) (Result, error) {
 	var ctxDocs []string
 	var ctxCand []int
 	seenTitle := make(map[string]bool)
-	for i, c := range d.cands[:d.prompt.InContext] {
-		if !seenTitle[c.Title] && e.man.HasRoute(RouteCopy) {
+	copyable := d.cands[:d.prompt.InContext]
+	if !e.man.HasRoute(RouteCopy) {
+		copyable = nil // read in the prompt, never copied
+	}
+	for i, c := range copyable {
+		if !seenTitle[c.Title] {
 			seenTitle[c.Title] = true
 			ctxDocs = append(ctxDocs, c.Title)
 			ctxCand = append(ctxCand, i)
@@ -445,8 +449,7 @@ func (d *decoding) prefillCausal(ctx context.Context, from, to, shift int, tree 
 			return nil, fmt.Errorf("prefill tokens %d-%d: %w", s, end, err)
 		}
 		if tail != nil {
-			d.stats.CopyRuns++
-			d.stats.CopyMaskBytes = max(d.stats.CopyMaskBytes, int64(len(mask))*4)
+			d.countCopyRun(mask)
 		}
 	}
 	return logits, nil
@@ -586,10 +589,15 @@ func (d *decoding) copyChunk(ctx context.Context, tree *copyTree, chunk []fedNod
 	if err != nil {
 		return err
 	}
-	d.stats.CopyRuns++
-	d.stats.CopyMaskBytes = max(d.stats.CopyMaskBytes, int64(len(mask))*4)
+	d.countCopyRun(mask)
 	d.scoreChunk(tree, chunk, rows, logits, acc, scores)
 	return nil
+}
+
+// countCopyRun counts a Run that fed copy-route tokens, with its mask.
+func (d *decoding) countCopyRun(mask []float32) {
+	d.stats.CopyRuns++
+	d.stats.CopyMaskBytes = max(d.stats.CopyMaskBytes, int64(len(mask))*4)
 }
 
 // treeRows writes chunk's tokens into a Step from index at: ids, positions (the prompt's end plus depth) and
