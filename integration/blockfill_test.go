@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -26,13 +24,7 @@ import (
 // at its bound instead of evicting what it computed; a store kept in a file (decode.block_dir) is read back by
 // the next start, whose fill then computes nothing.
 func TestBlockStoreFill(t *testing.T) {
-	esURL, lib := os.Getenv("ICICLE_ES_URL"), os.Getenv("ICICLE_ORT_LIB")
-	if esURL == "" || lib == "" {
-		t.Fatal("ICICLE_ES_URL and ICICLE_ORT_LIB must be set (scripts/test.sh sets both): this test needs the real node and model")
-	}
-	bin := filepath.Join(t.TempDir(), "icicle")
-	out, err := exec.Command("go", "build", "-tags", "ort tokenizers", "-o", bin, "../cmd/icicle").CombinedOutput()
-	require.NoError(t, err, "build icicle: %s", out)
+	bin, esURL, lib := realServeParts(t)
 	// The shipped default: block reading needs the manifest's rope_theta, which models/small predates.
 	modelDir, err := filepath.Abs(filepath.Join("..", "models", "reader135"))
 	require.NoError(t, err)

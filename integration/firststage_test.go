@@ -227,9 +227,7 @@ func TestEncoderStartupFaults(t *testing.T) {
 		testenv.Missing(t, "ICICLE_ES_URL and ICICLE_ORT_LIB must be set (scripts/test.sh sets both)")
 	}
 	good := encoderDir(t)
-	bin := filepath.Join(t.TempDir(), "icicle")
-	out, err := exec.Command("go", "build", "-tags", "ort tokenizers", "-o", bin, "../cmd/icicle").CombinedOutput()
-	require.NoError(t, err, "build icicle: %s", out)
+	bin := buildIcicle(t)
 	modelDir, err := filepath.Abs(defaultModelDir())
 	require.NoError(t, err)
 	man, err := os.ReadFile(filepath.Join(good, dense.ManifestFile))

@@ -33,14 +33,7 @@ import (
 // BM25 over the whole index as the baseline, the gate loaded from the model directory (or the safe
 // default without gate.json), the gate's report in every response and its decisions in /metrics.
 func TestConfiguredDefaultIsTheGate(t *testing.T) {
-	esURL, lib := os.Getenv("ICICLE_ES_URL"), os.Getenv("ICICLE_ORT_LIB")
-	if esURL == "" || lib == "" {
-		t.Fatal("ICICLE_ES_URL and ICICLE_ORT_LIB must be set (scripts/test.sh sets both): this test needs the real node and model")
-	}
-	bin := filepath.Join(t.TempDir(), "icicle")
-	build := exec.Command("go", "build", "-tags", "ort tokenizers", "-o", bin, "../cmd/icicle")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "build icicle: %s", out)
+	bin, esURL, lib := realServeParts(t)
 
 	modelDir, err := filepath.Abs(defaultModelDir())
 	require.NoError(t, err)
@@ -152,6 +145,27 @@ func linkModel(t *testing.T, dir string) string {
 
 // serveDefault starts `icicle serve` with no config file: config.Load's defaults plus the connection (and
 // env, ICICLE_* settings of a test's own).
+// realServeParts returns what a test that runs `icicle serve` needs: an icicle binary built with the native
+// tags (buildIcicle), the real node's URL and the ONNX Runtime library (scripts/test.sh sets ICICLE_ES_URL and
+// ICICLE_ORT_LIB; the test fails without them).
+func realServeParts(t *testing.T) (bin, esURL, lib string) {
+	t.Helper()
+	esURL, lib = os.Getenv("ICICLE_ES_URL"), os.Getenv("ICICLE_ORT_LIB")
+	if esURL == "" || lib == "" {
+		t.Fatal("ICICLE_ES_URL and ICICLE_ORT_LIB must be set (scripts/test.sh sets both): this test needs the real node and model")
+	}
+	return buildIcicle(t), esURL, lib
+}
+
+// buildIcicle builds cmd/icicle with the native tags into the test's temporary directory.
+func buildIcicle(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "icicle")
+	out, err := exec.Command("go", "build", "-tags", "ort tokenizers", "-o", bin, "../cmd/icicle").CombinedOutput()
+	require.NoError(t, err, "build icicle: %s", out)
+	return bin
+}
+
 func serveDefault(t *testing.T, bin, esURL, index, modelDir, lib string, env ...string) string {
 	t.Helper()
 	url, _ := startServe(t, bin, esURL, index, modelDir, lib, env...)
