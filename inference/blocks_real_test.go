@@ -295,21 +295,27 @@ func TestBlockSwapServesWhileStoreFills(t *testing.T) {
 // it reports the split prefill (causal: the prompt; blocks: placing the stored blocks and the query) and decode
 // (the copy and parametric routes), Runs and tokens fed per query.
 //
+// ICICLE_BENCH_BLOCK_MODEL names another model directory with a block template (a block-trained reader such
+// as scripts/block-model.sh writes) to measure instead of reader135's weights.
+//
 //	eval "$(scripts/env.sh)"; go test -tags "ort tokenizers" -run '^$' -bench BlockRank -count 3 ./inference
 func BenchmarkBlockRank(b *testing.B) {
 	benchORT(b)
 	cands := benchCandidates(b, 100)
-	dir := blockModelDir(b)
+	dir := os.Getenv("ICICLE_BENCH_BLOCK_MODEL")
+	if dir == "" {
+		dir = blockModelDir(b)
+	}
 	for _, layout := range []string{"causal", inference.BlockContiguous, inference.BlockShared, "shared-int8"} {
 		for _, n := range []int{10, 100} {
 			for _, w := range []int{1, 10} {
 				b.Run(fmt.Sprintf("%s/cands=%d/beam=%d", layout, n, w), func(b *testing.B) {
 					var store *inference.BlockStore
+					reading := strings.TrimSuffix(layout, "-int8") // not layout: the next sub-benchmarks' name
 					if layout != "causal" {
 						store = inference.NewBlockStore(0, strings.HasSuffix(layout, "-int8"))
-						layout = strings.TrimSuffix(layout, "-int8")
 					}
-					lm, err := loader.Open(dir, loader.Options{Blocks: store, BlockLayout: layout, Runtime: ort.Options{Threads: 2, InterOpThreads: 1}})
+					lm, err := loader.Open(dir, loader.Options{Blocks: store, BlockLayout: reading, Runtime: ort.Options{Threads: 2, InterOpThreads: 1}})
 					if err != nil {
 						b.Fatal(err)
 					}

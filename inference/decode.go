@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -136,7 +137,9 @@ type Engine struct {
 	blocks *BlockStore
 	layout string
 	freqs  []float64
-	log    *slog.Logger
+	// placeWorkers is how many goroutines place a request's stored blocks: the cores per session.
+	placeWorkers int
+	log          *slog.Logger
 }
 
 type worker struct {
@@ -190,6 +193,7 @@ func NewEngine(man *Manifest, tok Tokenizer, models []Model, seen []string, opts
 			return nil, fmt.Errorf("new engine: block layout %q: want %q or %q", e.layout, BlockContiguous, BlockShared)
 		}
 		e.blocks, e.freqs = opts.Blocks, ropeFreqs(man.RopeTheta, man.HeadDim)
+		e.placeWorkers = max(1, runtime.GOMAXPROCS(0)/len(models))
 	}
 	for _, m := range models {
 		e.workers <- &worker{model: m, cache: NewKVCache(m.Spec(), 0)}
