@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -135,6 +136,9 @@ type Request struct {
 // With an encoder, the new-document ranking is the fused ranking over all documents, new ones kept: the
 // union of BM25's top Depth and the kNN's top KNN almost always holds NewK new documents, and one ranking
 // costs half of two. When it holds fewer (a corpus mostly seen), new documents are ranked on their own.
+// A request for more than half of Depth new documents (the design's 100 candidates over a depth of 100)
+// rarely finds them among all: its new-document BM25 search runs beside the first, and its cosines and kNN
+// go in the same multi-search, so that it costs no round trip of its own (speculative).
 func (s *Stage) Search(ctx context.Context, req Request) (Lists, error) {
 	p := s.Params()
 	if s.enc == nil || p.Method == MethodBM25 {
@@ -144,21 +148,31 @@ func (s *Stage) Search(ctx context.Context, req Request) (Lists, error) {
 		out      Lists
 		vec      []float32
 		embedErr error
-		panicked any
-		done     = make(chan struct{})
+		newLean  []adapter.Hit
+		newErr   error
+		panicked [2]any // re-raised on the caller's goroutine, for the recoverer
+		wg       sync.WaitGroup
 	)
 	out.Encoder = s.enc.Name()
-	go func() {
-		defer close(done)
-		defer func() { panicked = recover() }() // re-raised on the caller's goroutine, for the recoverer
+	wg.Go(func() {
+		defer func() { panicked[0] = recover() }()
 		start := time.Now()
 		vec, embedErr = s.enc.Query(ctx, req.Query)
 		out.Embed = time.Since(start)
-	}()
+	})
+	speculate := req.NewK > p.Depth/2
+	if speculate {
+		wg.Go(func() {
+			defer func() { panicked[1] = recover() }()
+			newLean, newErr = s.es.SearchLean(ctx, req.Query, p.Depth, true)
+		})
+	}
 	all, err := s.es.SearchLean(ctx, req.Query, p.Depth, false)
-	<-done
-	if panicked != nil {
-		panic(panicked)
+	wg.Wait()
+	for _, r := range panicked {
+		if r != nil {
+			panic(r)
+		}
 	}
 	if err != nil {
 		return Lists{}, err
@@ -172,7 +186,11 @@ func (s *Stage) Search(ctx context.Context, req Request) (Lists, error) {
 		out.Reason = ReasonEncoderError
 		return s.finishBM25(ctx, req, out)
 	}
-	fused, err := s.fuse(ctx, vec, all, p, false)
+	lists := []leanList{{hits: all}}
+	if speculate && newErr == nil {
+		lists = append(lists, leanList{hits: newLean, onlyNew: true})
+	}
+	fused, err := s.fuse(ctx, vec, p, lists...)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Lists{}, ctx.Err()
@@ -181,23 +199,32 @@ func (s *Stage) Search(ctx context.Context, req Request) (Lists, error) {
 		out.Reason = ReasonDenseUnavailable
 		return s.finishBM25(ctx, req, out)
 	}
-	out.All, out.Baseline = fused, BaselineHybrid
-	var newErr error
+	out.All, out.Baseline = fused[0], BaselineHybrid
 	if req.NewK > 0 {
-		out.New = newOnly(fused, req.NewK)
+		out.New = newOnly(out.All, req.NewK)
 		if len(out.New) < req.NewK {
 			// Too few new documents among the top of all: rank the new ones on their own.
-			lean, err := s.es.SearchLean(ctx, req.Query, p.Depth, true)
-			if err == nil {
-				out.New, err = s.fuse(ctx, vec, lean, p, true)
+			switch {
+			case len(fused) > 1:
+				out.New = fused[1]
+			case speculate: // newErr: the speculative search failed
+			default:
+				var lean []adapter.Hit
+				if lean, newErr = s.es.SearchLean(ctx, req.Query, p.Depth, true); newErr == nil {
+					if fused, newErr = s.fuse(ctx, vec, p, leanList{hits: lean, onlyNew: true}); newErr == nil {
+						out.New = fused[0]
+					}
+				}
 			}
-			if err != nil {
+			if newErr != nil {
 				if ctx.Err() != nil {
 					return Lists{}, ctx.Err()
 				}
-				out.New, newErr = nil, err
+				out.New = nil
 			}
 			out.New = out.New[:min(len(out.New), req.NewK)]
+		} else {
+			newErr = nil // the speculative search was not needed
 		}
 	}
 	if err := s.sources(ctx, req, &out); err != nil {
@@ -209,44 +236,58 @@ func (s *Stage) Search(ctx context.Context, req Request) (Lists, error) {
 	return out, nil
 }
 
-// fuse re-scores BM25's lean hits by their cosines and fuses them with the kNN's top p.KNN (over new
-// documents with onlyNew), in one multi-search.
-func (s *Stage) fuse(ctx context.Context, vec []float32, bm25 []adapter.Hit, p Params, onlyNew bool) ([]adapter.Hit, error) {
-	ids := make([]string, len(bm25))
-	for i, h := range bm25 {
-		ids[i] = h.ID
-	}
+// leanList is one BM25 ranking to fuse: over all documents, or over new ones (onlyNew), whose kNN half is
+// then over new documents too.
+type leanList struct {
+	hits    []adapter.Hit
+	onlyNew bool
+}
+
+// fuse re-scores each list's BM25 hits by their cosines and fuses them with the kNN's top p.KNN, every list's
+// searches in one multi-search; it returns the fused rankings in the lists' order.
+func (s *Stage) fuse(ctx context.Context, vec []float32, p Params, lists ...leanList) ([][]adapter.Hit, error) {
 	var qs []adapter.DenseQuery
-	if len(ids) > 0 {
-		qs = append(qs, adapter.DenseQuery{IDs: ids})
+	for _, l := range lists {
+		if len(l.hits) > 0 {
+			ids := make([]string, len(l.hits))
+			for i, h := range l.hits {
+				ids[i] = h.ID
+			}
+			qs = append(qs, adapter.DenseQuery{IDs: ids})
+		}
+		if p.KNN > 0 {
+			qs = append(qs, adapter.DenseQuery{K: p.KNN, OnlyNew: l.onlyNew})
+		}
 	}
-	if p.KNN > 0 {
-		qs = append(qs, adapter.DenseQuery{K: p.KNN, OnlyNew: onlyNew})
-	}
+	out := make([][]adapter.Hit, len(lists))
 	if len(qs) == 0 {
-		return nil, nil
+		return out, nil
 	}
 	res, err := s.es.Dense(ctx, vec, qs)
 	if err != nil {
 		return nil, err
 	}
-	exact := map[string]float64{}
-	if len(ids) > 0 {
-		for _, h := range res[0] {
-			exact[h.ID] = h.Dense
-		}
-		res = res[1:]
-	}
-	var knn []adapter.Hit
-	if p.KNN > 0 {
-		knn = res[0]
-		for _, h := range knn {
-			if _, ok := exact[h.ID]; !ok {
+	for i, l := range lists {
+		exact := map[string]float64{}
+		if len(l.hits) > 0 {
+			for _, h := range res[0] {
 				exact[h.ID] = h.Dense
 			}
+			res = res[1:]
 		}
+		var knn []adapter.Hit
+		if p.KNN > 0 {
+			knn = res[0]
+			res = res[1:]
+			for _, h := range knn {
+				if _, ok := exact[h.ID]; !ok {
+					exact[h.ID] = h.Dense
+				}
+			}
+		}
+		out[i] = Fuse(l.hits, knn, exact, p)
 	}
-	return Fuse(bm25, knn, exact, p), nil
+	return out, nil
 }
 
 // sources reads the titles and summaries of what the answer shows: All's first req.Size and New.

@@ -105,6 +105,39 @@ func TestStageSearch(t *testing.T) {
 		require.Len(t, es.denseAsks, 2)
 		require.Equal(t, []adapter.DenseQuery{{IDs: []string{"b", "c"}}, {K: 5, OnlyNew: true}}, es.denseAsks[1])
 	})
+	t.Run("more than half of depth new: the new search rides with the first, one multi-search", func(t *testing.T) {
+		// Depth 4: NewK 5 asks for more than BM25's top 4 can hold; NewK 3 is found among all, the speculative
+		// list unused; its failure then costs nothing, but fails the request's new list when it was needed.
+		deep := Params{Method: MethodLinear, DenseWeight: 1, Depth: 4, KNN: 5}
+		es := newSearcher()
+		st, _ := New(es, fakeEmbedder{}, deep, nil)
+		l, err := st.Search(t.Context(), Request{Query: "q", NewK: 5})
+		require.NoError(t, err)
+		require.Equal(t, []string{"k", "b", "c"}, order(l.New))
+		require.Equal(t, [][]adapter.DenseQuery{{{IDs: []string{"a", "b", "c"}}, {K: 5}, {IDs: []string{"b", "c"}}, {K: 5, OnlyNew: true}}},
+			es.denseAsks, "both lists' cosines and kNN in one call")
+		require.Equal(t, "title of db", l.New[1].Title)
+
+		es = newSearcher()
+		st, _ = New(es, fakeEmbedder{}, deep, nil)
+		l, err = st.Search(t.Context(), Request{Query: "q", NewK: 3})
+		require.NoError(t, err)
+		require.Equal(t, []string{"k", "b", "c"}, order(l.New), "the new documents of the fused ranking")
+		require.Equal(t, []string{"k", "b", "c", "a"}, order(l.All))
+		require.Len(t, es.denseAsks, 1)
+
+		es = newSearcher()
+		es.newErr = errors.New("shard failure")
+		st, _ = New(es, fakeEmbedder{}, deep, nil)
+		l, err = st.Search(t.Context(), Request{Query: "q", NewK: 3})
+		require.NoError(t, err, "not needed: no error")
+		require.Equal(t, []string{"k", "b", "c"}, order(l.New))
+		l, err = st.Search(t.Context(), Request{Query: "q", NewK: 5})
+		require.True(t, IsNewSearch(err))
+		require.Equal(t, []string{"k", "b", "c", "a"}, order(l.All))
+		require.Empty(t, l.New)
+		require.Equal(t, []adapter.DenseQuery{{IDs: []string{"a", "b", "c"}}, {K: 5}}, es.denseAsks[1], "no new list to fuse")
+	})
 	t.Run("an encoder failure answers BM25 with its reason", func(t *testing.T) {
 		es := newSearcher()
 		st, _ := New(es, fakeEmbedder{err: errors.New("onnx: boom")}, p, nil)
