@@ -3,6 +3,7 @@
     python -m icicle.lab.experiment --name f2 --prompt-format 2 --minutes 7   # a time-boxed reading experiment
     python -m icicle.lab.diagnose serve --model-dir ../models/small           # copy pick by the gold's BM25 position
     python -m icicle.lab.hf_baseline verify                                   # HF generate on the same weights
+    python -m icicle.lab.runprofile ../models/reader135/model.onnx --past 3692  # one Run's time by operator
 
 They import the pipeline (``icicle.*``); no pipeline module imports them (tests/test_structure.py).
 """
