@@ -327,15 +327,21 @@ func (c *KVCache) placeBlocks(blocks []*blockKV, at []int, freqs []float64, work
 		}
 	}
 	workers = max(1, min(workers, len(c.keys)))
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for l := w; l < len(c.keys); l += workers {
-				place(l)
-			}
-		})
+	if workers == 1 { // one block (the header, a fill's) or one core: no goroutine
+		for l := range c.keys {
+			place(l)
+		}
+	} else {
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for l := w; l < len(c.keys); l += workers {
+					place(l)
+				}
+			})
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	c.n = pos
 	return nil
 }

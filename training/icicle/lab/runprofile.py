@@ -72,7 +72,7 @@ def profile(model: str, past: int, rows: int, logits: int = 1, runs: int = 5, th
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
             by_op[e["args"]["op_name"]] += e["dur"]
-    # The first profiled Run warms the session up: average over all of them anyway (it is one of runs).
+    # The profiled session's first Run includes its warm-up, so the averages lean a little high.
     ops = {k: round(v / runs / 1000, 2) for k, v in by_op.most_common()}
     return {"model": model, "past": past, "rows": rows, "logits_rows": len(f["logits_index"]), "threads": threads,
             "run_ms_median": round(1000 * statistics.median(wall), 1), "ops_ms": ops,
