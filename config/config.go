@@ -270,6 +270,12 @@ type Policy struct {
 	// FusionK is the reciprocal rank fusion constant k in 1/(k + rank), rank from 1; used in "fusion"
 	// mode. Default 60.
 	FusionK int `yaml:"fusion_k"`
+	// RunModelWhenGateNever runs the model in mode "gate" although the model's gate never promotes (its
+	// gate.json says never, or there is none), so that the response's gate section carries the model's
+	// answer and features: what `icicle calibrate` fits a gate from. Default false: such a gate can only
+	// answer the first stage's order, so the model is not run and the request costs what policy bm25
+	// costs (the gate section says why).
+	RunModelWhenGateNever bool `yaml:"run_model_when_gate_never"`
 }
 
 // Concurrency is the admission control in front of the model (plugin/admission.go): a request waits

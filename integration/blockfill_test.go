@@ -26,6 +26,7 @@ import (
 func TestBlockStoreFill(t *testing.T) {
 	bin, esURL, lib := realServeParts(t)
 	// The shipped default: block reading needs the manifest's rope_theta, which models/small predates.
+	// reader135's gate never promotes, so policy gate runs its model only with run_model_when_gate_never.
 	modelDir, err := filepath.Abs(filepath.Join("..", "models", "reader135"))
 	require.NoError(t, err)
 	index := fmt.Sprintf("icicle-blockfill-%d", time.Now().UnixNano())
@@ -33,7 +34,7 @@ func TestBlockStoreFill(t *testing.T) {
 	ingestForGate(t, esURL, index, modelDir, newDocs)
 
 	const token = "block-fill-admin-token"
-	url := serveDefault(t, bin, esURL, index, testenv.BlockModel(t, modelDir), lib, "ICICLE_DECODE_BLOCK_READING=shared",
+	url := serveDefault(t, bin, esURL, index, testenv.BlockModel(t, modelDir), lib, "ICICLE_POLICY_RUN_MODEL_WHEN_GATE_NEVER=true", "ICICLE_DECODE_BLOCK_READING=shared",
 		"ICICLE_DECODE_BLOCK_PRECISION=int8", "ICICLE_SERVER_ADMIN_TOKEN="+token)
 	first := waitFilled(t, url, newDocs)
 	require.Equal(t, "int8", first.Precision)
@@ -62,7 +63,7 @@ func TestBlockStoreFill(t *testing.T) {
 
 	// A store bound below the index's new documents (int8 blocks of reader135 are about 0.4 MB): the fill
 	// stops when the store would evict, says so, and the sidecar serves.
-	url = serveDefault(t, bin, esURL, index, testenv.BlockModel(t, modelDir), lib, "ICICLE_DECODE_BLOCK_READING=shared",
+	url = serveDefault(t, bin, esURL, index, testenv.BlockModel(t, modelDir), lib, "ICICLE_POLICY_RUN_MODEL_WHEN_GATE_NEVER=true", "ICICLE_DECODE_BLOCK_READING=shared",
 		"ICICLE_DECODE_BLOCK_PRECISION=int8", "ICICLE_DECODE_BLOCK_STORE_MB=4")
 	var b plugin.BlocksInfo
 	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
@@ -81,7 +82,7 @@ func TestBlockStoreFill(t *testing.T) {
 	// A store in a file: the first start fills it, a restart on the same directory reads every block back
 	// (the fill computes none, a search computes none).
 	blockDir, fileModel := t.TempDir(), testenv.BlockModel(t, modelDir)
-	fileEnv := []string{"ICICLE_DECODE_BLOCK_READING=shared", "ICICLE_DECODE_BLOCK_PRECISION=int8", "ICICLE_DECODE_BLOCK_DIR=" + blockDir}
+	fileEnv := []string{"ICICLE_POLICY_RUN_MODEL_WHEN_GATE_NEVER=true", "ICICLE_DECODE_BLOCK_READING=shared", "ICICLE_DECODE_BLOCK_PRECISION=int8", "ICICLE_DECODE_BLOCK_DIR=" + blockDir}
 	url, stop := startServe(t, bin, esURL, index, fileModel, lib, fileEnv...)
 	filled := waitFilled(t, url, newDocs)
 	require.Equal(t, newDocs, filled.Fill.Computed)

@@ -31,7 +31,8 @@ import (
 // TestConfiguredDefaultIsTheGate runs `icicle serve` as a user would, with no config file (config.Load's
 // defaults) against the real node and the real model, and checks the configured default: policy gate,
 // BM25 over the whole index as the baseline, the gate loaded from the model directory (or the safe
-// default without gate.json), the gate's report in every response and its decisions in /metrics.
+// default without gate.json, under which the model is not run), the gate's report in every response and its
+// decisions in /metrics.
 func TestConfiguredDefaultIsTheGate(t *testing.T) {
 	bin, esURL, lib := realServeParts(t)
 
@@ -57,6 +58,11 @@ func TestConfiguredDefaultIsTheGate(t *testing.T) {
 		require.NotNil(t, resp.Gate)
 		require.Equal(t, plugin.GateKeep, resp.Gate.Decision)
 		require.Equal(t, bm25All(t, es, q, 10), docIDs(resp.Results), "without a gate the answer is BM25 over the whole index")
+		require.Equal(t, plugin.ReasonGateIdle, resp.Gate.Reason, "a gate that never promotes: the model is not run")
+		require.Empty(t, resp.Gate.ModelTop)
+		require.Nil(t, resp.RouterProb)
+		require.Zero(t, resp.Timings.Model)
+		require.Zero(t, resp.CandidatesInContext)
 	}
 	metrics := getText(t, url+"/metrics")
 	require.Contains(t, metrics, fmt.Sprintf(`icicle_gate_decisions_total{decision="keep_bm25"} %d`, len(queries)))
@@ -77,6 +83,7 @@ func TestConfiguredDefaultIsTheGate(t *testing.T) {
 	for _, q := range queries {
 		resp := searchDefault(t, url, q)
 		require.Equal(t, plugin.ModeGated, resp.Mode)
+		require.NotNil(t, resp.RouterProb, "a gate that can promote: the model runs")
 		base := bm25All(t, es, q, 10)
 		if resp.Gate.ModelTop == base[0] {
 			require.Equal(t, plugin.GateKeep, resp.Gate.Decision)

@@ -53,7 +53,7 @@ func TestGatePolicy(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var newCalls, allCalls atomic.Int64
 			s := newTestServer(t, abSearcher(&newCalls, &allCalls), &fakeReranker{rank: copyBeta}, func(o *Options) {
-				o.Policy, o.Gate = "gate", tt.gate
+				o.Policy, o.Gate, o.RunModelWhenGateNever = "gate", tt.gate, true // never gates too: TestGateIdle
 			})
 			code, body := search(t, s, "", "", `{"query":"q","size":4}`)
 			require.Equal(t, http.StatusOK, code, body)
@@ -98,7 +98,7 @@ func TestBaselineIsBM25OverAllDocuments(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var newCalls, allCalls atomic.Int64
-			s := newTestServer(t, abSearcher(&newCalls, &allCalls), tt.model, func(o *Options) { o.Policy = tt.policy })
+			s := newTestServer(t, abSearcher(&newCalls, &allCalls), tt.model, func(o *Options) { o.Policy, o.Gate = tt.policy, fixedGate(-3, 0.5) })
 			code, body := search(t, s, "", "", `{"query":"q","size":4}`)
 			require.Equal(t, http.StatusOK, code, body)
 			require.Equal(t, tt.mode, body["mode"])
@@ -111,7 +111,7 @@ func TestBaselineIsBM25OverAllDocuments(t *testing.T) {
 		var allCalls atomic.Int64
 		es := abSearcher(new(atomic.Int64), &allCalls)
 		es.searchNew = func(context.Context, string, int) ([]adapter.Hit, error) { return nil, errors.New("shard down") }
-		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.Policy = "gate" })
+		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.Policy, o.Gate = "gate", fixedGate(-3, 0.5) })
 		code, body := search(t, s, "", "", `{"query":"q","size":4}`)
 		require.Equal(t, http.StatusOK, code, body)
 		require.Equal(t, "bm25_fallback", body["mode"])
@@ -137,4 +137,48 @@ func TestGateTravelsWithTheModel(t *testing.T) {
 	_, body = search(t, s, "", "", `{"query":"q"}`)
 	require.Equal(t, GateKeep, body["gate"].(map[string]any)["decision"])
 	require.Equal(t, true, body["gate"].(map[string]any)["never"])
+}
+
+// TestGateIdle: under policy gate with a gate that never promotes (none, or gate.json's never), the model
+// is not run and the new documents are not searched: the request costs what policy bm25 costs, and says
+// why. Policy model per request, and policy.run_model_when_gate_never, still run it.
+func TestGateIdle(t *testing.T) {
+	never := fixedGate(3, 0.5)
+	never.Never = true
+	for _, g := range []*gate.Gate{nil, never} {
+		var newCalls, allCalls, ranks atomic.Int64
+		model := &fakeReranker{rank: func(ctx context.Context, q string, c []inference.Candidate) (inference.Result, error) {
+			ranks.Add(1)
+			return copyBeta(ctx, q, c)
+		}}
+		s := newTestServer(t, abSearcher(&newCalls, &allCalls), model, func(o *Options) { o.Policy, o.Gate = "gate", g })
+		code, body := search(t, s, "", "", `{"query":"q","size":4}`)
+		require.Equal(t, http.StatusOK, code, body)
+		require.Equal(t, "gated", body["mode"])
+		require.Equal(t, []string{"Seen Doc", "Alpha", "Old One", "Old Two"}, docids(body))
+		rep := body["gate"].(map[string]any)
+		require.Equal(t, GateKeep, rep["decision"])
+		require.Equal(t, ReasonGateIdle, rep["reason"])
+		require.Equal(t, true, rep["never"])
+		require.Equal(t, "Seen Doc", rep["bm25_top"])
+		require.NotContains(t, rep, "model_top", "the model was not run")
+		require.NotContains(t, rep, "features")
+		require.NotContains(t, body, "router_prob")
+		require.EqualValues(t, 0, ranks.Load(), "the model is not run")
+		require.EqualValues(t, 0, newCalls.Load(), "no context is searched for a model that is not run")
+		require.Contains(t, scrape(t, s), `icicle_gate_decisions_total{decision="`+GateKeep+`"} 1`)
+
+		_, body = search(t, s, "", "", `{"query":"q","size":4,"policy":"model"}`)
+		require.Equal(t, "reranked", body["mode"])
+		require.EqualValues(t, 1, ranks.Load(), "policy model runs it")
+
+		s = newTestServer(t, abSearcher(&newCalls, &allCalls), model, func(o *Options) {
+			o.Policy, o.Gate, o.RunModelWhenGateNever = "gate", g, true
+		})
+		_, body = search(t, s, "", "", `{"query":"q","size":4}`)
+		require.Equal(t, "gated", body["mode"])
+		require.Equal(t, "Beta", body["gate"].(map[string]any)["model_top"])
+		require.Contains(t, body["gate"].(map[string]any), "features")
+		require.EqualValues(t, 2, ranks.Load(), "run_model_when_gate_never runs it")
+	}
 }

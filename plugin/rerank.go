@@ -95,10 +95,10 @@ func (s *Server) searchModel(ctx context.Context, query string, size int, policy
 	defer esCancel()
 	esStart := time.Now()
 	req := retrieve.Request{Query: query, NewK: s.opts.MaxCandidates, Size: s.resultSize(size) + 1}
-	switch policy {
-	case "bm25":
+	switch {
+	case policy == "bm25", s.gateIdle(policy):
 		req.NewK = 0 // the model is not called: no context
-	case "fusion":
+	case policy == "fusion":
 		req.Size = 0 // any baseline hit may reach the fused top
 	}
 	lists, err := s.first.Search(esCtx, req)
@@ -299,6 +299,17 @@ func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapte
 		resp.Mode, resp.Results = ModeBM25, baselineResults(base, size, info.Baseline)
 		return resp, nil
 	}
+	if s.gateIdle(policy) {
+		resp.HitsReceived = len(base)
+		resp.Mode, resp.Results = ModeGated, baselineResults(base, size, info.Baseline)
+		g := s.gate()
+		resp.Gate = &GateReport{Decision: GateKeep, Reason: ReasonGateIdle, Threshold: g.Threshold, Never: true}
+		if len(base) > 0 {
+			resp.Gate.BM25Top = base[0].DocID
+		}
+		s.metrics.gateDecisions.WithLabelValues(GateKeep).Inc()
+		return resp, nil
+	}
 	cands := hits[:min(len(hits), s.opts.MaxCandidates)]
 	resp.CandidatesTruncated = len(hits) > len(cands)
 	in := make([]inference.Candidate, len(cands))
@@ -345,6 +356,15 @@ func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapte
 		resp.Results = rebase(s.modelResults(ctx, res.Beams[:min(size, len(res.Beams))], cands, cands), base)
 	}
 	return resp, nil
+}
+
+// ReasonGateIdle is a gate report's reason when the model was not run: its gate never promotes.
+const ReasonGateIdle = "the model's gate never promotes: the model is not run (policy.run_model_when_gate_never)"
+
+// gateIdle reports whether a request under policy would run the model only for a gate that never promotes
+// its answer: then it is not run at all (Options.RunModelWhenGateNever runs it anyway, for calibration).
+func (s *Server) gateIdle(policy string) bool {
+	return policy == "gate" && !s.opts.RunModelWhenGateNever && s.gate().Never
 }
 
 // fallback answers base's order (the first stage's), saying why.

@@ -190,6 +190,9 @@ type Options struct {
 	// Gate is the gate of a model that is not a *Swapper (a Swapper carries its model's); nil never
 	// overrides BM25.
 	Gate *gate.Gate
+	// RunModelWhenGateNever runs the model under policy gate although the gate never promotes
+	// (config's policy.run_model_when_gate_never); without it such a request does not run the model.
+	RunModelWhenGateNever bool
 	// MinCopyProb and MinTopScore make the response fall back to BM25 on doubt.
 	MinCopyProb float64
 	MinTopScore float64

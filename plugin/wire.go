@@ -182,10 +182,11 @@ type GateReport struct {
 	Threshold float64 `json:"threshold"`
 	Never     bool    `json:"never,omitempty"`
 	// ModelTop and BM25Top are the model's and BM25's first docids (what icicle calibrate labels).
-	ModelTop string `json:"model_top"`
+	// ModelTop is absent when the model was not run (Reason ReasonGateIdle: the gate never promotes).
+	ModelTop string `json:"model_top,omitempty"`
 	BM25Top  string `json:"bm25_top,omitempty"`
-	// Features are the gate's inputs.
-	Features gate.Features `json:"features"`
+	// Features are the gate's inputs; absent when the model was not run.
+	Features gate.Features `json:"features,omitzero"`
 }
 
 // ABInfo is the A/B section of a /v1/search response (docs/ab.md).

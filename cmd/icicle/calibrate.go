@@ -161,6 +161,8 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 			skipped[i] = resp.FallbackReason
 		case resp.Gate == nil:
 			errs[i] = fmt.Errorf("answer in mode %q without a gate section: run the sidecar with policy.mode gate", resp.Mode)
+		case resp.Gate.ModelTop == "":
+			errs[i] = fmt.Errorf("the sidecar did not run the model (%s): run it with policy.run_model_when_gate_never true", resp.Gate.Reason)
 		default:
 			g := resp.Gate
 			samples[i] = &gate.Sample{Features: g.Features, ModelRight: qs[i].Relevant[g.ModelTop], BM25Right: qs[i].Relevant[g.BM25Top]}

@@ -19,9 +19,16 @@ import (
 	"github.com/icicle-search/sidecar/plugin"
 )
 
+// The answers fakeGateSidecar gives.
+const (
+	fakeGated = "gated" // the gate's report with the model's answer
+	fakeFused = "fused" // another policy: no gate section
+	fakeIdle  = "idle"  // a gate that never promotes, the model not run
+)
+
 // fakeGateSidecar stands in for a sidecar with policy gate: on "good N" queries the model's top is the
 // relevant document with strong evidence, on "bad N" queries BM25's top is and the model's evidence is weak.
-func fakeGateSidecar(t *testing.T, withGate bool, asked *sync.Map) *httptest.Server {
+func fakeGateSidecar(t *testing.T, answer string, asked *sync.Map) *httptest.Server {
 	strong := gate.Compute(0.95, []gate.Beam{{DocID: "x", Copy: true, Score: -0.05}, {DocID: "y", Copy: true, Score: -4}}, []string{"b", "c", "x"}, []float64{10, 9.9, 9}, nil)
 	weak := gate.Compute(0.4, []gate.Beam{{DocID: "x", Copy: true, Score: -2.5}, {DocID: "y", Copy: true, Score: -2.6}}, []string{"b", "c"}, []float64{10, 3}, nil)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -38,13 +45,16 @@ func fakeGateSidecar(t *testing.T, withGate bool, asked *sync.Map) *httptest.Ser
 		good := strings.HasPrefix(req.Query, "good")
 		_, _ = fmt.Sscanf(req.Query[strings.LastIndex(req.Query, " ")+1:], "%d", &n)
 		rel := fmt.Sprintf("D%d", n)
-		if withGate {
+		switch answer {
+		case fakeGated:
 			resp.Gate = &plugin.GateReport{Decision: plugin.GateKeep, ModelTop: "other", BM25Top: rel, Features: weak}
 			if good {
 				resp.Gate.ModelTop, resp.Gate.BM25Top, resp.Gate.Features = rel, "other", strong
 			}
-		} else {
+		case fakeFused:
 			resp.Mode = plugin.ModeFused
+		case fakeIdle:
+			resp.Gate = &plugin.GateReport{Decision: plugin.GateKeep, Reason: plugin.ReasonGateIdle, Never: true, BM25Top: rel}
 		}
 		_ = json.NewEncoder(w).Encode(resp)
 	}))
@@ -75,7 +85,7 @@ func TestCalibrate(t *testing.T) {
 	t.Run("fits and writes gate.json from the sidecar's gate reports", func(t *testing.T) {
 		var asked sync.Map
 		f := f
-		f.sidecar = fakeGateSidecar(t, true, &asked).URL
+		f.sidecar = fakeGateSidecar(t, fakeGated, &asked).URL
 		f.outDir, f.samplesOut = filepath.Join(dir, "out"), filepath.Join(dir, "samples.jsonl")
 		var out strings.Builder
 		require.NoError(t, runCalibrate(context.Background(), f, &out, io.Discard))
@@ -104,9 +114,18 @@ func TestCalibrate(t *testing.T) {
 	t.Run("a sidecar not in policy gate is an error naming the policy", func(t *testing.T) {
 		var asked sync.Map
 		f := f
-		f.sidecar, f.outDir = fakeGateSidecar(t, false, &asked).URL, filepath.Join(dir, "none")
+		f.sidecar, f.outDir = fakeGateSidecar(t, fakeFused, &asked).URL, filepath.Join(dir, "none")
 		err := runCalibrate(context.Background(), f, io.Discard, io.Discard)
 		require.ErrorContains(t, err, "policy.mode gate")
+		_, statErr := os.Stat(filepath.Join(f.outDir, gate.FileName))
+		require.True(t, os.IsNotExist(statErr), "nothing written")
+	})
+	t.Run("a sidecar that did not run the model (its gate never promotes) is an error naming the setting", func(t *testing.T) {
+		var asked sync.Map
+		f := f
+		f.sidecar, f.outDir = fakeGateSidecar(t, fakeIdle, &asked).URL, filepath.Join(dir, "idle")
+		err := runCalibrate(context.Background(), f, io.Discard, io.Discard)
+		require.ErrorContains(t, err, "policy.run_model_when_gate_never true")
 		_, statErr := os.Stat(filepath.Join(f.outDir, gate.FileName))
 		require.True(t, os.IsNotExist(statErr), "nothing written")
 	})

@@ -434,7 +434,7 @@ func (r *evalRun) fill(o *eval.Outcome, resp plugin.Response) {
 	o.Fallback = resp.Mode == plugin.ModeBM25Fallback
 	o.FallbackReason = resp.FallbackReason
 	o.RouterProb = resp.RouterProb
-	if g := resp.Gate; g != nil { // the model's own route, whatever the gate showed
+	if g := resp.Gate; g != nil && g.ModelTop != "" { // the model's own route, whatever the gate showed
 		o.ModelRoute = eval.RouteParametric
 		if g.Features.RouteCopy == 1 {
 			o.ModelRoute = eval.RouteCopy

@@ -173,7 +173,7 @@ func serve(ctx context.Context, args []string) error {
 		ConsecutiveFailures: cfg.Breaker.ConsecutiveFailures, OpenTimeout: cfg.Breaker.OpenTimeout,
 		HalfOpenMaxRequests: cfg.Breaker.HalfOpenMaxRequests, BreakerCountInterval: cfg.Breaker.Interval,
 		Policy: cfg.Policy.Mode, FusionK: cfg.Policy.FusionK,
-		MinCopyProb: cfg.Policy.MinCopyProb, MinTopScore: cfg.Policy.MinTopScore,
+		MinCopyProb: cfg.Policy.MinCopyProb, MinTopScore: cfg.Policy.MinTopScore, RunModelWhenGateNever: cfg.Policy.RunModelWhenGateNever,
 		Model: info, Logger: log, Registry: reg, Ingester: es, Compressor: comp, CompressWorkers: compWorkers,
 		AB: plugin.ABOptions{Enabled: cfg.AB.Enabled, Mode: cfg.AB.Mode, SplitB: cfg.AB.SplitB, KeyHeader: cfg.AB.KeyHeader,
 			Experiment: cfg.AB.Experiment},
@@ -332,7 +332,7 @@ func openModel(dir string, c config.Model, plan runPlan, d config.Decode, fillFr
 			WarmPromptTokens: tokens, WarmRunMS: float64(took.Microseconds()) / 1000},
 		BlockStore: blocks, BlockLayout: d.BlockReading}
 	if g.Never {
-		log.Warn("model gate never overrides BM25 (policy gate answers BM25's order)", "gate", g.Source)
+		log.Warn("model gate never overrides the first stage: policy gate answers its order without running the model (unless policy.run_model_when_gate_never)", "gate", g.Source)
 	} else {
 		log.Info("model gate loaded", "gate", g.Source, "threshold", g.Threshold)
 	}

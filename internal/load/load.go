@@ -33,12 +33,17 @@ const clientIdleTimeout = 5 * time.Second
 // StatusTransport is the ByStatus key of requests that got no HTTP answer (refused, reset, timed out).
 const StatusTransport = "transport"
 
+// ModeGatedIdle is a Sample's Mode for a gated answer whose model did not run (no router_prob: its gate
+// never promotes, plugin.ReasonGateIdle), so that it is not counted as served by the model.
+const ModeGatedIdle = "gated_idle"
+
 // Sample is one request's result.
 type Sample struct {
 	// Status is the HTTP status, 0 when the request got no answer.
 	Status  int
 	Latency time.Duration
-	// Mode and Reason are the answer's mode and fallback_reason (200 answers only).
+	// Mode and Reason are the answer's mode (ModeGatedIdle for a gated one without the model) and
+	// fallback_reason (200 answers only).
 	Mode, Reason string
 	// ModelMS is the answer's timings.model: the sidecar's time in model admission and the model run.
 	ModelMS float64
@@ -292,14 +297,18 @@ func post(ctx context.Context, c *http.Client, url string, body []byte) (Sample,
 	}
 	if res.StatusCode == http.StatusOK {
 		var r struct {
-			Mode    string `json:"mode"`
-			Reason  string `json:"fallback_reason"`
-			Timings struct {
+			Mode       string   `json:"mode"`
+			Reason     string   `json:"fallback_reason"`
+			RouterProb *float64 `json:"router_prob"`
+			Timings    struct {
 				Model float64 `json:"model_ms"`
 			} `json:"timings"`
 		}
 		_ = json.Unmarshal(raw, &r)
 		s.Mode, s.Reason, s.ModelMS = r.Mode, r.Reason, r.Timings.Model
+		if s.Mode == "gated" && r.RouterProb == nil {
+			s.Mode = ModeGatedIdle
+		}
 	}
 	return s, true
 }

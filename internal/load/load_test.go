@@ -90,6 +90,10 @@ func TestRunSmoke(t *testing.T) {
 			http.Error(w, `{"error":"elasticsearch unavailable"}`, http.StatusServiceUnavailable)
 		case i%3 == 0:
 			_, _ = w.Write([]byte(`{"mode":"bm25_fallback","fallback_reason":"overloaded","results":[]}`))
+		case i%7 == 0: // a gate that never promotes: the model did not run
+			_, _ = w.Write([]byte(`{"mode":"gated","gate":{"decision":"keep_bm25","never":true},"results":[]}`))
+		case i%2 == 0: // the model ran and the gate kept the first stage's order
+			_, _ = w.Write([]byte(`{"mode":"gated","router_prob":0.98,"gate":{"decision":"keep_bm25"},"results":[]}`))
 		default:
 			_, _ = w.Write([]byte(`{"mode":"reranked","results":[]}`))
 		}
@@ -109,7 +113,9 @@ func TestRunSmoke(t *testing.T) {
 	require.Positive(t, s.Requests)
 	require.LessOrEqual(t, int64(s.Requests), n.Load(), "cut-off requests are not counted")
 	require.Equal(t, s.Requests, s.ByStatus["200"]+s.ByStatus["503"], "only 200 and 503 answers: %v", s.ByStatus)
-	require.Equal(t, s.ByStatus["200"], s.Modes["reranked"]+s.Modes["bm25_fallback"])
+	require.Equal(t, s.ByStatus["200"], s.Modes["reranked"]+s.Modes["bm25_fallback"]+s.Modes["gated"]+s.Modes[ModeGatedIdle], "%v", s.Modes)
+	require.Positive(t, s.Modes[ModeGatedIdle], "a gated answer without router_prob is told apart: %v", s.Modes)
+	require.Positive(t, s.Modes["gated"])
 	require.Equal(t, s.Modes["bm25_fallback"], s.Fallbacks["overloaded"])
 	require.Equal(t, "metrics", res.Memory.Source)
 	require.Equal(t, int64(4<<20), res.Memory.Max)

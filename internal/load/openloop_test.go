@@ -121,7 +121,7 @@ func TestParseTransitions(t *testing.T) {
 // TestModelServed: the gate's answers (the model ran, the gate decided) count as served by the model; BM25
 // answers and fallbacks do not.
 func TestModelServed(t *testing.T) {
-	modes := map[string]int{"reranked": 1, "fused": 2, "gated": 4, "bm25": 8, "bm25_fallback": 16}
+	modes := map[string]int{"reranked": 1, "fused": 2, "gated": 4, "bm25": 8, "bm25_fallback": 16, ModeGatedIdle: 32}
 	if got := modelServed(modes); got != 7 {
 		t.Fatalf("modelServed(%v) = %d, want 7", modes, got)
 	}
