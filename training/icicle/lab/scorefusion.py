@@ -1,0 +1,179 @@
+"""Can a score fusion get from a reader what the gate cannot (issue 24)? The first stage's score of each document
+plus w x the reader's copy log-probability, fitted on held-out training queries through a running sidecar.
+
+    python -m icicle.lab.scorefusion collect --sidecar http://127.0.0.1:8190 --split train \\
+        --docids ../.run/d_new.txt --seen ../models/reader135/seen_docids.txt --out ../.run/fusion/r135.jsonl
+    python -m icicle.lab.scorefusion fit ../.run/fusion/r135.jsonl
+
+`collect` asks the sidecar (serving the reader, any policy.mode, with a request timeout long enough that the
+reader answers every query: ICICLE_SERVER_REQUEST_TIMEOUT=30s) two things per query: `"policy": "model"`
+(the reader's scores of its context, the first stage's top new documents) and `"policy": "bm25"` (the first
+stage's ranking with its scores), and keeps docids and scores. Queries: the split's new-document queries whose
+relevant documents are all in --docids (for nq_qed's train split, the D_new ones: never trained on), then
+--seen-n seen-document queries (a relevant document in --seen).
+
+`fit` ranks each query's first-stage list by score + w x lp, where lp is the reader's copy log-probability of the
+document, clipped below at `clip`, and `floor` for a document not in the reader's context (the first stage's
+seen documents, which a copy-only reader cannot name). It prints the grid's best settings on all queries
+(in-sample) and 5-fold cross-validation: the best settings of four folds applied to the fifth, by subset,
+against the first stage alone (w = 0).
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import json
+import random
+import sys
+import urllib.request
+
+GRID_W = (0, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
+GRID_FLOOR = (-1, -2, -4, -8, -16)
+GRID_CLIP = (-2, -4, -8, -16, -30)
+
+
+def fused_top(first: list[tuple[str, float]], lp: dict[str, float], w: float, floor: float, clip: float) -> str | None:
+    """The document first stage + w x reader ranks first; the first stage's order breaks ties."""
+    best, top = float("-inf"), None
+    for doc, score in first:
+        r = lp.get(doc)
+        v = score + w * (floor if r is None else max(r, clip))
+        if v > best:
+            best, top = v, doc
+    return top
+
+
+def hits1(queries: list[dict], setting: tuple[float, float, float]) -> float:
+    if not queries:
+        return 0.0
+    return sum(fused_top(q["first"], q["lp"], *setting) in q["relevant"] for q in queries) / len(queries)
+
+
+def best_setting(queries: list[dict]) -> tuple[float, float, float]:
+    """The grid's setting with the highest Hits@1 on queries; the earlier (smaller w) one on a tie."""
+    grid = list(itertools.product(GRID_W, GRID_FLOOR, GRID_CLIP))
+    return max(grid, key=lambda g: (hits1(queries, g), -grid.index(g)))
+
+
+def cross_validate(queries: list[dict], folds: int = 5, seed: int = 0) -> dict[str, tuple[float, float, int]]:
+    """Per subset: (fused Hits@1 on held-out folds, the first stage's, queries)."""
+    idx = list(range(len(queries)))
+    random.Random(seed).shuffle(idx)
+    parts = [idx[k::folds] for k in range(folds)]
+    right: dict[str, list[int]] = {}
+    for k in range(folds):
+        setting = best_setting([queries[i] for j in range(folds) if j != k for i in parts[j]])
+        for i in parts[k]:
+            q = queries[i]
+            r = right.setdefault(q["subset"], [0, 0, 0])
+            r[0] += fused_top(q["first"], q["lp"], *setting) in q["relevant"]
+            r[1] += fused_top(q["first"], q["lp"], 0, 0, 0) in q["relevant"]
+            r[2] += 1
+    return {s: (f / n, b / n, n) for s, (f, b, n) in right.items()}
+
+
+def record(qid: str, subset: str, relevant: list[str], model: dict, first: dict) -> dict:
+    """A query's line: the first stage's (docid, score) list and the reader's copy log-probabilities."""
+    lp = {}
+    if model.get("mode") == "reranked":
+        lp = {r["docid"]: r["score"] for r in model["results"] if r.get("provenance") == "copy"}
+    return {"qid": qid, "subset": subset, "relevant": relevant, "lp": lp, "model_mode": model.get("mode"),
+            "fallback_reason": model.get("fallback_reason"),
+            "first": [(r["docid"], r["score"]) for r in first["results"]], "context": model.get("context") or []}
+
+
+def load(path: str) -> list[dict]:
+    out = []
+    for line in open(path):
+        q = json.loads(line)
+        q["relevant"] = set(q["relevant"])
+        q["first"] = [tuple(x) for x in q["first"]]
+        out.append(q)
+    return out
+
+
+def _lines(path: str) -> set[str]:
+    return {line.rstrip("\n") for line in open(path) if line.strip()}
+
+
+def select(queries: str, qrels: str, split: str, docids: str, seen: str, seen_n: int, new_n: int = 0) -> list[tuple]:
+    """(qid, text, subset, relevant) of the split: new-document queries within docids (the first new_n; 0: all),
+    then the first seen_n seen ones."""
+    rel: dict[str, set[str]] = {}
+    for line in open(qrels):
+        p = line.rstrip("\n").split("\t")
+        if len(p) >= 3 and p[2].isdigit() and int(p[2]) > 0:
+            rel.setdefault(p[0], set()).add(p[1])
+    new_docs, seen_docs = _lines(docids), _lines(seen)
+    new, old = [], []
+    opener = gzip.open if queries.endswith(".gz") else open
+    for line in opener(queries, "rt"):
+        q = json.loads(line)
+        qid = q.get("qid") or q.get("_id")
+        r = rel.get(qid)
+        if q.get("split") != split or not r:
+            continue
+        text = q.get("query") or q.get("text")
+        if r & seen_docs:
+            old.append((qid, text, "seen", sorted(r)))
+        elif r <= new_docs:
+            new.append((qid, text, "new", sorted(r)))
+    return new[: new_n or len(new)] + old[:seen_n]
+
+
+def collect(a: argparse.Namespace) -> None:
+    def post(body: dict) -> dict:
+        req = urllib.request.Request(a.sidecar.rstrip("/") + "/v1/search", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as res:
+            return json.load(res)
+
+    qs = select(a.queries, a.qrels, a.split, a.docids, a.seen, a.seen_n, a.n)
+    with open(a.out, "w") as f:
+        for i, (qid, text, subset, relevant) in enumerate(qs):
+            model = post({"query": text, "size": 10, "policy": "model"})
+            first = post({"query": text, "size": 20, "policy": "bm25"})
+            f.write(json.dumps(record(qid, subset, relevant, model, first)) + "\n")
+            if (i + 1) % 100 == 0:
+                print(f"scorefusion: {i + 1}/{len(qs)} queries", file=sys.stderr, flush=True)
+
+
+def fit(a: argparse.Namespace) -> None:
+    qs = load(a.samples)
+    missing = [q.get("fallback_reason") or q.get("model_mode") for q in qs if q.get("model_mode") != "reranked"]
+    if missing:
+        print(f"warning: {len(missing)} of {len(qs)} queries have no reader answer ({sorted(set(map(str, missing)))}): "
+              "give the sidecar a longer server.request_timeout (scripts/calibrate.sh uses 20s)")
+    g = best_setting(qs)
+    subsets = sorted({q["subset"] for q in qs})
+    print(f"{len(qs)} queries; in-sample best w {g[0]} floor {g[1]} clip {g[2]}:")
+    for s in subsets:
+        part = [q for q in qs if q["subset"] == s]
+        print(f"  {s} ({len(part)}): fused {hits1(part, g):.3f}, first stage {hits1(part, (0, 0, 0)):.3f}")
+    print("5-fold cross-validation (the best of four folds on the fifth):")
+    for s, (f, b, n) in sorted(cross_validate(qs).items()):
+        print(f"  {s} ({n}): fused {f:.3f}, first stage {b:.3f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m icicle.lab.scorefusion")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("collect")
+    c.add_argument("--sidecar", required=True)
+    c.add_argument("--queries", default="../data/nq_qed/queries.jsonl.gz")
+    c.add_argument("--qrels", default="../data/nq_qed/qrels.tsv")
+    c.add_argument("--split", default="train")
+    c.add_argument("--docids", required=True, help="new-document queries count only within these docids")
+    c.add_argument("--seen", required=True, help="the model's seen_docids.txt")
+    c.add_argument("--n", type=int, default=0, help="new-document queries at most (0: all)")
+    c.add_argument("--seen-n", type=int, default=300)
+    c.add_argument("--out", required=True)
+    f = sub.add_parser("fit")
+    f.add_argument("samples")
+    a = p.parse_args(argv)
+    collect(a) if a.cmd == "collect" else fit(a)
+
+
+if __name__ == "__main__":
+    main()

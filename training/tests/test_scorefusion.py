@@ -1,0 +1,58 @@
+"""lab.scorefusion's ranking, grid and cross-validation on crafted queries, and the query selection on files."""
+import gzip
+import json
+
+from icicle.lab.scorefusion import best_setting, cross_validate, fused_top, hits1, record, select
+
+
+def query(subset, gold, first, lp):
+    return {"subset": subset, "relevant": {gold}, "first": first, "lp": lp}
+
+
+def test_fused_top():
+    first = [("a", 0.90), ("b", 0.87), ("s", 0.86)]
+    lp = {"a": -3.0, "b": -1.0}
+    assert fused_top(first, lp, 0, -1, -30) == "a", "w 0: the first stage"
+    assert fused_top(first, lp, 0.02, -1, -30) == "b", "the reader moves a close call: 0.84 against 0.85"
+    assert fused_top(first, lp, 0.02, -1, -2) == "a", "clipped at -2, a loses only 0.04: 0.86"
+    assert fused_top(first, {"a": -9.0, "b": -9.0}, 0.02, -1, -30) == "s", "outside the context: the floor"
+    assert fused_top([], {}, 1, -1, -2) is None
+
+
+def test_fit_finds_a_reader_that_helps_and_cross_validates():
+    # The reader is right on every close call: w > 0 wins, held out as well.
+    qs = [query("new", "b", [("a", 0.9), ("b", 0.895)], {"a": -4.0, "b": -0.01}) for _ in range(10)]
+    qs += [query("new", "a", [("a", 0.9), ("b", 0.5)], {"a": -2.0, "b": -0.1}) for _ in range(10)]
+    g = best_setting(qs)
+    assert g[0] > 0 and hits1(qs, g) == 1.0 and hits1(qs, (0, 0, 0)) == 0.5
+    cv = cross_validate(qs)
+    assert cv["new"] == (1.0, 0.5, 20)
+
+
+def test_fit_keeps_the_first_stage_when_the_reader_does_not_help():
+    qs = [query("new", "a", [("a", 0.9), ("b", 0.899)], {"a": -4.0, "b": -0.01}) for _ in range(10)]
+    assert best_setting(qs)[0] == 0
+    assert cross_validate(qs)["new"] == (1.0, 1.0, 10)
+
+
+def test_record_and_select(tmp_path):
+    model = {"mode": "reranked", "context": ["a", "b"], "results": [
+        {"docid": "b", "score": -0.2, "provenance": "copy"}, {"docid": "z", "score": -5, "provenance": "parametric"}]}
+    first = {"results": [{"docid": "a", "score": 0.9}, {"docid": "b", "score": 0.8}]}
+    r = record("q1", "new", ["b"], model, first)
+    assert r["lp"] == {"b": -0.2} and r["first"] == [("a", 0.9), ("b", 0.8)] and r["context"] == ["a", "b"]
+    fell = record("q1", "new", ["b"], {"mode": "bm25_fallback", "fallback_reason": "model_timeout", "results": []}, first)
+    assert fell["lp"] == {} and fell["fallback_reason"] == "model_timeout"
+
+    qs = tmp_path / "q.jsonl.gz"
+    with gzip.open(qs, "wt") as f:
+        for qid, split in [("1", "train"), ("2", "train"), ("3", "train"), ("4", "dev"), ("5", "train")]:
+            f.write(json.dumps({"qid": qid, "query": f"text {qid}", "split": split}) + "\n")
+    (tmp_path / "qrels.tsv").write_text("qid\tdocid\trelevance\n1\tNew A\t1\n2\tSeen S\t1\n3\tOther\t1\n4\tNew A\t1\n5\tNew A\t1\n")
+    (tmp_path / "d_new.txt").write_text("New A\n")
+    (tmp_path / "seen.txt").write_text("Seen S\n")
+    got = select(str(qs), str(tmp_path / "qrels.tsv"), "train", str(tmp_path / "d_new.txt"), str(tmp_path / "seen.txt"), 5)
+    assert [(q[0], q[2]) for q in got] == [("1", "new"), ("5", "new"), ("2", "seen")]
+    assert got[0][3] == ["New A"]
+    assert [q[0] for q in select(str(qs), str(tmp_path / "qrels.tsv"), "train", str(tmp_path / "d_new.txt"),
+                                 str(tmp_path / "seen.txt"), 0, 1)] == ["1"]
