@@ -168,6 +168,13 @@ func TestGateIdle(t *testing.T) {
 		require.EqualValues(t, 0, newCalls.Load(), "no context is searched for a model that is not run")
 		require.Contains(t, scrape(t, s), `icicle_gate_decisions_total{decision="`+GateKeep+`"} 1`)
 
+		code, body, _ = do(t, s, "POST", "/v1/rerank", rerankBody(threeHits(), "q"))
+		require.Equal(t, http.StatusOK, code, body)
+		require.Equal(t, "gated", body["mode"], "/v1/rerank too")
+		require.Equal(t, ReasonGateIdle, body["gate"].(map[string]any)["reason"])
+		require.Equal(t, []string{"Alpha", "Beta", "Gamma"}, docids(body))
+		require.EqualValues(t, 0, ranks.Load())
+
 		_, body = search(t, s, "", "", `{"query":"q","size":4,"policy":"model"}`)
 		require.Equal(t, "reranked", body["mode"])
 		require.EqualValues(t, 1, ranks.Load(), "policy model runs it")

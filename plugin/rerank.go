@@ -94,11 +94,12 @@ func (s *Server) searchModel(ctx context.Context, query string, size int, policy
 	esCtx, esCancel := context.WithDeadline(ctx, s.workDeadline(ctx))
 	defer esCancel()
 	esStart := time.Now()
+	policy = s.resolvePolicy(policy)
 	req := retrieve.Request{Query: query, NewK: s.opts.MaxCandidates, Size: s.resultSize(size) + 1}
-	switch {
-	case policy == "bm25", s.gateIdle(policy):
+	switch policy {
+	case "bm25", policyGateIdle:
 		req.NewK = 0 // the model is not called: no context
-	case policy == "fusion":
+	case "fusion":
 		req.Size = 0 // any baseline hit may reach the fused top
 	}
 	lists, err := s.first.Search(esCtx, req)
@@ -281,7 +282,7 @@ func (s *Server) rank(ctx context.Context, query string, hits []adapter.Hit, siz
 		return Response{}, err
 	}
 	s.metrics.baselines.WithLabelValues(info.Baseline, info.Reason).Inc()
-	resp, err := s.rankWith(ctx, query, rescored, rescored, size, esDur+time.Since(start)-info.Embed, info, policy)
+	resp, err := s.rankWith(ctx, query, rescored, rescored, size, esDur+time.Since(start)-info.Embed, info, s.resolvePolicy(policy))
 	resp.Timings.Embed = ms(info.Embed)
 	return resp, err
 }
@@ -299,7 +300,7 @@ func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapte
 		resp.Mode, resp.Results = ModeBM25, baselineResults(base, size, info.Baseline)
 		return resp, nil
 	}
-	if s.gateIdle(policy) {
+	if policy == policyGateIdle {
 		resp.HitsReceived = len(base)
 		resp.Mode, resp.Results = ModeGated, baselineResults(base, size, info.Baseline)
 		g := s.gate()
@@ -361,10 +362,17 @@ func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapte
 // ReasonGateIdle is a gate report's reason when the model was not run: its gate never promotes.
 const ReasonGateIdle = "the model's gate never promotes: the model is not run (policy.run_model_when_gate_never)"
 
-// gateIdle reports whether a request under policy would run the model only for a gate that never promotes
-// its answer: then it is not run at all (Options.RunModelWhenGateNever runs it anyway, for calibration).
-func (s *Server) gateIdle(policy string) bool {
-	return policy == "gate" && !s.opts.RunModelWhenGateNever && s.gate().Never
+// policyGateIdle is policy gate under a gate that never promotes (resolvePolicy): the model is not run.
+const policyGateIdle = "gate_idle"
+
+// resolvePolicy is the policy a request runs under, decided once per request (a swap may change the gate):
+// policyGateIdle for gate when the gate never promotes its answer, so that the model is not run at all
+// (Options.RunModelWhenGateNever runs it anyway, for calibration); policy otherwise.
+func (s *Server) resolvePolicy(policy string) string {
+	if policy == "gate" && !s.opts.RunModelWhenGateNever && s.gate().Never {
+		return policyGateIdle
+	}
+	return policy
 }
 
 // fallback answers base's order (the first stage's), saying why.
