@@ -111,24 +111,20 @@ func TestCalibrate(t *testing.T) {
 		require.Equal(t, g.Weights, again.Weights)
 		require.True(t, strings.HasPrefix(again.Fit.Data, g.Fit.Data+"; refitted from "+f.samplesOut), "the refit names the run and the file: %q", again.Fit.Data)
 	})
-	t.Run("a sidecar not in policy gate is an error naming the policy", func(t *testing.T) {
-		var asked sync.Map
-		f := f
-		f.sidecar, f.outDir = fakeGateSidecar(t, fakeFused, &asked).URL, filepath.Join(dir, "none")
-		err := runCalibrate(context.Background(), f, io.Discard, io.Discard)
-		require.ErrorContains(t, err, "policy.mode gate")
-		_, statErr := os.Stat(filepath.Join(f.outDir, gate.FileName))
-		require.True(t, os.IsNotExist(statErr), "nothing written")
-	})
-	t.Run("a sidecar that did not run the model (its gate never promotes) is an error naming the setting", func(t *testing.T) {
-		var asked sync.Map
-		f := f
-		f.sidecar, f.outDir = fakeGateSidecar(t, fakeIdle, &asked).URL, filepath.Join(dir, "idle")
-		err := runCalibrate(context.Background(), f, io.Discard, io.Discard)
-		require.ErrorContains(t, err, "policy.run_model_when_gate_never true")
-		_, statErr := os.Stat(filepath.Join(f.outDir, gate.FileName))
-		require.True(t, os.IsNotExist(statErr), "nothing written")
-	})
+	for _, tt := range []struct{ name, answer, want string }{
+		{"a sidecar not in policy gate is an error naming the policy", fakeFused, "policy.mode gate"},
+		{"a sidecar that did not run the model (its gate never promotes) is an error naming the setting", fakeIdle, "policy.run_model_when_gate_never true"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var asked sync.Map
+			f := f
+			f.sidecar, f.outDir = fakeGateSidecar(t, tt.answer, &asked).URL, filepath.Join(dir, tt.answer)
+			err := runCalibrate(context.Background(), f, io.Discard, io.Discard)
+			require.ErrorContains(t, err, tt.want)
+			_, statErr := os.Stat(filepath.Join(f.outDir, gate.FileName))
+			require.True(t, os.IsNotExist(statErr), "nothing written")
+		})
+	}
 	t.Run("too few queries for the folds", func(t *testing.T) {
 		f := f
 		f.split = "none"
