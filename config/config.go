@@ -186,6 +186,11 @@ type Decode struct {
 	// TitleOnly builds candidate blocks from titles alone (the manifest's candidate_title_only template).
 	// Default false.
 	TitleOnly bool `yaml:"title_only"`
+	// SummaryCandidates, when positive, gives only the first SummaryCandidates candidates their summaries and
+	// puts the rest in by title alone: a long list (max_candidates 100) at a fraction of its tokens. With block
+	// reading, the fill then stores each new document's title-only block as well. Default 0: every candidate
+	// with its summary.
+	SummaryCandidates int `yaml:"summary_candidates"`
 	// (issue 26) BlockReading reads each candidate's block on its own and keeps it for later requests
 	// (inference/blocks.go): "off", "contiguous" (Block-Attention: a block sees itself, every token keeps its
 	// place) or "shared" (BlockRank: a block sees the header and itself, all blocks at the same positions).

@@ -197,7 +197,7 @@ func TestLoadBad(t *testing.T) {
 			"elasticsearch.addresses[1]", "elasticsearch.api_key", "elasticsearch.cert_fingerprint",
 			"elasticsearch.index", "elasticsearch.max_retries",
 			"model.provider",
-			"decode.beam_width", "decode.max_candidates", "decode.block_reading", "decode.block_store_mb", "decode.block_precision",
+			"decode.beam_width", "decode.max_candidates", "decode.summary_candidates", "decode.block_reading", "decode.block_store_mb", "decode.block_precision",
 			"breaker.consecutive_failures", "breaker.open_timeout",
 			"policy.mode", "policy.min_copy_prob", "policy.min_top_score",
 			"concurrency.max_inflight",

@@ -104,6 +104,7 @@ func (c Config) Validate() error {
 	v.between("decode.max_candidates", d.MaxCandidates, 1, 100)
 	v.atLeast("decode.max_summary_tokens", int64(d.MaxSummaryTokens), 1)
 	v.atLeast("decode.max_prompt_tokens", int64(d.MaxPromptTokens), 0)
+	v.atLeast("decode.summary_candidates", int64(d.SummaryCandidates), 0)
 	v.oneOf("decode.block_reading", d.BlockReading, BlockReadingOff, BlockReadingContiguous, BlockReadingShared)
 	v.atLeast("decode.block_store_mb", int64(d.BlockStoreMB), 1)
 	v.oneOf("decode.block_precision", d.BlockPrecision, BlockPrecisionFloat32, BlockPrecisionInt8)

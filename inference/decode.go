@@ -89,6 +89,9 @@ type Options struct {
 	MaxSummaryTokens int
 	// TitleOnly puts candidates in by title alone.
 	TitleOnly bool
+	// SummaryCandidates, when positive, gives only the first SummaryCandidates candidates their summaries;
+	// the rest go in by title alone (PromptOptions.SummaryCandidates).
+	SummaryCandidates int
 	// Admit, if set, is called once the prompt is built and a session is free, before the first forward
 	// pass, with the prompt's length in tokens; an error ends the call without running the model (returned
 	// wrapped). The server's admission control uses it to refuse a run its cost model says cannot end
@@ -290,7 +293,7 @@ func (e *Engine) prompt(query string, cands []Candidate, opts Options) (Options,
 		opts.MaxPromptTokens = limit
 	}
 	p, err := e.prompts.Build(query, cands, PromptOptions{MaxTokens: opts.MaxPromptTokens, MaxSummaryTokens: opts.MaxSummaryTokens,
-		TitleOnly: opts.TitleOnly, FixedSummaryCap: e.blocks != nil})
+		TitleOnly: opts.TitleOnly, SummaryCandidates: opts.SummaryCandidates, FixedSummaryCap: e.blocks != nil})
 	return opts, p, err
 }
 

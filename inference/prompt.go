@@ -21,6 +21,9 @@ type PromptOptions struct {
 	MaxSummaryTokens int
 	// TitleOnly puts every candidate in by title alone (the stage-3 title-context format).
 	TitleOnly bool
+	// SummaryCandidates, when positive, puts only the first SummaryCandidates candidates in with their
+	// summaries and the rest by title alone (a long list at a fraction of its tokens).
+	SummaryCandidates int
 	// FixedSummaryCap cuts every summary to MaxSummaryTokens whatever the other candidates are, and
 	// includes a candidate only when its whole block fits, so that a candidate's block is the same in
 	// every prompt (block reading stores it once). Without it the room left is shared by one cap.
@@ -137,12 +140,13 @@ func (b *PromptBuilder) Build(query string, cands []Candidate, opts PromptOption
 	for i, c := range cands {
 		var ce candidateIDs
 		num := strconv.Itoa(i + 1)
+		titleOnly := opts.TitleOnly || c.Summary == "" || opts.SummaryCandidates > 0 && i >= opts.SummaryCandidates
 		switch {
-		case (opts.TitleOnly || c.Summary == "") && b.v2:
+		case titleOnly && b.v2:
 			if ce.titleOnly, err = b.titleBlock(b.onlyLeft, c.Title, b.onlyRight, num); err != nil {
 				return Prompt{}, fmt.Errorf("encode candidate %d: %w", i, err)
 			}
-		case opts.TitleOnly || c.Summary == "":
+		case titleOnly:
 			s := strings.NewReplacer("{i}", num, "{title}", c.Title).Replace(b.tmpl.CandidateTitleOnly)
 			if ce.titleOnly, err = b.tok.Encode(s); err != nil {
 				return Prompt{}, fmt.Errorf("encode candidate %d: %w", i, err)

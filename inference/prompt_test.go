@@ -105,6 +105,16 @@ func TestPromptBuildFormat2(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, enc("H:\n[1] T:\nAlpha {i}\nQ: q\nA:\n"), p.IDs)
 
+	// SummaryCandidates: the first N with their summaries, the rest by title alone.
+	three := []Candidate{{Title: "A", Summary: "aaa"}, {Title: "B", Summary: "bbb"}, {Title: "C", Summary: "ccc"}}
+	p, err = b.Build("q", three, PromptOptions{MaxTokens: 1000, MaxSummaryTokens: 256, SummaryCandidates: 1})
+	require.NoError(t, err)
+	require.Equal(t, enc("H:\n[1] aaa\nT:\nA\n[2] T:\nB\n[3] T:\nC\nQ: q\nA:\n"), p.IDs)
+	require.Equal(t, []int{3, 0, 0}, p.SummaryTokens)
+	p, err = b.Build("q", three, PromptOptions{MaxTokens: 1000, MaxSummaryTokens: 256, SummaryCandidates: 3})
+	require.NoError(t, err)
+	require.Equal(t, []int{3, 3, 3}, p.SummaryTokens, "as many as the list: every summary")
+
 	bad := tmpl
 	bad.Candidate = "{title} {summary}"
 	_, err = NewPromptBuilder(fakeTokenizer{}, bad)

@@ -98,6 +98,18 @@ func TestBlockStoreFill(t *testing.T) {
 	resp = searchDefault(t, url, "who sang the theme song for the office")
 	require.NotZero(t, resp.CandidatesInContext)
 	require.Zero(t, readyBlocks(t, url).Misses, "the search read every block from the file")
+
+	// Summaries for the first 3 candidates only: the fill keeps each document's block in both forms, and a
+	// search of 20 candidates reads 17 by title alone, every block from the store.
+	url = serveDefault(t, bin, esURL, index, testenv.BlockModel(t, modelDir), lib, "ICICLE_POLICY_RUN_MODEL_WHEN_GATE_NEVER=true",
+		"ICICLE_DECODE_BLOCK_READING=shared", "ICICLE_DECODE_BLOCK_PRECISION=int8", "ICICLE_DECODE_SUMMARY_CANDIDATES=3",
+		"ICICLE_DECODE_MAX_CANDIDATES=20")
+	both := waitFilled(t, url, newDocs)
+	require.Equal(t, 2*newDocs, both.Fill.Computed, "a block with its summary and one by title alone, for every new document")
+	resp = searchDefault(t, url, "who sang the theme song for the office")
+	require.Equal(t, 20, resp.CandidatesInContext)
+	require.Equal(t, 17, resp.TitleOnlyCandidates)
+	require.Equal(t, both.Misses, readyBlocks(t, url).Misses, "both forms were filled ahead of the search")
 }
 
 // readyBlocks is /readyz's block store.

@@ -153,7 +153,8 @@ type Response struct {
 	Context []string `json:"context,omitempty"`
 	// CandidatesTruncated is true when hits beyond decode.max_candidates never reached the model.
 	CandidatesTruncated bool `json:"candidates_truncated,omitempty"`
-	// TitleOnlyCandidates counts hits without a summary that went in by title alone.
+	// TitleOnlyCandidates counts hits that went in by title alone: without a summary, or past
+	// decode.summary_candidates.
 	TitleOnlyCandidates int `json:"title_only_candidates,omitempty"`
 	// RouterProb is p([COPY]) at the first decoding step; absent when the model did not run.
 	RouterProb *float64 `json:"router_prob,omitempty"`

@@ -29,7 +29,7 @@ const (
 
 // startBlockFill fills store from es's new documents in the background and returns a stop that cancels the
 // fill and waits for it to end. opts are the requests' decoding options (the summary cap and title-only make
-// a block's tokens).
+// a block's tokens; with SummaryCandidates a document is read in either form, and both are filled).
 func startBlockFill(es *adapter.Adapter, eng *inference.Engine, store *inference.BlockStore, opts inference.Options, log *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -58,43 +58,23 @@ var errStoreFull = errors.New("the block store is full")
 // stops when the store starts evicting, or refusing blocks (a full file; state "full": decode.block_store_mb
 // holds fewer blocks than the index has new documents), since filling on would only drop the blocks it computed.
 func fillBlocks(ctx context.Context, es *adapter.Adapter, eng *inference.Engine, store *inference.BlockStore, opts inference.Options) inference.BlockFill {
-	start := time.Now()
-	f := inference.BlockFill{State: "running"}
-	store.SetFill(f)
 	st := store.Stats()
-	dropped := st.Evicted + st.Refused
+	fl := filler{eng: eng, store: store, f: inference.BlockFill{State: "running"}, start: time.Now(), dropped: st.Evicted + st.Refused}
+	store.SetFill(fl.f)
 	err := es.ListNew(ctx, fillPage, func(page []adapter.Hit) error {
 		cands := make([]inference.Candidate, len(page))
 		for i, h := range page {
 			cands[i] = plugin.CandidateOf(h)
 		}
-		for len(cands) > 0 {
-			computed, held, err := eng.FillBlocks(ctx, cands[:min(fillGroup, len(cands))], opts)
-			if errors.Is(err, inference.ErrBusy) {
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(fillBusyWait):
-					continue
-				}
-			}
-			if err != nil {
+		for form, opts := range blockForms(opts) {
+			if err := fl.fill(ctx, opts, cands, form == 0); err != nil {
 				return err
-			}
-			// A document whose block alone exceeds the prompt is read by no request either: passed over.
-			held = max(held, 1)
-			f.Documents += held
-			f.Computed += computed
-			f.Seconds = time.Since(start).Seconds()
-			store.SetFill(f)
-			cands = cands[held:]
-			if st := store.Stats(); st.Evicted+st.Refused > dropped {
-				return errStoreFull
 			}
 		}
 		return nil
 	})
-	f.Seconds = time.Since(start).Seconds()
+	f := fl.f
+	f.Seconds = time.Since(fl.start).Seconds()
 	switch {
 	case err == nil:
 		f.State = "done"
@@ -106,4 +86,59 @@ func fillBlocks(ctx context.Context, es *adapter.Adapter, eng *inference.Engine,
 	}
 	store.SetFill(f)
 	return f
+}
+
+// blockForms are the forms in which requests under opts read a document's block: with its summary, and
+// by title alone when only the first opts.SummaryCandidates candidates have their summaries.
+func blockForms(opts inference.Options) []inference.Options {
+	full := opts
+	full.SummaryCandidates = 0
+	forms := []inference.Options{full}
+	if opts.SummaryCandidates > 0 && !opts.TitleOnly {
+		title := full
+		title.TitleOnly = true
+		forms = append(forms, title)
+	}
+	return forms
+}
+
+// filler is one fill's work and progress.
+type filler struct {
+	eng     *inference.Engine
+	store   *inference.BlockStore
+	f       inference.BlockFill
+	start   time.Time
+	dropped int64 // the store's evicted and refused blocks when the fill began
+}
+
+// fill computes the blocks of cands in one form, fillGroup at a time on a free session, and records the
+// progress (documents counted once: in their first form, count).
+func (fl *filler) fill(ctx context.Context, opts inference.Options, cands []inference.Candidate, count bool) error {
+	for len(cands) > 0 {
+		computed, held, err := fl.eng.FillBlocks(ctx, cands[:min(fillGroup, len(cands))], opts)
+		if errors.Is(err, inference.ErrBusy) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(fillBusyWait):
+				continue
+			}
+		}
+		if err != nil {
+			return err
+		}
+		// A document whose block alone exceeds the prompt is read by no request either: passed over.
+		held = max(held, 1)
+		if count {
+			fl.f.Documents += held
+		}
+		fl.f.Computed += computed
+		fl.f.Seconds = time.Since(fl.start).Seconds()
+		fl.store.SetFill(fl.f)
+		cands = cands[held:]
+		if st := fl.store.Stats(); st.Evicted+st.Refused > fl.dropped {
+			return errStoreFull
+		}
+	}
+	return nil
 }

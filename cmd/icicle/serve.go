@@ -167,7 +167,7 @@ func serve(ctx context.Context, args []string) error {
 		MaxHits: cfg.Server.MaxHits, MaxCandidates: cfg.Decode.MaxCandidates, FirstStage: stage,
 		Fields: plugin.SourceFields{DocID: cfg.Fields.DocID, Title: cfg.Fields.Title, Summary: cfg.Fields.Summary},
 		Decode: inference.Options{BeamWidth: cfg.Decode.BeamWidth, MaxPromptTokens: cfg.Decode.MaxPromptTokens,
-			MaxSummaryTokens: cfg.Decode.MaxSummaryTokens, TitleOnly: cfg.Decode.TitleOnly},
+			MaxSummaryTokens: cfg.Decode.MaxSummaryTokens, TitleOnly: cfg.Decode.TitleOnly, SummaryCandidates: cfg.Decode.SummaryCandidates},
 		MaxInflight: cfg.Concurrency.MaxInflight, QueueSize: cfg.Concurrency.QueueSize, QueueTimeout: cfg.Concurrency.QueueTimeout,
 		MetricsPath: cfg.Metrics.Path, MetricsOff: !cfg.Metrics.Enabled,
 		ConsecutiveFailures: cfg.Breaker.ConsecutiveFailures, OpenTimeout: cfg.Breaker.OpenTimeout,
@@ -312,7 +312,7 @@ func openModel(dir string, c config.Model, plan runPlan, d config.Decode, fillFr
 	closeModel := func() error { return errors.Join(m.Close(), blocks.Close()) }
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	opts := inference.Options{BeamWidth: d.BeamWidth, MaxPromptTokens: d.MaxPromptTokens, MaxSummaryTokens: d.MaxSummaryTokens,
-		TitleOnly: d.TitleOnly}
+		TitleOnly: d.TitleOnly, SummaryCandidates: d.SummaryCandidates}
 	tokens, took, err := m.Engine.WarmUp(ctx, opts)
 	cancel()
 	if err != nil {
