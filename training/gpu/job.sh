@@ -25,8 +25,10 @@ job_args() {
     # issue 26: r24a read by blocks (the same data and steps; decode.block_attention's mask and positions)
     r26a) echo "$(job_args r24a) --blocks shared --budget 1024" ;;
     r26b) echo "$(job_args r24a) --blocks contiguous --budget 1024" ;;
+    # the sidecar's 100 candidates with decode.summary_candidates 10: the first stage's top 10 with summaries
+    r26c) echo "$(job_args r26a) --summary-candidates 10" ;;
     dry) echo "--init backbone --steps 2 --batch 2 --n 3 5 --eval-n 2 --save-every 1 --device cpu --bf16 false" ;;
-    *) echo "job.sh: unknown job $1 (r24a r24b r24c r26a r26b dry)" >&2; return 2 ;;
+    *) echo "job.sh: unknown job $1 (r24a r24b r24c r26a r26b r26c dry)" >&2; return 2 ;;
   esac
 }
 

@@ -22,6 +22,8 @@ Loss: the answer tokens' cross-entropy over the set's title tokens (train.loss_o
 teacher term. Prompts: reader135's format (2), --budget tokens (512), 24-token summaries. With --blocks contiguous |
 shared (issue 26) every prompt is built in the block template (no "[i]", every summary cut to 24) and read by
 blocks (decode.block_attention: a mask and position ids, no new parameters), in training and in the evaluation.
+--summary-candidates K keeps the summaries of the first stage's top K only in training prompts, the rest by title
+alone (the sidecar's decode.summary_candidates); the evaluation's lists of 10 are read as before.
 
 A run lives in WORK: ckpt.pt (weights, optimizer, scheduler, step, RNG states, seconds so far; written every
 --save-every steps, at the end, and on SIGTERM/SIGINT), log.jsonl (loss every 25 steps, each evaluation), run.json
@@ -85,6 +87,9 @@ class Args:
     bf16: bool = True
     blocks: str = ""  # issue 26: "contiguous" | "shared" reads every prompt by blocks (decode.block_attention)
     budget: int = BUDGET
+    # issue 26: only the list's first K (the first stage's top K) keep their summaries, the rest go in by title
+    # alone, as the sidecar reads them with decode.summary_candidates K; 0 = every candidate with its summary.
+    summary_candidates: int = 0
 
 
 class Reader:
@@ -110,8 +115,13 @@ class Reader:
     def _segments(self, p) -> list[int] | None:
         return p.segments if self.a.blocks else None
 
-    def prompt(self, query: str, names: list[str], shown: dict[str, str]):
-        return self.build(query, [Candidate(self.docs[shown.get(d, d)].title, self.docs[d].text) for d in names])
+    def prompt(self, query: str, names: list[str], shown: dict[str, str], ranks: list[int] | None = None):
+        """The prompt of names (in prompt order) under shown's swapped titles; ranks are their places in the first
+        stage's list, which --summary-candidates reads (default: the prompt order)."""
+        k = self.a.summary_candidates
+        ranks = ranks if ranks is not None else list(range(len(names)))
+        return self.build(query, [Candidate(self.docs[shown.get(d, d)].title, "" if 0 < k <= r else self.docs[d].text)
+                                  for d, r in zip(names, ranks)])
 
     def reading_instance(self, rng: random.Random) -> tuple[Instance, list[float] | None]:
         """One reading instance and the teacher over its included candidates (None without --kd)."""
@@ -135,13 +145,13 @@ class Reader:
             rng.shuffle(order)
         names = [q["list"][i] for i in order]
         shown = dict(zip(names, rng.sample(self.titles, len(names)))) if rng.random() < a.swap_titles else {}
-        p = self.prompt(q["q"], names, shown)
+        p = self.prompt(q["q"], names, shown, order)
         if order.index(gi) >= p.included:  # the budget cut the gold off: it takes a drawn place among those shown
             order = [i for i in order[: p.included] if i != gi]
             order = order[: p.included - 1]
             order.insert(rng.randrange(len(order) + 1), gi)
             names = [q["list"][i] for i in order]
-            p = self.prompt(q["q"], names, shown)
+            p = self.prompt(q["q"], names, shown, order)
         inc = order[: p.included]
         gold = shown.get(q["gold"], q["gold"])
         inst = Instance(p.ids, [self.tok.copy_id] + self.tok.docid(gold), segments=self._segments(p))
@@ -293,7 +303,10 @@ def _same_run(work: str, a: Args) -> None:
     old = json.load(open(path))["args"]
     fixed = {k: v for k, v in asdict(a).items() if k not in ("minutes", "steps", "eval_every", "save_every", "threads",
                                                               "device", "eval_n", "micro")}
-    diff = {k: (old.get(k), v) for k, v in fixed.items() if json.loads(json.dumps(v)) != old.get(k)}
+    # An argument added after the run began counts as its default there.
+    default = asdict(Args(set="", work=""))
+    was = {k: old.get(k, json.loads(json.dumps(default[k]))) for k in fixed}
+    diff = {k: (was[k], v) for k, v in fixed.items() if json.loads(json.dumps(v)) != was[k]}
     if diff:
         raise SystemExit(f"{work} holds a run with other arguments {diff}; use a new --work to change them")
 

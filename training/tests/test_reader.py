@@ -122,6 +122,25 @@ def test_block_reading_instances_train_under_their_layout(rset):
     assert abs(batched.item() - causal.item()) > 1e-4
 
 
+def test_summary_candidates_keep_the_first_stages_top_k_summaries(rset):
+    """--summary-candidates 2: a candidate keeps its summary only when the first stage ranked it in its top 2,
+    wherever the prompt puts it (shuffled lists)."""
+    from icicle.tokenizer import Tok, build_tokenizer
+
+    a = reader.Args(set=rset, work="", kd=0.0, blocks="shared", summary_candidates=2)
+    rb = reader.Reader(readerdata.load(rset), Tok(build_tokenizer()), a)
+    q = rb.reading[0]
+    names = q["list"][:5]
+    assert [k > 0 for k in rb.prompt(q["q"], names, {}).summary_tokens] == [True, True, False, False, False]
+    order = [3, 0, 4, 1, 2]
+    p = rb.prompt(q["q"], [q["list"][i] for i in order], {}, order)
+    assert [k > 0 for k in p.summary_tokens] == [False, True, False, True, False]
+    rb.a.summary_candidates = 0
+    assert all(k > 0 for k in rb.prompt(q["q"], names, {}).summary_tokens)
+    inst, _ = rb.reading_instance(random.Random(0))
+    assert inst.segments
+
+
 def _run(args, env=None, timeout=1200):
     p = subprocess.run(args, cwd=os.path.join(REPO, "training"), capture_output=True, text=True, timeout=timeout,
                        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
@@ -134,6 +153,10 @@ def test_run_resumes_where_it_stopped(rset, tmp_path):
     base = [sys.executable, "-m", "icicle.reader", "train", "--set", rset, "--work", work, "--init", "backbone",
             "--batch", "2", "--n", "3", "--eval-n", "1", "--save-every", "1", "--device", "cpu", "--bf16", "false"]
     _run(base + ["--steps", "1"])
+    # a run begun before an argument existed resumes under the argument's default
+    run = json.load(open(os.path.join(work, "run.json")))
+    del run["args"]["summary_candidates"]
+    json.dump(run, open(os.path.join(work, "run.json"), "w"))
     _run(base + ["--steps", "2"])
     log = [json.loads(x) for x in open(os.path.join(work, "log.jsonl"))]
     assert any(r.get("resumed") and r["step"] == 1 for r in log)
