@@ -297,6 +297,12 @@ func (e *Engine) prompt(query string, cands []Candidate, opts Options) (Options,
 	return opts, p, err
 }
 
+// ByTitle reports whether candidate c, the i-th (from 0), goes into the prompt by title alone
+// (PromptOptions.ByTitle).
+func (o Options) ByTitle(i int, c Candidate) bool {
+	return PromptOptions{TitleOnly: o.TitleOnly, SummaryCandidates: o.SummaryCandidates}.ByTitle(i, c)
+}
+
 // decoding is the state of one Rank call.
 type decoding struct {
 	e      *Engine

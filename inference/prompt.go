@@ -30,6 +30,12 @@ type PromptOptions struct {
 	FixedSummaryCap bool
 }
 
+// ByTitle reports whether candidate c, the i-th (from 0), goes into the prompt by title alone: every
+// candidate with TitleOnly, one without a summary, and one past the first SummaryCandidates.
+func (o PromptOptions) ByTitle(i int, c Candidate) bool {
+	return o.TitleOnly || c.Summary == "" || o.SummaryCandidates > 0 && i >= o.SummaryCandidates
+}
+
 // Prompt is a tokenised prompt and what went into it.
 type Prompt struct {
 	// IDs is the prompt's token ids.
@@ -140,7 +146,7 @@ func (b *PromptBuilder) Build(query string, cands []Candidate, opts PromptOption
 	for i, c := range cands {
 		var ce candidateIDs
 		num := strconv.Itoa(i + 1)
-		titleOnly := opts.TitleOnly || c.Summary == "" || opts.SummaryCandidates > 0 && i >= opts.SummaryCandidates
+		titleOnly := opts.ByTitle(i, c)
 		switch {
 		case titleOnly && b.v2:
 			if ce.titleOnly, err = b.titleBlock(b.onlyLeft, c.Title, b.onlyRight, num); err != nil {

@@ -134,3 +134,12 @@ func (r *recordingTokenizer) Encode(s string) ([]int64, error) {
 }
 
 func (r *recordingTokenizer) Close() error { return nil }
+
+func TestByTitle(t *testing.T) {
+	with, without := Candidate{Title: "A", Summary: "a"}, Candidate{Title: "B"}
+	require.False(t, Options{}.ByTitle(5, with))
+	require.True(t, Options{}.ByTitle(0, without), "no summary")
+	require.True(t, Options{TitleOnly: true}.ByTitle(0, with))
+	require.False(t, Options{SummaryCandidates: 2}.ByTitle(1, with))
+	require.True(t, Options{SummaryCandidates: 2}.ByTitle(2, with), "past the first 2")
+}

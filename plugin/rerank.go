@@ -316,7 +316,7 @@ func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapte
 	in := make([]inference.Candidate, len(cands))
 	for i, h := range cands {
 		in[i] = CandidateOf(h)
-		if d := s.opts.Decode; h.Summary == "" || d.TitleOnly || d.SummaryCandidates > 0 && i >= d.SummaryCandidates {
+		if s.opts.Decode.ByTitle(i, in[i]) {
 			resp.TitleOnlyCandidates++
 		}
 	}
