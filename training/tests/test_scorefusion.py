@@ -2,6 +2,7 @@
 import gzip
 import json
 
+from icicle.data import is_new_doc
 from icicle.lab.scorefusion import best_setting, cross_validate, fused_top, hits1, record, select
 
 
@@ -44,15 +45,18 @@ def test_record_and_select(tmp_path):
     fell = record("q1", "new", ["b"], {"mode": "bm25_fallback", "fallback_reason": "model_timeout", "results": []}, first)
     assert fell["lp"] == {} and fell["fallback_reason"] == "model_timeout"
 
-    qs = tmp_path / "q.jsonl.gz"
-    with gzip.open(qs, "wt") as f:
+    # Two D_new documents and one seen one (icicle.data's hash rule decides which titles are new).
+    new_a, new_b = [d for d in (f"Doc {i}" for i in range(200)) if is_new_doc(d)][:2]
+    with gzip.open(tmp_path / "corpus.jsonl.gz", "wt") as f:
+        for d in (new_a, new_b, "Seen S"):
+            f.write(json.dumps({"docid": d, "title": d, "text": "t"}) + "\n")
+    with gzip.open(tmp_path / "queries.jsonl.gz", "wt") as f:
         for qid, split in [("1", "train"), ("2", "train"), ("3", "train"), ("4", "dev"), ("5", "train")]:
             f.write(json.dumps({"qid": qid, "query": f"text {qid}", "split": split}) + "\n")
-    (tmp_path / "qrels.tsv").write_text("qid\tdocid\trelevance\n1\tNew A\t1\n2\tSeen S\t1\n3\tOther\t1\n4\tNew A\t1\n5\tNew A\t1\n")
-    (tmp_path / "d_new.txt").write_text("New A\n")
+    (tmp_path / "qrels.tsv").write_text(f"qid\tdocid\trelevance\n1\t{new_a}\t1\n2\tSeen S\t1\n3\tNot in the corpus\t1\n"
+                                        f"4\t{new_a}\t1\n5\t{new_b}\t1\n")
     (tmp_path / "seen.txt").write_text("Seen S\n")
-    got = select(str(qs), str(tmp_path / "qrels.tsv"), "train", str(tmp_path / "d_new.txt"), str(tmp_path / "seen.txt"), 5)
+    got = select(str(tmp_path), "train", str(tmp_path / "seen.txt"), 5)
     assert [(q[0], q[2]) for q in got] == [("1", "new"), ("5", "new"), ("2", "seen")]
-    assert got[0][3] == ["New A"]
-    assert [q[0] for q in select(str(qs), str(tmp_path / "qrels.tsv"), "train", str(tmp_path / "d_new.txt"),
-                                 str(tmp_path / "seen.txt"), 0, 1)] == ["1"]
+    assert got[0][3] == [new_a]
+    assert [q[0] for q in select(str(tmp_path), "train", str(tmp_path / "seen.txt"), 0, 1)] == ["1"]

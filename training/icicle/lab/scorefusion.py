@@ -2,15 +2,15 @@
 plus w x the reader's copy log-probability, fitted on held-out training queries through a running sidecar.
 
     python -m icicle.lab.scorefusion collect --sidecar http://127.0.0.1:8190 --split train \\
-        --docids ../.run/d_new.txt --seen ../models/reader135/seen_docids.txt --out ../.run/fusion/r135.jsonl
+        --seen ../models/reader135/seen_docids.txt --out ../.run/fusion/r135.jsonl
     python -m icicle.lab.scorefusion fit ../.run/fusion/r135.jsonl
 
 `collect` asks the sidecar (serving the reader, any policy.mode, with a request timeout long enough that the
 reader answers every query: ICICLE_SERVER_REQUEST_TIMEOUT=30s) two things per query: `"policy": "model"`
 (the reader's scores of its context, the first stage's top new documents) and `"policy": "bm25"` (the first
-stage's ranking with its scores), and keeps docids and scores. Queries: the split's new-document queries whose
-relevant documents are all in --docids (for nq_qed's train split, the D_new ones: never trained on), then
---seen-n seen-document queries (a relevant document in --seen).
+stage's ranking with its scores), and keeps docids and scores. Queries (icicle.data.load_beir of --data): the
+split's queries of D_new documents (icicle.data.is_new_doc: never trained on), then --seen-n seen-document
+queries (their document in --seen).
 
 `fit` ranks each query's first-stage list by score + w x lp, where lp is the reader's copy log-probability of the
 document, clipped below at `clip`, and `floor` for a document not in the reader's context (the first stage's
@@ -21,12 +21,13 @@ against the first stage alone (w = 0).
 from __future__ import annotations
 
 import argparse
-import gzip
 import itertools
 import json
 import random
 import sys
 import urllib.request
+
+from ..data import DEFAULT_DATA_DIR, is_new_doc, load_beir
 
 GRID_W = (0, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
 GRID_FLOOR = (-1, -2, -4, -8, -16)
@@ -51,9 +52,9 @@ def hits1(queries: list[dict], setting: tuple[float, float, float]) -> float:
 
 
 def best_setting(queries: list[dict]) -> tuple[float, float, float]:
-    """The grid's setting with the highest Hits@1 on queries; the earlier (smaller w) one on a tie."""
-    grid = list(itertools.product(GRID_W, GRID_FLOOR, GRID_CLIP))
-    return max(grid, key=lambda g: (hits1(queries, g), -grid.index(g)))
+    """The grid's setting with the highest Hits@1 on queries; the earlier (smaller w) one on a tie (max keeps the
+    first)."""
+    return max(itertools.product(GRID_W, GRID_FLOOR, GRID_CLIP), key=lambda g: hits1(queries, g))
 
 
 def cross_validate(queries: list[dict], folds: int = 5, seed: int = 0) -> dict[str, tuple[float, float, int]]:
@@ -93,32 +94,19 @@ def load(path: str) -> list[dict]:
     return out
 
 
-def _lines(path: str) -> set[str]:
-    return {line.rstrip("\n") for line in open(path) if line.strip()}
-
-
-def select(queries: str, qrels: str, split: str, docids: str, seen: str, seen_n: int, new_n: int = 0) -> list[tuple]:
-    """(qid, text, subset, relevant) of the split: new-document queries within docids (the first new_n; 0: all),
-    then the first seen_n seen ones."""
-    rel: dict[str, set[str]] = {}
-    for line in open(qrels):
-        p = line.rstrip("\n").split("\t")
-        if len(p) >= 3 and p[2].isdigit() and int(p[2]) > 0:
-            rel.setdefault(p[0], set()).add(p[1])
-    new_docs, seen_docs = _lines(docids), _lines(seen)
+def select(data_dir: str, split: str, seen: str, seen_n: int, new_n: int = 0) -> list[tuple]:
+    """(qid, text, subset, relevant) of the split: its queries of D_new documents (the first new_n; 0: all), then
+    the first seen_n of its queries whose document is in the seen file."""
+    seen_docs = {line.rstrip("\n") for line in open(seen) if line.strip()}
+    _, queries = load_beir(data_dir)
     new, old = [], []
-    opener = gzip.open if queries.endswith(".gz") else open
-    for line in opener(queries, "rt"):
-        q = json.loads(line)
-        qid = q.get("qid") or q.get("_id")
-        r = rel.get(qid)
-        if q.get("split") != split or not r:
+    for q in queries:
+        if q.nq_split != split:
             continue
-        text = q.get("query") or q.get("text")
-        if r & seen_docs:
-            old.append((qid, text, "seen", sorted(r)))
-        elif r <= new_docs:
-            new.append((qid, text, "new", sorted(r)))
+        if q.docid in seen_docs:
+            old.append((q.qid, q.query, "seen", [q.docid]))
+        elif is_new_doc(q.docid):
+            new.append((q.qid, q.query, "new", [q.docid]))
     return new[: new_n or len(new)] + old[:seen_n]
 
 
@@ -129,7 +117,7 @@ def collect(a: argparse.Namespace) -> None:
         with urllib.request.urlopen(req, timeout=60) as res:
             return json.load(res)
 
-    qs = select(a.queries, a.qrels, a.split, a.docids, a.seen, a.seen_n, a.n)
+    qs = select(a.data, a.split, a.seen, a.seen_n, a.n)
     with open(a.out, "w") as f:
         for i, (qid, text, subset, relevant) in enumerate(qs):
             model = post({"query": text, "size": 10, "policy": "model"})
@@ -161,10 +149,8 @@ def main(argv: list[str] | None = None) -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect")
     c.add_argument("--sidecar", required=True)
-    c.add_argument("--queries", default="../data/nq_qed/queries.jsonl.gz")
-    c.add_argument("--qrels", default="../data/nq_qed/qrels.tsv")
+    c.add_argument("--data", default=DEFAULT_DATA_DIR, help="corpus, queries and qrels (icicle.data.load_beir)")
     c.add_argument("--split", default="train")
-    c.add_argument("--docids", required=True, help="new-document queries count only within these docids")
     c.add_argument("--seen", required=True, help="the model's seen_docids.txt")
     c.add_argument("--n", type=int, default=0, help="new-document queries at most (0: all)")
     c.add_argument("--seen-n", type=int, default=300)
