@@ -79,3 +79,38 @@ def test_manifest_int8_only_names_the_int8_file_as_onnx(tmp_path):
     assert only["onnx"] == "model.int8.onnx" and "onnx_quantized" not in only
     assert "prompt_format" not in only  # format 1 is the absent field, as in every older manifest
     assert write_manifest(str(tmp_path), **kw, prompt_format=2)["prompt_format"] == 2
+
+
+def test_int8_file_keeps_down_proj_in_fp32(exported, tmp_path):
+    import json
+    import shutil
+
+    import onnx
+
+    from icicle.export import add_int8
+
+    m, fp, _ = exported
+    shutil.copy(fp, tmp_path / "model.onnx")
+    (tmp_path / "manifest.json").write_text(json.dumps({"name": "fixture", "onnx": "model.onnx"}))
+    out = add_int8(str(tmp_path))
+    assert json.loads((tmp_path / "manifest.json").read_text()) == {"name": "fixture", "onnx": "model.onnx",
+                                                                    "onnx_quantized": "model.int8.onnx"}
+    g = onnx.load(str(tmp_path / "model.int8.onnx")).graph
+    integer = [n.name for n in g.node if n.op_type == "MatMulInteger"]
+    kept = [n.name for n in g.node if n.op_type == "MatMul" and "down_proj" in n.name]
+    # q, k, v, o, gate and up of each block in int8; each block's down_proj and the output head in fp32
+    assert out["int8_matmuls"] == len(integer) == 6 * SMALL.layers
+    assert len(kept) == SMALL.layers and not any("down_proj" in n for n in integer)
+    rep = check_parity(m, fp, str(tmp_path / "model.int8.onnx"), trials=3)
+    assert rep.int8_top1_agreement >= 0.5
+
+
+def test_int8_refuses_a_directory_without_its_graph(tmp_path):
+    import json
+
+    from icicle.export import add_int8
+
+    (tmp_path / "manifest.json").write_text(json.dumps({"name": "fixture", "onnx": "model.onnx"}))
+    with pytest.raises(SystemExit, match="manifest field onnx names model.onnx, which does not exist"):
+        add_int8(str(tmp_path))
+    assert not (tmp_path / "model.int8.onnx").exists()
