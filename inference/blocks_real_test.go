@@ -296,7 +296,8 @@ func TestBlockSwapServesWhileStoreFills(t *testing.T) {
 // (the copy and parametric routes), Runs and tokens fed per query.
 //
 // ICICLE_BENCH_BLOCK_MODEL names another model directory with a block template (a block-trained reader such
-// as scripts/block-model.sh writes) to measure instead of reader135's weights.
+// as scripts/block-model.sh writes) to measure instead of reader135's weights; ICICLE_BENCH_QUANTIZED=1 loads
+// its int8 file (onnx_quantized, `python -m icicle.export int8`).
 //
 //	eval "$(scripts/env.sh)"; go test -tags "ort tokenizers" -run '^$' -bench BlockRank -count 3 ./inference
 func BenchmarkBlockRank(b *testing.B) {
@@ -315,7 +316,8 @@ func BenchmarkBlockRank(b *testing.B) {
 					if layout != "causal" {
 						store = inference.NewBlockStore(0, strings.HasSuffix(layout, "-int8"))
 					}
-					lm, err := loader.Open(dir, loader.Options{Blocks: store, BlockLayout: reading, Runtime: ort.Options{Threads: 2, InterOpThreads: 1}})
+					lm, err := loader.Open(dir, loader.Options{Blocks: store, BlockLayout: reading, Quantized: os.Getenv("ICICLE_BENCH_QUANTIZED") == "1",
+						Runtime: ort.Options{Threads: 2, InterOpThreads: 1}})
 					if err != nil {
 						b.Fatal(err)
 					}
