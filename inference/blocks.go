@@ -479,6 +479,8 @@ func (d *decoding) prefillBlocks(ctx context.Context, pl blockPlan, tree *copyTr
 // the candidate blocks the store lacks, in groups of at most a prefill chunk of tokens, each at blockBase
 // (computeBlocks); pl.kv then holds every block.
 func (d *decoding) storeBlocks(ctx context.Context, pl blockPlan) error {
+	d.blockRun = true
+	defer func() { d.blockRun = false }()
 	segs := d.prompt.Segments
 	h := segs[0]
 	c := d.w.cache

@@ -3,6 +3,7 @@
 package inference_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -342,5 +343,66 @@ func BenchmarkBlockRank(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// tinyBlockModel is models/tiny (which ships model.onnx and its int8 file) under a block template, with the
+// rope_theta its config trained with (10000, training/icicle/model.py; the shared layout rotates nothing).
+func tinyBlockModel(t *testing.T) string {
+	t.Helper()
+	src, err := filepath.Abs(filepath.Join("..", "models", "tiny"))
+	require.NoError(t, err)
+	dir := testenv.BlockModel(t, src)
+	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	require.NoError(t, err)
+	var man map[string]any
+	require.NoError(t, json.Unmarshal(raw, &man))
+	require.Equal(t, "model.int8.onnx", man["onnx_quantized"], "models/tiny ships an int8 file")
+	man["rope_theta"] = 10000.0
+	raw, err = json.Marshal(man)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "manifest.json"), raw, 0o644))
+	return dir
+}
+
+// TestBlocksExactUnderInt8Sessions: with int8 sessions (loader.Options.Quantized) the header's and the
+// candidates' blocks are computed by the fp32 graph. Dynamic int8 quantises each Run's activations with one
+// scale, so a block computed by it would depend on the blocks computed beside it (a fill's group, a request's
+// misses) and would not be the block a float32 reader expects. The int8 engine's stored blocks, placed by an
+// fp32 engine, give the logits of one fp32 Run of the whole prompt; a store filled one candidate at a time
+// and one filled by a request in one Run give the int8 engine the same answer.
+func TestBlocksExactUnderInt8Sessions(t *testing.T) {
+	initORT(t)
+	dir := tinyBlockModel(t)
+	c := readGoldenDecode(t, filepath.Join("..", "models", "tiny"))[3]
+	cands, opts := c.Candidates, c.options()
+	open := func(quantized bool, store *inference.BlockStore) *loader.Model {
+		m, err := loader.Open(dir, loader.Options{Quantized: quantized, Blocks: store, BlockLayout: inference.BlockShared})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = m.Close() })
+		return m
+	}
+	store := inference.NewBlockStore(0, false)
+	byRequest, err := open(true, store).Engine.Rank(t.Context(), c.Query, cands, opts)
+	require.NoError(t, err)
+	require.Equal(t, 1+len(cands), byRequest.Stats.BlockMisses)
+
+	got, ref, err := open(false, store).Engine.PrefillLogits(t.Context(), c.Query, cands, opts)
+	require.NoError(t, err)
+	require.Equal(t, int64(1+len(cands)), store.Stats().Hits, "the fp32 engine reads the int8 engine's blocks")
+	require.Less(t, maxAbsDiff(got, ref), blockTolerance, "the int8 engine's blocks are the fp32 graph's")
+
+	q := open(true, inference.NewBlockStore(0, false))
+	for _, one := range cands {
+		_, _, err := q.Engine.FillBlocks(t.Context(), []inference.Candidate{one}, opts)
+		require.NoError(t, err)
+	}
+	byOne, err := q.Engine.Rank(t.Context(), c.Query, cands, opts)
+	require.NoError(t, err)
+	require.Equal(t, 0, byOne.Stats.BlockMisses)
+	require.Equal(t, len(byRequest.Beams), len(byOne.Beams))
+	for i := range byRequest.Beams {
+		require.Equal(t, byRequest.Beams[i].DocID, byOne.Beams[i].DocID)
+		require.InDelta(t, byRequest.Beams[i].Score, byOne.Beams[i].Score, 1e-5)
 	}
 }

@@ -246,3 +246,22 @@ func BenchmarkPlaceBlocks(b *testing.B) {
 		})
 	}
 }
+
+// TestBlockModelNeedsBlockReading: a block model (the fp32 graph beside int8 sessions) is refused without block
+// reading, where nothing would run it, and one of another shape is refused with both shapes named.
+func TestBlockModelNeedsBlockReading(t *testing.T) {
+	_, err := NewEngine(fakeManifest(), fakeTokenizer{}, []Model{&fakeModel{logitsFn: hashLogits}}, nil,
+		EngineOptions{BlockModel: &fakeModel{logitsFn: hashLogits}})
+	require.ErrorContains(t, err, "a block model without block reading")
+
+	man := fakeManifest()
+	man.RopeTheta = 10000
+	_, err = NewEngine(man, fakeTokenizer{}, []Model{&fakeModel{logitsFn: hashLogits}}, nil,
+		EngineOptions{Blocks: NewBlockStore(0, false), BlockModel: &otherSpecModel{}})
+	require.ErrorContains(t, err, "the block model's spec")
+}
+
+// otherSpecModel is a fake whose spec is not fakeModel's; it is never run.
+type otherSpecModel struct{ fakeModel }
+
+func (otherSpecModel) Spec() Spec { return Spec{VocabSize: fakeVocab, NumLayers: 2, NumKVHeads: 1, HeadDim: 1} }

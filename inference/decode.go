@@ -120,6 +120,13 @@ type EngineOptions struct {
 	Blocks *BlockStore
 	// BlockLayout is BlockContiguous (the default) or BlockShared.
 	BlockLayout string
+	// BlockModel, if set, computes the blocks (the header's and the candidates') instead of the request's
+	// session: the fp32 graph when the sessions are int8 (loader.Options.Quantized). Dynamic int8 quantises a
+	// Run's activations with one scale, so a block it computed would depend on the blocks computed beside it;
+	// the fp32 graph's block is the same in any group, and the store holds what a float32 reader expects. It
+	// is shared by the workers (Model.Forward serialises its Runs; a block Run's logits are never read), must
+	// have the sessions' Spec, and the engine closes it.
+	BlockModel Model
 	// Logger receives debug lines; nil discards.
 	Logger *slog.Logger
 }
@@ -142,7 +149,9 @@ type Engine struct {
 	freqs  []float64
 	// placeWorkers is how many goroutines place a request's stored blocks: the cores per session.
 	placeWorkers int
-	log          *slog.Logger
+	// blockModel computes blocks (EngineOptions.BlockModel); nil: each worker's own model.
+	blockModel Model
+	log        *slog.Logger
 }
 
 type worker struct {
@@ -197,6 +206,14 @@ func NewEngine(man *Manifest, tok Tokenizer, models []Model, seen []string, opts
 		}
 		e.blocks, e.freqs = opts.Blocks, ropeFreqs(man.RopeTheta, man.HeadDim)
 		e.placeWorkers = max(1, runtime.GOMAXPROCS(0)/len(models))
+		if opts.BlockModel != nil {
+			if opts.BlockModel.Spec() != models[0].Spec() {
+				return nil, fmt.Errorf("new engine: the block model's spec %+v is not the sessions' %+v", opts.BlockModel.Spec(), models[0].Spec())
+			}
+			e.blockModel = opts.BlockModel
+		}
+	} else if opts.BlockModel != nil {
+		return nil, errors.New("new engine: a block model without block reading (EngineOptions.Blocks)")
 	}
 	for _, m := range models {
 		e.workers <- &worker{model: m, cache: NewKVCache(m.Spec(), 0)}
@@ -240,6 +257,9 @@ func (e *Engine) Close() error {
 		errs = append(errs, w.model.Close())
 	}
 	close(e.workers)
+	if e.blockModel != nil {
+		errs = append(errs, e.blockModel.Close())
+	}
 	return errors.Join(errs...)
 }
 
@@ -316,6 +336,8 @@ type decoding struct {
 	// shift is the position of the query's and the answer's tokens minus their index in the cache: 0 but
 	// for shared block reading, where every block sits at the same positions.
 	shift int
+	// blockRun is set while blocks are computed (storeBlocks): forward runs the engine's block model.
+	blockRun bool
 }
 
 func (d *decoding) run(ctx context.Context) (Result, error) {
@@ -800,14 +822,18 @@ func (d *decoding) forward(ctx context.Context, s Step) ([]float32, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	logits, err := d.w.model.Forward(ctx, s, d.w.cache)
+	m := d.w.model
+	if d.blockRun && d.e.blockModel != nil {
+		m = d.e.blockModel
+	}
+	logits, err := m.Forward(ctx, s, d.w.cache)
 	if err != nil {
 		return nil, err
 	}
 	if want := len(s.LogitsIndex) * d.e.man.VocabSize; len(logits) != want {
 		return nil, fmt.Errorf("model returned %d logits, want %d", len(logits), want)
 	}
-	spec := d.w.model.Spec()
+	spec := m.Spec()
 	d.stats.ForwardRuns++
 	d.stats.TokensFed += len(s.IDs)
 	d.stats.KVBytesMoved += int64(len(s.IDs) * 2 * spec.NumLayers * spec.NumKVHeads * spec.HeadDim * 4)

@@ -281,7 +281,7 @@ func openBlockStore(dir string, c config.Model, d config.Decode, log *slog.Logge
 		return nil, fmt.Errorf("decode.block_dir: %w", err)
 	}
 	start := time.Now()
-	path, spec, err := loader.BlockFile(d.BlockDir, dir, c.Quantized, d.BlockReading, d.BlockPrecision)
+	path, spec, err := loader.BlockFile(d.BlockDir, dir, d.BlockReading, d.BlockPrecision)
 	if err != nil {
 		return nil, fmt.Errorf("decode.block_dir: %w", err)
 	}

@@ -23,7 +23,8 @@ import (
 type Options struct {
 	// Sessions is the number of ONNX Runtime sessions, i.e. requests decoded at once (default 1).
 	Sessions int
-	// Quantized loads the manifest's onnx_quantized file instead of onnx.
+	// Quantized loads the manifest's onnx_quantized file instead of onnx. With Blocks, the fp32 file is
+	// loaded too, in one more session that computes the blocks (inference.EngineOptions.BlockModel).
 	Quantized bool
 	// Runtime is passed to every session.
 	Runtime ort.Options
@@ -91,9 +92,18 @@ func Open(dir string, opts Options) (_ *Model, err error) {
 		}
 		models = append(models, m)
 	}
+	var blockModel inference.Model
+	if opts.Quantized && opts.Blocks != nil {
+		if blockModel, err = ort.Load(man.Path(man.ONNX), man.Spec(), opts.Runtime, opts.Logger); err != nil {
+			return nil, fmt.Errorf("open model %s: the fp32 graph that computes the blocks: %w", dir, err)
+		}
+	}
 	engine, err := inference.NewEngine(man, tk, models, seen, inference.EngineOptions{Logger: opts.Logger, EncodeCacheEntries: opts.EncodeCacheEntries,
-		CopyMaskBytes: opts.CopyMaskBytes, Blocks: opts.Blocks, BlockLayout: opts.BlockLayout})
+		CopyMaskBytes: opts.CopyMaskBytes, Blocks: opts.Blocks, BlockLayout: opts.BlockLayout, BlockModel: blockModel})
 	if err != nil {
+		if blockModel != nil {
+			blockModel.Close()
+		}
 		return nil, fmt.Errorf("open model %s: %w", dir, err)
 	}
 	return &Model{Engine: engine, Manifest: man, File: file, Seen: seen, tok: tk}, nil
@@ -105,20 +115,17 @@ func (m *Model) Close() error {
 }
 
 // BlockFile names dir's block store file in blockDir for a block layout and precision (inference.OpenBlockStore)
-// and returns the model's spec: the name holds a hash of the manifest, the tokenizer and the ONNX file Open loads
-// (quantized or not), so that blocks are only ever read by the model, template and tokenizer that computed them.
-// It reads the whole ONNX file (about 0.5 s for 540 MB).
-func BlockFile(blockDir, dir string, quantized bool, layout, precision string) (string, inference.Spec, error) {
+// and returns the model's spec: the name holds a hash of the manifest, the tokenizer and the fp32 ONNX file,
+// which computes the blocks whether the sessions are int8 or not (Options.Quantized), so that blocks are only
+// ever read by the model, template and tokenizer that computed them. It reads the whole ONNX file (about 0.5 s
+// for 540 MB).
+func BlockFile(blockDir, dir, layout, precision string) (string, inference.Spec, error) {
 	man, err := inference.LoadManifest(dir)
 	if err != nil {
 		return "", inference.Spec{}, err
 	}
-	file := man.ONNX
-	if quantized && man.ONNXQuantized != "" {
-		file = man.ONNXQuantized
-	}
 	h := sha256.New()
-	for _, name := range []string{"manifest.json", man.Tokenizer, file} {
+	for _, name := range []string{"manifest.json", man.Tokenizer, man.ONNX} {
 		f, err := os.Open(man.Path(name))
 		if err != nil {
 			return "", inference.Spec{}, fmt.Errorf("block file of %s: %w", dir, err)
