@@ -144,8 +144,8 @@ type Model struct {
 	// its model.onnx built once from a committed delta by scripts/model.sh); models/small is the smaller model
 	// with both routes that the integration tests run, models/tiny the CI fixture.
 	Dir string `yaml:"dir"`
-	// Quantized loads model.int8.onnx (int8 dynamically quantised MatMul weights) instead of model.onnx.
-	// Default false.
+	// Quantized loads model.int8.onnx (int8 dynamically quantised MatMul weights) instead of model.onnx;
+	// with block reading the blocks are still computed by model.onnx (loader.Options.Quantized). Default false.
 	Quantized bool `yaml:"quantized"`
 	// Provider is the ONNX Runtime execution provider: "cpu" or "cuda". Default "cpu".
 	Provider string `yaml:"provider"`
