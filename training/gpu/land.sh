@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Here, after a GPU queue job's `collect` came back: joins the delta's pieces, checks them, keeps the run's log in
 # training/results/reader/, and builds a servable model directory from the delta (icicle.delta build: export,
-# parity, golden decodes) unless --check-only.
+# parity, golden decodes; then its int8 file, icicle.export int8) unless --check-only.
 #
 #   training/gpu/land.sh NAME FILES_DIR [MODEL_DIR]      # MODEL_DIR default models/NAME
 #   training/gpu/land.sh --check-only NAME FILES_DIR     # join, sha256, and the delta applies to the backbone
@@ -30,5 +30,7 @@ mkdir -p "$res" "$dest"
 cp "$from/$name.log.jsonl" "$res/$name.log.jsonl"
 cp "$from/$name.run.json" "$res/$name.run.json"
 (cd "$root/training" && HF_HUB_OFFLINE=1 "$venv/bin/python" -m icicle.delta build --delta "$work/$name.delta.safetensors" --out "$dest")
+# The int8 file for the query (served with model.quantized: true; docs/evaluation.md, "int8 weights for the query").
+(cd "$root/training" && "$venv/bin/python" -m icicle.export int8 --model "$dest")
 cp "$work/$name.delta.safetensors" "$dest/delta.safetensors"
 echo "land.sh: $dest built; next: scripts/calibrate.sh $dest, then the sidecar's eval (training/gpu/README.md)"
