@@ -264,4 +264,6 @@ func TestBlockModelNeedsBlockReading(t *testing.T) {
 // otherSpecModel is a fake whose spec is not fakeModel's; it is never run.
 type otherSpecModel struct{ fakeModel }
 
-func (otherSpecModel) Spec() Spec { return Spec{VocabSize: fakeVocab, NumLayers: 2, NumKVHeads: 1, HeadDim: 1} }
+func (otherSpecModel) Spec() Spec {
+	return Spec{VocabSize: fakeVocab, NumLayers: 2, NumKVHeads: 1, HeadDim: 1}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -339,7 +340,7 @@ func openModel(dir string, c config.Model, plan runPlan, d config.Decode, fillFr
 	log.Info("model loaded", "name", man.Name, "dir", dir, "file", m.File, "onnx_runtime", ort.Version(), "sessions", plan.sessions,
 		"intra_op_threads", plan.threads, "chosen", plan.chosen, "warm_prompt_tokens", tokens, "warm_run_ms", took.Milliseconds(),
 		"capacity_qps_estimate", float64(plan.sessions)/took.Seconds(),
-		"seen_docids", len(m.Seen), "trie_nodes", m.Engine.GlobalTrie().Len())
+		"seen_docids", len(m.Seen), "trie_nodes", m.Engine.GlobalTrie().Len(), "blocks_computed_by", cmp.Or(m.BlockFile, m.File))
 	if blocks != nil && fillFrom != nil {
 		stop := startBlockFill(fillFrom, m.Engine, blocks, opts, log.With("model", man.Name, "dir", dir))
 		closeEngine := closeModel

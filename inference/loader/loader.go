@@ -49,6 +49,9 @@ type Model struct {
 	Manifest *inference.Manifest
 	// File is the ONNX file loaded (relative to the directory).
 	File string
+	// BlockFile is the ONNX file that computes the blocks when it is not File (the fp32 graph beside int8
+	// sessions with block reading); empty otherwise.
+	BlockFile string
 	// Seen is the seen corpus, in file order.
 	Seen []string
 
@@ -106,7 +109,11 @@ func Open(dir string, opts Options) (_ *Model, err error) {
 		}
 		return nil, fmt.Errorf("open model %s: %w", dir, err)
 	}
-	return &Model{Engine: engine, Manifest: man, File: file, Seen: seen, tok: tk}, nil
+	out := &Model{Engine: engine, Manifest: man, File: file, Seen: seen, tok: tk}
+	if blockModel != nil {
+		out.BlockFile = man.ONNX
+	}
+	return out, nil
 }
 
 // Close closes the engine (waiting for in-flight requests) and the tokenizer. It is idempotent.
