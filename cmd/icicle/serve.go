@@ -270,7 +270,7 @@ func planRun(sessions, threads, cores int) runPlan {
 
 // openBlockStore returns the block store of the model in dir (nil when block reading is off): in memory, or
 // with decode.block_dir the model's file there, its blocks of earlier runs read back.
-func openBlockStore(dir string, c config.Model, d config.Decode, log *slog.Logger) (*inference.BlockStore, error) {
+func openBlockStore(dir string, d config.Decode, log *slog.Logger) (*inference.BlockStore, error) {
 	if d.BlockReading == config.BlockReadingOff {
 		return nil, nil
 	}
@@ -299,7 +299,7 @@ func openBlockStore(dir string, c config.Model, d config.Decode, log *slog.Logge
 // (the cost model's first estimate, and /v1/model's run section); ONNX Runtime is initialised once, before.
 func openModel(dir string, c config.Model, plan runPlan, d config.Decode, fillFrom *adapter.Adapter, log *slog.Logger) (plugin.LoadedModel, error) {
 	// Each model its own store: a swapped model starts empty (or with its own file) and fills as it serves.
-	blocks, err := openBlockStore(dir, c, d, log)
+	blocks, err := openBlockStore(dir, d, log)
 	if err != nil {
 		return plugin.LoadedModel{}, err
 	}

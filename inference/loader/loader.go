@@ -7,6 +7,7 @@ package loader
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -122,17 +123,24 @@ func (m *Model) Close() error {
 }
 
 // BlockFile names dir's block store file in blockDir for a block layout and precision (inference.OpenBlockStore)
-// and returns the model's spec: the name holds a hash of the manifest, the tokenizer and the fp32 ONNX file,
-// which computes the blocks whether the sessions are int8 or not (Options.Quantized), so that blocks are only
-// ever read by the model, template and tokenizer that computed them. It reads the whole ONNX file (about 0.5 s
-// for 540 MB).
+// and returns the model's spec: the name holds a hash of the manifest (less onnx_quantized), the tokenizer and the
+// fp32 ONNX file, which computes the blocks whether the sessions are int8 or not (Options.Quantized), so that
+// blocks are only ever read by the model, template and tokenizer that computed them, and adding an int8 file to a
+// directory keeps its store. It reads the whole ONNX file (about 0.5 s for 540 MB).
 func BlockFile(blockDir, dir, layout, precision string) (string, inference.Spec, error) {
 	man, err := inference.LoadManifest(dir)
 	if err != nil {
 		return "", inference.Spec{}, err
 	}
+	facts := *man
+	facts.ONNXQuantized = ""
+	raw, err := json.Marshal(facts)
+	if err != nil {
+		return "", inference.Spec{}, fmt.Errorf("block file of %s: %w", dir, err)
+	}
 	h := sha256.New()
-	for _, name := range []string{"manifest.json", man.Tokenizer, man.ONNX} {
+	h.Write(raw)
+	for _, name := range []string{man.Tokenizer, man.ONNX} {
 		f, err := os.Open(man.Path(name))
 		if err != nil {
 			return "", inference.Spec{}, fmt.Errorf("block file of %s: %w", dir, err)

@@ -3,6 +3,7 @@
 package loader
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -40,4 +41,31 @@ func TestOpen(t *testing.T) {
 		require.ErrorIs(t, err, inference.ErrBadModelDir)
 		require.ErrorContains(t, err, "manifest.json")
 	})
+}
+
+// TestBlockFileIdentity: the block file is named by what computes the blocks. models/tiny with and without
+// its onnx_quantized field (an int8 file added later) names the same file; another template names another.
+func TestBlockFileIdentity(t *testing.T) {
+	src, err := filepath.Abs(filepath.Join("..", "..", "models", "tiny"))
+	require.NoError(t, err)
+	variant := func(edit func(m map[string]any)) string {
+		dir := testenv.BlockModel(t, src)
+		raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+		require.NoError(t, err)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(raw, &m))
+		edit(m)
+		raw, err = json.Marshal(m)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "manifest.json"), raw, 0o644))
+		name, _, err := BlockFile("store", dir, inference.BlockShared, "int8")
+		require.NoError(t, err)
+		return name
+	}
+	with := variant(func(map[string]any) {})
+	without := variant(func(m map[string]any) { delete(m, "onnx_quantized") })
+	require.Equal(t, with, without, "an int8 file does not change the blocks")
+	other := variant(func(m map[string]any) { m["template"].(map[string]any)["query"] = "Q: {query}\nOutput:\n" })
+	require.NotEqual(t, with, other, "another template computes other blocks")
+	require.Contains(t, with, "-shared-int8.blocks")
 }

@@ -82,7 +82,7 @@ def quantize_weights(src: str, dst: str, keep: tuple[str, ...] = KEEP_FP32) -> l
     activations quantised per Run (ONNX Runtime's dynamic quantisation: MatMulInteger, VNNI on x86); a MatMul
     whose node name contains one of keep, the attention's activation products and the tied output head (the
     embedding is its left operand) stay fp32. Returns the names of the MatMuls made int8. One file (the int8
-    graph is about 250 MB for the 135M model, within protobuf's 2 GB)."""
+    graph is about 300 MB for the 135M model, within protobuf's 2 GB)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
