@@ -9,7 +9,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 check=0
 if [[ ${1:-} == --check-only ]]; then check=1; shift; fi
-name=${1:?NAME} from=${2:?FILES_DIR} dest=${3:-$root/models/$1}
+name=${1:?NAME} from=$(cd "${2:?FILES_DIR}" && pwd) dest=$(realpath -m "${3:-$root/models/$1}")
 venv=${ICICLE_VENV:-$("$root/scripts/pyenv.sh")}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
