@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Here, before the GPU queue's device calls (training/gpu/README.md): builds .gpu/ (git-ignored) with what travels,
 # in pieces that fit the device tool's 64 MiB per call beside the working tree, and takes the tracked files that the
-# device does not need out of the working tree (they are in git: `stage.sh restore` puts them back).
+# device does not need out of the working tree (moved to .run/gpu-aside with their ignored build outputs, the default
+# model's graph and the encoders among them: `stage.sh restore` moves them back).
 #
 #   training/gpu/stage.sh [--set FILE] [--parts 2]   # then the device calls the README lists
-#   training/gpu/stage.sh restore                    # after the last call (git checkout of the removed files)
+#   training/gpu/stage.sh restore                    # after the last call (moves them back)
 #   training/gpu/stage.sh --dir D --keep-tree        # the dry run: stage into D, touch nothing tracked
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -12,8 +13,13 @@ cd "$root"
 # what the device does not read: model directories, data (the reader set carries what training needs), results
 aside=(models data training/results docs integration inference adapter plugin cmd internal retrieve)
 
+held=.run/gpu-aside
 if [[ ${1:-} == restore ]]; then
-  git checkout -- "${aside[@]}"
+  for p in "${aside[@]}"; do
+    if [[ -e $held/$p ]]; then rm -rf "$p" && mv "$held/$p" "$p"; fi
+  done
+  rm -rf "$held"
+  git checkout -- "${aside[@]}"  # a tree staged by an older stage.sh (which removed them)
   echo "stage.sh: restored ${aside[*]}"
   exit 0
 fi
@@ -52,10 +58,13 @@ printf '%s  backbone.gguf\n' "$sha" >"$dir/set/backbone.sha256"
 echo "$parts" >"$dir/set/parts"
 if [[ $keep == 0 ]]; then
   if [[ -n $(git status --porcelain -- "${aside[@]}" | grep -v "^ D ") ]]; then  # removed by an earlier stage.sh: fine
-    echo "stage.sh: uncommitted changes under ${aside[*]}; commit or stash them first (the tree is cut by removing those paths)" >&2
+    echo "stage.sh: uncommitted changes under ${aside[*]}; commit or stash them first (the tree is cut by moving those paths aside)" >&2
     exit 1
   fi
-  rm -rf "${aside[@]}"
+  [[ -e $held ]] && { echo "stage.sh: $held exists: run stage.sh restore first" >&2; exit 1; }
+  for p in "${aside[@]}"; do
+    if [[ -e $p ]]; then mkdir -p "$held/$(dirname "$p")" && mv "$p" "$held/$p"; fi
+  done
 fi
 tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1 || true)  # removed files: du fails on them
 echo "stage.sh: $dir ready: set $(du -b "$dir/set/readerset.json.gz" | cut -f1) B, backbone $size B in $parts parts of $chunk B, tree $tree B"
