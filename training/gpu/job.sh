@@ -17,7 +17,7 @@ if [[ ${1:-} == --dry-run ]]; then dry=1; shift; fi
 
 # The queue, in priority order: NAME -> arguments of `python -m icicle.reader train` (minutes are training time;
 # loading, the evaluation and the pack add about 3). Each is under 25 minutes on one H100. ICICLE_GPU_MINUTES
-# replaces the 15 training minutes (a session lent 15 minutes of device time in all trains about 5).
+# replaces the 15 training minutes (a session lent 15 minutes of device time in all trains 6.5).
 job_args() {
   case $1 in
     r24a) echo "--init backbone --minutes 15 --batch 32 --lr 5e-5 --warmup 100 --n 5 10 15 20 --shuffle 0.5 --swap-titles 0.25 --seen 0.15 --index 0.05 --kd 0.5 --eval-n 200 --save-every 500" ;;
