@@ -20,16 +20,19 @@ if [[ ${1:-} == --dry-run ]]; then dry=1; shift; fi
 # replaces the 15 training minutes (a session lent 15 minutes of device time in all trains 6.5).
 job_args() {
   case $1 in
+    # r24a continued from its shipped delta (stage.sh --init models/r24a/delta.safetensors), lr decaying to 0
+    r24d) echo "--init $G/init/delta.safetensors --minutes 15 --batch 32 --lr 3e-5 --warmup 50 --decay linear --n 5 10 15 20 --shuffle 0.5 --swap-titles 0.25 --seen 0.15 --index 0.05 --kd 0.5 --eval-n 200 --save-every 500" ;;
     r24a) echo "--init backbone --minutes 15 --batch 32 --lr 5e-5 --warmup 100 --n 5 10 15 20 --shuffle 0.5 --swap-titles 0.25 --seen 0.15 --index 0.05 --kd 0.5 --eval-n 200 --save-every 500" ;;
     r24b) echo "--init backbone --minutes 15 --batch 32 --lr 5e-5 --warmup 100 --n 5 10 15 20 --shuffle 0.5 --swap-titles 0.25 --seen 0.15 --index 0.05 --kd 0 --eval-n 200 --save-every 500" ;;
     r24c) echo "--init backbone --minutes 15 --batch 32 --lr 5e-5 --warmup 100 --n 5 10 15 20 --shuffle 0.5 --swap-titles 0 --seen 0.15 --index 0.05 --kd 0.5 --eval-n 200 --save-every 500" ;;
-    # issue 26: r24a read by blocks (the same data and steps; decode.block_attention's mask and positions)
-    r26a) echo "$(job_args r24a) --blocks shared --budget 1024" ;;
-    r26b) echo "$(job_args r24a) --blocks contiguous --budget 1024" ;;
+    # issue 26: r24d read by blocks (r24a's delta continued, the same data and steps; decode.block_attention's mask
+    # and positions): the reader's best model fine-tuned to block reading
+    r26a) echo "$(job_args r24d) --blocks shared --budget 1024" ;;
+    r26b) echo "$(job_args r24d) --blocks contiguous --budget 1024" ;;
     # the sidecar's 100 candidates with decode.summary_candidates 10: the first stage's top 10 with summaries
     r26c) echo "$(job_args r26a) --summary-candidates 10" ;;
     dry) echo "--init backbone --steps 2 --batch 2 --n 3 5 --eval-n 2 --save-every 1 --device cpu --bf16 false" ;;
-    *) echo "job.sh: unknown job $1 (r24a r24b r24c r26a r26b r26c dry)" >&2; return 2 ;;
+    *) echo "job.sh: unknown job $1 (r24d r24a r24b r24c r26a r26b r26c dry)" >&2; return 2 ;;
   esac | sed "s/--minutes 15 /--minutes ${ICICLE_GPU_MINUTES:-15} /"
 }
 

@@ -4,7 +4,8 @@
 # device does not need out of the working tree (moved to .run/gpu-aside with their ignored build outputs, the default
 # model's graph and the encoders among them: `stage.sh restore` moves them back).
 #
-#   training/gpu/stage.sh [--set FILE] [--parts 2]   # then the device calls the README lists
+#   training/gpu/stage.sh [--set FILE] [--parts 2] [--init DELTA]   # then the device calls the README lists
+#     (--init: a shipped model's delta for the jobs that continue it, r24d: .gpu/init/delta.safetensors)
 #   training/gpu/stage.sh restore                    # after the last call (moves them back)
 #   training/gpu/stage.sh --dir D --keep-tree        # the dry run: stage into D, touch nothing tracked
 set -euo pipefail
@@ -25,12 +26,13 @@ if [[ ${1:-} == restore ]]; then
 fi
 
 set_file=${ICICLE_READERSET:-$HOME/.cache/icicle/readerset/readerset.json.gz}
-parts=2 dir=.gpu keep=0
+parts=2 dir=.gpu keep=0 init=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --set) set_file=$2; shift 2 ;;
     --parts) parts=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
+    --init) init=$2; shift 2 ;;
     --keep-tree) keep=1; shift ;;
     *) echo "stage.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -55,6 +57,10 @@ for ((i = 0; i < parts; i++)); do
   dd if="$gguf" of="$dir/p$i/backbone.part" bs=1M iflag=skip_bytes,count_bytes skip=$((i * chunk)) count=$chunk status=none
 done
 printf '%s  backbone.gguf\n' "$sha" >"$dir/set/backbone.sha256"
+if [[ -n $init ]]; then
+  [[ -f $init ]] || { echo "stage.sh: --init $init: no such file (a model directory's delta.safetensors)" >&2; exit 1; }
+  mkdir -p "$dir/init" && cp "$init" "$dir/init/delta.safetensors"
+fi
 echo "$parts" >"$dir/set/parts"
 if [[ $keep == 0 ]]; then
   if [[ -n $(git status --porcelain -- "${aside[@]}" | grep -v "^ D ") ]]; then  # removed by an earlier stage.sh: fine
@@ -69,5 +75,5 @@ fi
 tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1 || true)  # removed files: du fails on them
 echo "stage.sh: $dir ready: set $(du -b "$dir/set/readerset.json.gz" | cut -f1) B, backbone $size B in $parts parts of $chunk B, tree $tree B"
 for ((i = 0; i < parts; i++)); do
-  echo "  call $((i + 1)) carries $dir/p$i$( [[ $i == 0 ]] && echo " $dir/set $dir/whl")"
+  echo "  call $((i + 1)) carries $dir/p$i$( [[ $i == 0 ]] && echo " $dir/set $dir/whl")$( [[ -n $init && $i == 1 ]] && echo " $dir/init")"
 done

@@ -1,8 +1,8 @@
 """Training the reader on the reader set (issue 24): first-stage lists, a dense teacher, the parametric route, and
 runs that resume.
 
-    python -m icicle.reader train --set DIR/readerset.json.gz --work WORK [--init reader135|backbone|PT]
-                                  [--minutes M | --steps S] [--device cpu|cuda] [--batch 8] [--lr 3e-5]
+    python -m icicle.reader train --set DIR/readerset.json.gz --work WORK [--init reader135|backbone|PT|DELTA]
+                                  [--minutes M | --steps S] [--device cpu|cuda] [--batch 8] [--lr 3e-5] [--decay linear]
                                   [--n 5 10 15] [--shuffle 0.5] [--swap-titles 0.25] [--seen 0.15] [--index 0.05]
                                   [--kd 0.5] [--tau 0.02] [--eval-n 100]
     python -m icicle.reader eval --set ... --work WORK        # the held-out table of WORK's latest weights
@@ -64,7 +64,9 @@ BUDGET, SUMMARY_TOKENS, PROMPT_FORMAT = 512, 24, 2  # reader135's manifest
 class Args:
     set: str
     work: str
-    init: str = "reader135"  # reader135 (backbone + the shipped delta) | backbone | a .pt state dict
+    # reader135 (backbone + the shipped delta) | backbone | a .pt state dict | a delta file (.safetensors, e.g.
+    # models/r24a/delta.safetensors: a run continued from a shipped model whose checkpoint is gone)
+    init: str = "reader135"
     minutes: float = 0.0
     steps: int = 0
     device: str = "auto"
@@ -72,6 +74,10 @@ class Args:
     micro: int = 0
     lr: float = 3e-5
     warmup: int = 20
+    # "" keeps lr after the warmup; "linear" takes it down to 0 at the run's end (--steps, or --minutes by the
+    # seconds spent: a time-bound run still ends at 0). b4 (constant lr, resumed) got worse where r24a's loss
+    # was still falling: a run continued from a model decays.
+    decay: str = ""
     n: tuple[int, ...] = (5, 10, 15)
     shuffle: float = 0.5
     swap_titles: float = 0.25
@@ -272,18 +278,25 @@ def step_loss(model, out_vocab: torch.Tensor, insts: list[Instance], teach: list
     return loss
 
 
+def lr_scale(step: int, warmup: int, done: float, decay: str) -> float:
+    """The factor on --lr for the step after `step`: the warmup's ramp, times (1 - done) with --decay linear, where
+    done is the share of the run behind (steps, or seconds of --minutes)."""
+    ramp = min(1.0, (step + 1) / max(1, warmup))
+    return ramp * max(0.0, 1.0 - done) if decay == "linear" else ramp
+
+
 def load_model(init: str, copy_id: int, dev: torch.device):
     from .backbone import SMOLLM2, load_backbone
     from .configs import get_config
 
     cfg = get_config("reader135")
     model = load_backbone(cfg.model, SMOLLM2, list(cfg.backbone_keep), copy_id)
-    if init == "reader135":
+    if init == "reader135" or init.endswith(".safetensors"):
         from safetensors.torch import load_file
 
         from .delta import base_state_dict, unpack
 
-        delta = os.path.join(readerdata.REPO, "models", "reader135", "delta.safetensors")
+        delta = init if init != "reader135" else os.path.join(readerdata.REPO, "models", "reader135", "delta.safetensors")
         model.load_state_dict(unpack(load_file(delta), base_state_dict(cfg)))
     elif init != "backbone":
         model.load_state_dict(torch.load(init, map_location="cpu"))
@@ -378,9 +391,14 @@ def train(a: Args) -> dict:
         opt.step()
         sched.step()
         step += 1
+        if a.decay:
+            done = step / a.steps if a.steps else (spent + time.time() - t0) / (a.minutes * 60)
+            for g in opt.param_groups:
+                g["lr"] = a.lr * lr_scale(step, a.warmup, done, a.decay)
         losses.append(total)
         if step % 25 == 0:
             _log(a.work, {"step": step, "loss": round(sum(losses[-25:]) / len(losses[-25:]), 4),
+                          "lr": float(f"{opt.param_groups[0]['lr']:.3g}"),
                           "seconds": round(spent + time.time() - t0)})
         if step % a.save_every == 0:
             save()
@@ -438,6 +456,12 @@ def main(argv=None) -> None:
     a = Args(**ns)
     if a.blocks and a.blocks not in BLOCK_LAYOUTS:
         raise SystemExit(f"--blocks {a.blocks!r}: want one of {BLOCK_LAYOUTS} (or nothing: causal reading)")
+    if a.decay not in ("", "linear"):
+        raise SystemExit(f"--decay {a.decay!r}: want linear (or nothing: the lr stays after the warmup)")
+    if a.decay and not (a.steps or a.minutes):
+        raise SystemExit("--decay linear needs --steps or --minutes (the run's end, where the lr reaches 0)")
+    if a.init.endswith(".safetensors") and not os.path.exists(a.init):
+        raise SystemExit(f"--init {a.init}: no such delta file")
     if cmd == "train":
         res = train(a)
     else:

@@ -182,3 +182,39 @@ def test_gpu_queue_dry_run(rset, tmp_path):
     assert final and set(final[-1]["eval"]) == {"heldout", "heldout_shuffled", "seen_heldout"}
     p = _run(["bash", "gpu/land.sh", "--check-only", "dry", str(out)], env)
     assert "the delta applies" in p.stdout
+    # a job that continues a shipped model (r24d): stage.sh --init carries its delta, --init FILE starts from it
+    delta = tmp_path / "dry.delta.safetensors"
+    delta.write_bytes(b"".join((out / f).read_bytes() for f in got if f.startswith("dry.delta.part")))
+    g2 = tmp_path / "gpu2"
+    _run(["bash", "gpu/stage.sh", "--dir", str(g2), "--keep-tree", "--set", rset, "--init", str(delta)], env)
+    assert (g2 / "init" / "delta.safetensors").read_bytes() == delta.read_bytes()
+    work = tmp_path / "w2"
+    _run([sys.executable, "-m", "icicle.reader", "train", "--set", rset, "--work", str(work), "--init",
+          str(g2 / "init" / "delta.safetensors"), "--steps", "1", "--lr", "0", "--decay", "linear", "--batch", "2",
+          "--n", "3", "--eval-n", "1", "--save-every", "1", "--device", "cpu", "--bf16", "false"])
+    from safetensors.torch import load_file
+
+    from icicle.configs import get_config
+    from icicle.delta import base_state_dict, unpack
+
+    want = unpack(load_file(str(delta)), base_state_dict(get_config("reader135")))
+    got_sd = torch.load(work / "stage3.pt", map_location="cpu")
+    changed = [k for k in want if k in got_sd and not torch.equal(want[k].float(), got_sd[k].float())]
+    assert len(got_sd) > 200 and not changed  # lr 0: the weights are the delta's, applied to the backbone
+
+
+def test_lr_scale_warms_up_then_decays_to_zero():
+    assert reader.lr_scale(0, 10, 0.0, "") == pytest.approx(0.1)
+    assert reader.lr_scale(50, 10, 0.9, "") == 1.0  # no decay: the lr stays after the warmup
+    assert reader.lr_scale(50, 10, 0.25, "linear") == pytest.approx(0.75)
+    assert reader.lr_scale(99, 10, 1.0, "linear") == 0.0
+    assert reader.lr_scale(99, 10, 1.3, "linear") == 0.0  # a time-bound run that overran its minutes
+
+
+def test_bad_decay_and_init_are_refused(rset, tmp_path):
+    for extra, want in ((["--decay", "cosine", "--steps", "1"], "--decay 'cosine'"),
+                        (["--decay", "linear"], "--decay linear needs --steps or --minutes"),
+                        (["--init", str(tmp_path / "none.safetensors"), "--steps", "1"], "no such delta file")):
+        p = subprocess.run([sys.executable, "-m", "icicle.reader", "train", "--set", rset, "--work",
+                            str(tmp_path / "w"), *extra], cwd=os.path.join(REPO, "training"), capture_output=True, text=True)
+        assert p.returncode != 0 and want in p.stderr, (extra, p.stderr[-300:])
