@@ -1,0 +1,85 @@
+"""How much does the reader's view of a candidate hold? The first stage's dense encoder (bge-small) ranks the
+sidecar's candidates from what the reader is shown (the title and the summary's first K reader tokens) against
+from the whole passage, over the queries of a `scorefusion collect` file (issue 24).
+
+    python -m icicle.lab.readerview ../.run/fusion/r24a.jsonl --seen ../models/r24a/seen_docids.txt \\
+        [--tokens 24 64] [--candidates 10]
+
+Per query with the gold among its candidates (the first stage's top --candidates documents outside --seen, the
+sidecar's context): top-1 of the first stage's order, of the encoder on "title\\ntext" (what ingest embeds), on the
+title and the stored summary (the first 120 words), on the title and the summary's first K tokens of the reader's
+tokenizer (the reader's manifest cuts summaries to max_summary_tokens), and the reader's own top (the collect
+file's copy log-probabilities). The encoder on the reader's view is the bar the reader's reading can be held to.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+
+import numpy as np
+
+from ..compress import extractive
+from ..data import DEFAULT_DATA_DIR
+from ..encoder import embed, load
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+
+def views(tokens: list[int], rtok) -> dict:
+    """The texts to embed a document from, by view name: full, the stored summary, its first K reader tokens."""
+    out = {"full": lambda d: d["title"] + "\n" + d["text"], "summary": lambda d: d["title"] + "\n" + extractive(d["text"])}
+    for k in tokens:
+        out[f"summary_{k}_tokens"] = (lambda k: lambda d: d["title"] + "\n" + rtok.decode(
+            rtok.encode(extractive(d["text"]), add_special_tokens=False).ids[:k]))(k)
+    return out
+
+
+def measure(samples: list[dict], docs: dict, queries: dict, seen: set, enc, rtok, tokens: list[int],
+            candidates: int = 10) -> dict:
+    man, tok, sess = enc
+    fs = views(tokens, rtok)
+    hits = {"first_stage": 0, **{k: 0 for k in fs}, "reader": 0}
+    n = 0
+    for s in samples:
+        cands = [d for d, _ in s["first"] if d not in seen][:candidates]
+        rel = set(s["relevant"])
+        if not rel & set(cands):
+            continue
+        n += 1
+        q = embed(man, tok, sess, [man["query_prefix"] + queries[s["qid"]]], 1)[0]
+        hits["first_stage"] += cands[0] in rel
+        for name, f in fs.items():
+            m = embed(man, tok, sess, [f(docs[c]) for c in cands], 1)
+            hits[name] += cands[int(np.argmax(m @ q))] in rel
+        if s.get("lp"):
+            hits["reader"] += max(s["lp"], key=s["lp"].get) in rel
+    return {"queries": n, "hits@1": {k: round(v / n, 3) if n else 0.0 for k, v in hits.items()}, "right": hits}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m icicle.lab.readerview", description=__doc__.splitlines()[0])
+    ap.add_argument("samples", help="a scorefusion collect file (JSONL: qid, relevant, first, lp)")
+    ap.add_argument("--seen", required=True, help="the model's seen_docids.txt (not in the sidecar's context)")
+    ap.add_argument("--data", default=DEFAULT_DATA_DIR)
+    ap.add_argument("--encoder", default=os.path.join(REPO, "models", "bge-small-en-v15-q"))
+    ap.add_argument("--tokenizer", default=os.path.join(REPO, "models", "reader135", "tokenizer.json"))
+    ap.add_argument("--tokens", type=int, nargs="+", default=[24, 64])
+    ap.add_argument("--candidates", type=int, default=10)
+    a = ap.parse_args(argv)
+    from tokenizers import Tokenizer
+
+    docs = {d["docid"]: d for d in map(json.loads, gzip.open(os.path.join(a.data, "corpus.jsonl.gz"), "rt"))}
+    queries = {}
+    for q in map(json.loads, gzip.open(os.path.join(a.data, "queries.jsonl.gz"), "rt")):
+        queries[q.get("_id") or q.get("qid")] = q.get("text") or q.get("query")
+    samples = [json.loads(x) for x in open(a.samples)]
+    seen = {x for x in open(a.seen).read().split("\n") if x}
+    res = measure(samples, docs, queries, seen, load(a.encoder), Tokenizer.from_file(a.tokenizer), a.tokens,
+                  a.candidates)
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
