@@ -93,6 +93,11 @@ class Args:
     bf16: bool = True
     blocks: str = ""  # issue 26: "contiguous" | "shared" reads every prompt by blocks (decode.block_attention)
     budget: int = BUDGET
+    # each candidate's summary is cut to this many tokens (reader135's manifest: 24). The dense encoder ranks the
+    # sidecar's 10 candidates 0.776 right from 24 tokens, 0.864 from 64, 0.916 from the whole passage
+    # (lab.readerview): longer summaries need a larger --budget (64 with 10-20 candidates: 1024 or 2048), and
+    # the landed manifest states both (training/gpu/land.sh).
+    summary_tokens: int = SUMMARY_TOKENS
     # issue 26: only the list's first K (the first stage's top K) keep their summaries, the rest go in by title
     # alone, as the sidecar reads them with decode.summary_candidates K; 0 = every candidate with its summary.
     summary_candidates: int = 0
@@ -115,7 +120,7 @@ class Reader:
         """reader135's prompt (serve_table's build); with --blocks the block template (no per-request "[i]") and
         every summary cut to the same cap, so a block is the same ids in every prompt."""
         blocks = dict(template=TEMPLATE_BLOCKS, fixed_cap=True) if self.a.blocks else {}
-        return build_prompt(self.tok.encode, query, cands, self.a.budget, max_summary_tokens=SUMMARY_TOKENS,
+        return build_prompt(self.tok.encode, query, cands, self.a.budget, max_summary_tokens=self.a.summary_tokens,
                             prompt_format=PROMPT_FORMAT, **blocks)
 
     def _segments(self, p) -> list[int] | None:
@@ -276,6 +281,24 @@ def step_loss(model, out_vocab: torch.Tensor, insts: list[Instance], teach: list
     if terms:
         loss = loss + kd * torch.stack(terms).mean()
     return loss
+
+
+def apply_run_caps(run_json: str, manifest: str) -> dict:
+    """Writes a run's summary cap and prompt budget (--summary-tokens, --budget; absent in runs older than the flags:
+    reader135's 24 and 512) into a landed model's manifest, which the engine cuts summaries and prompts by. Returns
+    the two fields."""
+    with open(run_json) as f:
+        args = json.load(f)["args"]
+    with open(manifest) as f:
+        man = json.load(f)
+    caps = {"max_summary_tokens": int(args.get("summary_tokens", SUMMARY_TOKENS)),
+            "max_prompt_tokens": int(args.get("budget", BUDGET))}
+    if any(man.get(k) != v for k, v in caps.items()):
+        man.update(caps)
+        with open(manifest, "w") as f:
+            json.dump(man, f, indent=2)
+            f.write("\n")
+    return caps
 
 
 def lr_scale(step: int, warmup: int, done: float, decay: str) -> float:
@@ -456,6 +479,8 @@ def main(argv=None) -> None:
     a = Args(**ns)
     if a.blocks and a.blocks not in BLOCK_LAYOUTS:
         raise SystemExit(f"--blocks {a.blocks!r}: want one of {BLOCK_LAYOUTS} (or nothing: causal reading)")
+    if a.summary_tokens < 1:
+        raise SystemExit(f"--summary-tokens {a.summary_tokens}: want at least 1")
     if a.decay not in ("", "linear"):
         raise SystemExit(f"--decay {a.decay!r}: want linear (or nothing: the lr stays after the warmup)")
     if a.decay and not (a.steps or a.minutes):
