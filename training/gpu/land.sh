@@ -30,10 +30,6 @@ mkdir -p "$res" "$dest"
 cp "$from/$name.log.jsonl" "$res/$name.log.jsonl"
 cp "$from/$name.run.json" "$res/$name.run.json"
 (cd "$root/training" && HF_HUB_OFFLINE=1 "$venv/bin/python" -m icicle.delta build --delta "$work/$name.delta.safetensors" --out "$dest")
-# A run with longer summaries or a larger prompt (--summary-tokens, --budget) serves with its manifest saying so: the
-# engine cuts summaries to max_summary_tokens and prompts to max_prompt_tokens.
-(cd "$root/training" && "$venv/bin/python" -c "import sys; from icicle.reader import apply_run_caps
-print('land.sh: manifest', apply_run_caps(sys.argv[1], sys.argv[2]))" "$from/$name.run.json" "$dest/manifest.json")
 # The int8 file for the query (served with model.quantized: true; docs/evaluation.md, "int8 weights for the query").
 (cd "$root/training" && "$venv/bin/python" -m icicle.export int8 --model "$dest")
 cp "$work/$name.delta.safetensors" "$dest/delta.safetensors"

@@ -105,6 +105,17 @@ def cmd_pack(a) -> None:
     print(f"wrote {a.out}: {os.path.getsize(a.out) / 1e6:.1f} MB, rank {a.rank}, {len(delta)} tensors")
 
 
+def reader_caps(metrics: dict, cfg) -> list[str]:
+    """The pipeline's arguments for the summary cap and prompt budget a reader run trained with (icicle.reader's
+    --summary-tokens and --budget, in its train metrics; the config's where a run predates them), so that the export's
+    manifest and golden decodes build prompts as training did. [] for a pipeline run."""
+    r = metrics.get("reader")
+    if not r:
+        return []
+    return ["--summary-tokens", str(r.get("summary_tokens", cfg.max_summary_tokens)),
+            "--prompt-tokens", str(r.get("budget", cfg.max_prompt_tokens))]
+
+
 def cmd_build(a) -> None:
     from safetensors import safe_open
     from safetensors.torch import load_file
@@ -127,7 +138,8 @@ def cmd_build(a) -> None:
         f.write(meta["train_metrics"])
     committed = os.path.exists(os.path.join(a.out, "manifest.json"))
     dest = os.path.join(work, "export") if committed else a.out
-    pipeline.main(["--config", cfg.name, "--work", work, "--from", "stage3", "--out", dest, "--device", "cpu"])
+    pipeline.main(["--config", cfg.name, "--work", work, "--from", "stage3", "--out", dest, "--device", "cpu",
+                   *reader_caps(json.loads(meta["train_metrics"]), cfg)])
     if committed:  # the directory's other files came with the delta: check the rebuilt graph against them
         same_decodes(os.path.join(dest, "golden", "decode.jsonl"), os.path.join(a.out, "golden", "decode.jsonl"))
         os.replace(os.path.join(dest, "model.onnx"), os.path.join(a.out, "model.onnx"))

@@ -66,6 +66,10 @@ def main(argv=None) -> None:
                     "by reading (TrainConfig.swap_titles; default: the config's, 0 in every shipped config)")
     ap.add_argument("--round-epochs", type=int, default=0, metavar="N",
                     help="with --more-stage1: N epochs per extra round (default: the config's stage-1 epochs)")
+    ap.add_argument("--summary-tokens", type=int, default=0, metavar="N",
+                    help="the summary cap the model was trained with (TrainConfig.max_summary_tokens; default: the config's)")
+    ap.add_argument("--prompt-tokens", type=int, default=0, metavar="N",
+                    help="the prompt budget the model was trained with (TrainConfig.max_prompt_tokens; default: the config's)")
     a = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cfg = get_config(a.config)
@@ -79,6 +83,12 @@ def main(argv=None) -> None:
         if not 0.0 <= a.swap_titles <= 1.0:
             raise SystemExit(f"--swap-titles: a share from 0 to 1, got {a.swap_titles}")
         cfg = replace(cfg, swap_titles=a.swap_titles)
+    if a.summary_tokens < 0 or a.prompt_tokens < 0:
+        raise SystemExit("--summary-tokens and --prompt-tokens: a number of tokens, or 0 for the config's")
+    if a.summary_tokens:
+        cfg = replace(cfg, max_summary_tokens=a.summary_tokens)
+    if a.prompt_tokens:
+        cfg = replace(cfg, max_prompt_tokens=a.prompt_tokens)
     dev = resolve_device(a.device)
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)

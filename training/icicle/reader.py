@@ -95,8 +95,8 @@ class Args:
     budget: int = BUDGET
     # each candidate's summary is cut to this many tokens (reader135's manifest: 24). The dense encoder ranks the
     # sidecar's 10 candidates 0.776 right from 24 tokens, 0.864 from 64, 0.916 from the whole passage
-    # (lab.readerview): longer summaries need a larger --budget (64 with 10-20 candidates: 1024 or 2048), and
-    # the landed manifest states both (training/gpu/land.sh).
+    # (lab.readerview): longer summaries need a larger --budget (64 with 10-20 candidates: 1024 or 2048); the
+    # landed model's manifest and golden decodes take both from the run (icicle.delta build: reader_caps).
     summary_tokens: int = SUMMARY_TOKENS
     # issue 26: only the list's first K (the first stage's top K) keep their summaries, the rest go in by title
     # alone, as the sidecar reads them with decode.summary_candidates K; 0 = every candidate with its summary.
@@ -281,24 +281,6 @@ def step_loss(model, out_vocab: torch.Tensor, insts: list[Instance], teach: list
     if terms:
         loss = loss + kd * torch.stack(terms).mean()
     return loss
-
-
-def apply_run_caps(run_json: str, manifest: str) -> dict:
-    """Writes a run's summary cap and prompt budget (--summary-tokens, --budget; absent in runs older than the flags:
-    reader135's 24 and 512) into a landed model's manifest, which the engine cuts summaries and prompts by. Returns
-    the two fields."""
-    with open(run_json) as f:
-        args = json.load(f)["args"]
-    with open(manifest) as f:
-        man = json.load(f)
-    caps = {"max_summary_tokens": int(args.get("summary_tokens", SUMMARY_TOKENS)),
-            "max_prompt_tokens": int(args.get("budget", BUDGET))}
-    if any(man.get(k) != v for k, v in caps.items()):
-        man.update(caps)
-        with open(manifest, "w") as f:
-            json.dump(man, f, indent=2)
-            f.write("\n")
-    return caps
 
 
 def lr_scale(step: int, warmup: int, done: float, decay: str) -> float:

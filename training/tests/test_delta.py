@@ -79,3 +79,22 @@ def test_pack_refuses_a_rank_below_one():
 
     with pytest.raises(SystemExit):
         main(["pack", "--work", "w", "--config", "reader135", "--rank", "0", "--out", "x"])
+
+
+def test_a_reader_runs_summary_cap_and_budget_reach_the_export():
+    from icicle.configs import get_config
+    from icicle.delta import reader_caps
+
+    cfg = get_config("reader135")
+    assert reader_caps({"reader": {"summary_tokens": 64, "budget": 1024}}, cfg) == [
+        "--summary-tokens", "64", "--prompt-tokens", "1024"]
+    # a run from before --summary-tokens: the config's 24 and 512, as it trained
+    assert reader_caps({"reader": {"budget": 512}}, cfg) == ["--summary-tokens", "24", "--prompt-tokens", "512"]
+    assert reader_caps({"stage1_s": 3.0}, cfg) == []  # a pipeline run: the config as it is
+
+
+def test_the_pipeline_refuses_negative_caps(tmp_path):
+    from icicle import pipeline
+
+    with pytest.raises(SystemExit, match="--summary-tokens and --prompt-tokens"):
+        pipeline.main(["--config", "tiny", "--out", str(tmp_path / "m"), "--summary-tokens", "-1"])

@@ -219,15 +219,3 @@ def test_bad_decay_and_init_are_refused(rset, tmp_path):
         p = subprocess.run([sys.executable, "-m", "icicle.reader", "train", "--set", rset, "--work",
                             str(tmp_path / "w"), *extra], cwd=os.path.join(REPO, "training"), capture_output=True, text=True)
         assert p.returncode != 0 and want in p.stderr, (extra, p.stderr[-300:])
-
-
-def test_a_landed_manifest_takes_the_runs_summary_cap_and_budget(tmp_path):
-    man = tmp_path / "manifest.json"
-    man.write_text(json.dumps({"name": "m", "max_summary_tokens": 24, "max_prompt_tokens": 512}))
-    old = tmp_path / "old.run.json"
-    old.write_text(json.dumps({"args": {"budget": 512}}))  # a run from before --summary-tokens
-    assert reader.apply_run_caps(str(old), str(man)) == {"max_summary_tokens": 24, "max_prompt_tokens": 512}
-    new = tmp_path / "new.run.json"
-    new.write_text(json.dumps({"args": {"summary_tokens": 64, "budget": 1024}}))
-    reader.apply_run_caps(str(new), str(man))
-    assert json.loads(man.read_text()) == {"name": "m", "max_summary_tokens": 64, "max_prompt_tokens": 1024}
