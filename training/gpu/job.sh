@@ -9,6 +9,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 G=${ICICLE_GPU_DIR:-$root/.gpu}
+GR=$(realpath -m --relative-to="$root/training" "$G")  # G from training/, where the jobs run: the run's records
+# (run.json, the landed model's train_report.json) then name no machine's path
 RUN=${ICICLE_GPU_RUN:-/tmp/gpu}
 OUT=${OUT:-$RUN/out}
 PY=${ICICLE_GPU_PYTHON:-python3}
@@ -19,15 +21,16 @@ if [[ ${1:-} == --dry-run ]]; then dry=1; shift; fi
 # loading, the evaluation and the pack add about 3). Each is under 25 minutes on one H100. ICICLE_GPU_MINUTES
 # replaces the 15 training minutes (a session lent 15 minutes of device time in all trains 6.5).
 job_args() {
+  local m=${ICICLE_GPU_MINUTES:-15}
   case $1 in
     # r24d reading summaries of 64 tokens instead of 24 (the dense encoder on the sidecar's candidates: 0.776 right
     # from 24 tokens, 0.864 from 64; r24a zero-shot at 64 through the sidecar: nq_qed new 0.860 -> 0.890)
     r24e) echo "$(job_args r24d) --summary-tokens 64 --budget 1024" ;;
     # r24a continued from its shipped delta (stage.sh --init models/r24a/delta.safetensors), lr decaying to 0
-    r24d) echo "--init $G/init/delta.safetensors --minutes 15 --batch 32 --lr 3e-5 --warmup 50 --decay linear --n 5 10 15 20 --shuffle 0.5 --swap-titles 0.25 --seen 0.15 --index 0.05 --kd 0.5 --eval-n 200 --save-every 500" ;;
-    r24a) echo "--init backbone --minutes 15 --batch 32 --lr 5e-5 --warmup 100 --n 5 10 15 20 --shuffle 0.5 --swap-titles 0.25 --seen 0.15 --index 0.05 --kd 0.5 --eval-n 200 --save-every 500" ;;
-    r24b) echo "--init backbone --minutes 15 --batch 32 --lr 5e-5 --warmup 100 --n 5 10 15 20 --shuffle 0.5 --swap-titles 0.25 --seen 0.15 --index 0.05 --kd 0 --eval-n 200 --save-every 500" ;;
-    r24c) echo "--init backbone --minutes 15 --batch 32 --lr 5e-5 --warmup 100 --n 5 10 15 20 --shuffle 0.5 --swap-titles 0 --seen 0.15 --index 0.05 --kd 0.5 --eval-n 200 --save-every 500" ;;
+    r24d) echo "--init $GR/init/delta.safetensors --minutes $m --batch 32 --lr 3e-5 --warmup 50 --decay linear --n 5 10 15 20 --shuffle 0.5 --swap-titles 0.25 --seen 0.15 --index 0.05 --kd 0.5 --eval-n 200 --save-every 500" ;;
+    r24a) echo "--init backbone --minutes $m --batch 32 --lr 5e-5 --warmup 100 --n 5 10 15 20 --shuffle 0.5 --swap-titles 0.25 --seen 0.15 --index 0.05 --kd 0.5 --eval-n 200 --save-every 500" ;;
+    r24b) echo "--init backbone --minutes $m --batch 32 --lr 5e-5 --warmup 100 --n 5 10 15 20 --shuffle 0.5 --swap-titles 0.25 --seen 0.15 --index 0.05 --kd 0 --eval-n 200 --save-every 500" ;;
+    r24c) echo "--init backbone --minutes $m --batch 32 --lr 5e-5 --warmup 100 --n 5 10 15 20 --shuffle 0.5 --swap-titles 0 --seen 0.15 --index 0.05 --kd 0.5 --eval-n 200 --save-every 500" ;;
     # issue 26: r24d read by blocks (r24a's delta continued, the same data and steps; decode.block_attention's mask
     # and positions): the reader's best model fine-tuned to block reading
     r26a) echo "$(job_args r24d) --blocks shared --budget 1024" ;;
@@ -36,7 +39,7 @@ job_args() {
     r26c) echo "$(job_args r26a) --summary-candidates 10" ;;
     dry) echo "--init backbone --steps 2 --batch 2 --n 3 5 --eval-n 2 --save-every 1 --device cpu --bf16 false" ;;
     *) echo "job.sh: unknown job $1 (r24e r24d r24a r24b r24c r26a r26b r26c dry)" >&2; return 2 ;;
-  esac | sed "s/--minutes 15 /--minutes ${ICICLE_GPU_MINUTES:-15} /"
+  esac
 }
 
 setup() {
@@ -63,7 +66,7 @@ start() {
   env_for
   mkdir -p "$RUN/$name"
   # setsid: the job outlives this call (the device tool ends a call's other processes)
-  (cd "$root/training" && setsid nohup "$PY" -m icicle.reader train --set "$G/set/readerset.json.gz" \
+  (cd "$root/training" && setsid nohup "$PY" -m icicle.reader train --set "$GR/set/readerset.json.gz" \
      --work "$RUN/$name/work" $args >"$RUN/$name/log" 2>&1 & echo $! >"$RUN/$name/pid")
   echo "job.sh: started $name (pid $(cat "$RUN/$name/pid")): $args"
 }
