@@ -14,6 +14,7 @@ file's copy log-probabilities). The encoder on the reader's view is the bar the 
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import json
 import os
@@ -27,12 +28,16 @@ from ..encoder import embed, load
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
+def _cut(d: dict, k: int, rtok) -> str:
+    """The title and the stored summary's first k tokens of the reader's tokenizer (what its prompt shows)."""
+    return d["title"] + "\n" + rtok.decode(rtok.encode(extractive(d["text"]), add_special_tokens=False).ids[:k])
+
+
 def views(tokens: list[int], rtok) -> dict:
     """The texts to embed a document from, by view name: full, the stored summary, its first K reader tokens."""
     out = {"full": lambda d: d["title"] + "\n" + d["text"], "summary": lambda d: d["title"] + "\n" + extractive(d["text"])}
     for k in tokens:
-        out[f"summary_{k}_tokens"] = (lambda k: lambda d: d["title"] + "\n" + rtok.decode(
-            rtok.encode(extractive(d["text"]), add_special_tokens=False).ids[:k]))(k)
+        out[f"summary_{k}_tokens"] = functools.partial(_cut, k=k, rtok=rtok)
     return out
 
 
