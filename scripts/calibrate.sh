@@ -13,7 +13,10 @@
 #      timeout fallback, for every query);
 #   4. bin/icicle calibrate on the NQ train queries whose document is in D_new (training/icicle/data.py:
 #      no D_new document is ever trained on), which writes MODEL_DIR/gate.json and keeps the features in
-#      $run/samples.jsonl (refit with `bin/icicle calibrate -samples FILE -model-dir MODEL_DIR`).
+#      $run/samples.jsonl (refit with `bin/icicle calibrate -samples FILE -model-dir MODEL_DIR`);
+#      for a model with a memory route, whose directory holds seen_heldout_queries.jsonl (the seen-document
+#      questions kept out of its training: training/gpu/land.sh writes it), on those too, and the gate is
+#      fitted on both halves together.
 # Environment: ICICLE_CALIBRATE_ES_PORT [9270], ICICLE_CALIBRATE_ADDR [127.0.0.1:8170],
 # ICICLE_CALIBRATE_N [10000] (queries at most; 657 exist), ICICLE_CALIBRATE_ES_URL [start a node].
 set -euo pipefail
@@ -55,6 +58,9 @@ export ICICLE_POLICY_RUN_MODEL_WHEN_GATE_NEVER=true
 export ICICLE_FIRST_STAGE_PARAMS_FILE=${ICICLE_FIRST_STAGE_PARAMS_FILE:-data/nq_qed/first_stage.json}
 export ICICLE_SERVER_ADDR=${ICICLE_CALIBRATE_ADDR:-127.0.0.1:8170}
 export ICICLE_SERVER_REQUEST_TIMEOUT=20s ICICLE_SERVER_WRITE_TIMEOUT=60s
+# and a queue wait as long: with the default 1 s, a second query waiting on a busy model fell back "overloaded"
+# and was left out of the fit (r24a: 153 of 657 here, 92 in session 17)
+export ICICLE_CONCURRENCY_QUEUE_TIMEOUT=10s
 url=http://$ICICLE_SERVER_ADDR
 
 printf '\n== Ingest nq_qed into icicle-calibrate (seen: %s/seen_docids.txt)\n' "$model" >&2
@@ -76,6 +82,21 @@ for _ in $(seq 120); do
 done
 curl -fsS "$url/readyz" >/dev/null || die "sidecar not ready after 60 s; log: $run/sidecar.log"
 
-printf '\n== icicle calibrate\n' >&2
-bin/icicle calibrate -sidecar "$url" -model-dir "$model" -split train -subsets new -n "${ICICLE_CALIBRATE_N:-10000}" \
-  -docids "$run/d_new.txt" -samples-out "$run/samples.jsonl" "$@"
+new_half=(-sidecar "$url" -model-dir "$model" -split train -subsets new -n "${ICICLE_CALIBRATE_N:-10000}"
+  -docids "$run/d_new.txt")
+seen=$model/seen_heldout_queries.jsonl
+if [[ ! -f $seen ]]; then
+  printf '\n== icicle calibrate (new-document queries; the model has no %s)\n' "$(basename "$seen")" >&2
+  bin/icicle calibrate "${new_half[@]}" -samples-out "$run/samples.jsonl" "$@"
+  exit 0
+fi
+# A model with a memory route: its gate is fitted on both halves, or it promotes the memory route's answers on
+# seen-document queries it was never fitted on (docs/evaluation.md, "`models/r24a`": 10 promoted, all wrong).
+printf '\n== icicle calibrate, new-document queries\n' >&2
+bin/icicle calibrate "${new_half[@]}" -samples-out "$run/samples_new.jsonl" "$@" -dry-run
+printf '\n== icicle calibrate, %s seen-document questions kept out of its training (%s)\n' "$(wc -l <"$seen")" "$seen" >&2
+bin/icicle calibrate -sidecar "$url" -model-dir "$model" -queries "$seen" -split train -subsets seen -docids "" \
+  -n "${ICICLE_CALIBRATE_N:-10000}" -samples-out "$run/samples_seen.jsonl" "$@" -dry-run
+cat "$run/samples_new.jsonl" "$run/samples_seen.jsonl" >"$run/samples.jsonl"
+printf '\n== icicle calibrate, both halves\n' >&2
+bin/icicle calibrate -samples "$run/samples.jsonl" -model-dir "$model" "$@"

@@ -33,4 +33,9 @@ cp "$from/$name.run.json" "$res/$name.run.json"
 # The int8 file for the query (served with model.quantized: true; docs/evaluation.md, "int8 weights for the query").
 (cd "$root/training" && "$venv/bin/python" -m icicle.export int8 --model "$dest")
 cp "$work/$name.delta.safetensors" "$dest/delta.safetensors"
+# The seen-document questions the run never trained on, for scripts/calibrate.sh's second half (the memory route).
+# The set is the one stage.sh carried (ICICLE_READERSET).
+set_file=${ICICLE_READERSET:-$HOME/.cache/icicle/readerset/readerset.json.gz}
+(cd "$root/training" && "$venv/bin/python" -m icicle.readerdata seen-heldout --set "$set_file" \
+  --data "$root/data/nq_qed" --out "$dest/seen_heldout_queries.jsonl")
 echo "land.sh: $dest built; next: scripts/calibrate.sh $dest, then the sidecar's eval (training/gpu/README.md)"

@@ -2,6 +2,7 @@
 candidate list the first stage would serve and the dense encoder's scores over it (the teacher).
 
     python -m icicle.readerdata build --out DIR [--limit-docs N] [--threads 2]
+    python -m icicle.readerdata seen-heldout --set DIR/readerset.json.gz --out MODEL_DIR/seen_heldout_queries.jsonl
 
 Writes DIR/readerset.json.gz (and caches the encoder's vectors under DIR/cache); `icicle.reader` trains on it,
 and the GPU queue carries it (training/gpu). Documents: nq_qed's D_train and `data/wiki_intro_pool` (27,638 titles
@@ -37,7 +38,7 @@ import time
 
 import numpy as np
 
-from .data import Doc, make_split
+from .data import DEFAULT_DATA_DIR, Doc, load_beir, make_split
 
 REPO = os.path.join(os.path.dirname(__file__), "..", "..")
 WIKI = os.path.join(REPO, "data", "wiki_intro_pool", "corpus.jsonl.gz")
@@ -280,6 +281,29 @@ def load(path: str) -> dict:
     return r
 
 
+def seen_heldout_queries(rs: dict, data_dir: str = DEFAULT_DATA_DIR) -> list[dict]:
+    """The set's "seen_heldout" questions as nq_qed's own query lines (qid, query, split), in the set's order: what a
+    model trained on the set never saw of its seen corpus. `scripts/calibrate.sh` fits a model's gate on them beside
+    the new-document queries when the model directory has them (a gate fitted on new documents alone promotes the
+    memory route's wrong answers on seen ones: docs/evaluation.md, "`models/r24a`"). The set keeps no qids, so a
+    question is found by its text and gold among the train split's queries; one not found is an error."""
+    _, queries = load_beir(data_dir)
+    by = {(q.query, q.docid): q for q in queries if q.nq_split == "train"}
+    out, missing = [], []
+    for q in rs["questions"]:
+        if q["part"] != "seen_heldout":
+            continue
+        m = by.get((q["q"], q["gold"]))
+        if m is None:
+            missing.append(q["q"])
+        else:
+            out.append({"qid": m.qid, "query": m.query, "split": m.nq_split})
+    if missing:
+        raise ValueError(f"{len(missing)} seen_heldout questions are not train queries of {data_dir} "
+                         f"(first: {missing[0]!r}): the set was built from other data")
+    return out
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m icicle.readerdata", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -288,7 +312,18 @@ def main(argv=None) -> None:
     b.add_argument("--limit-docs", type=int, default=0, help="a small set (tests, the GPU queue's dry run)")
     b.add_argument("--threads", type=int, default=2)
     b.add_argument("--seed", type=int, default=0)
+    h = sub.add_parser("seen-heldout", help="write the set's held-out seen questions as nq_qed query lines "
+                                            "(a model directory's seen_heldout_queries.jsonl)")
+    h.add_argument("--set", required=True, help="readerset.json.gz")
+    h.add_argument("--out", required=True)
+    h.add_argument("--data", default=DEFAULT_DATA_DIR)
     a = ap.parse_args(argv)
+    if a.cmd == "seen-heldout":
+        lines = seen_heldout_queries(load(a.set), a.data)
+        with open(a.out, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(q) + "\n" for q in lines)
+        print(f"readerdata: {len(lines)} held-out seen questions -> {a.out}")
+        return
     build(a.out, a.limit_docs, a.threads, a.seed)
 
 

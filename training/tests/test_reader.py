@@ -54,6 +54,26 @@ def test_set_parts_never_mix(rset):
             assert q["list"].index(q["gold"]) in best
 
 
+def test_seen_heldout_lines_are_the_sets_untrained_seen_questions(rset):
+    from icicle.data import load_beir
+
+    rs = readerdata.load(rset)
+    held = [q for q in rs["questions"] if q["part"] == "seen_heldout"]
+    trained = {q["q"] for q in rs["questions"] if q["part"] == "train"}
+    lines = readerdata.seen_heldout_queries(rs)
+    assert held and len(lines) == len(held)
+    _, queries = load_beir()
+    by_qid = {q.qid: q for q in queries}
+    for line, q in zip(lines, held):
+        nq = by_qid[line["qid"]]  # a real nq_qed query, its gold the set's and a seen document
+        assert (nq.query, nq.docid, line["split"]) == (q["q"], q["gold"], "train") and q["gold"] in rs["seen"]
+        assert line["query"] not in trained
+    # a set built from other data: named, not written short
+    bad = {**rs, "questions": [{**held[0], "q": "a question nq_qed does not have"}]}
+    with pytest.raises(ValueError, match="1 seen_heldout questions are not train queries"):
+        readerdata.seen_heldout_queries(bad)
+
+
 def test_reading_instance_places_the_gold_anywhere_and_teaches_by_first_token(rd):
     rng = random.Random(0)
     pos = []
