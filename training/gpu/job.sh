@@ -37,8 +37,11 @@ job_args() {
     r26b) echo "$(job_args r24d) --blocks contiguous --budget 1024" ;;
     # the sidecar's 100 candidates with decode.summary_candidates 10: the first stage's top 10 with summaries
     r26c) echo "$(job_args r26a) --summary-candidates 10" ;;
+    # r24e read by blocks, shared positions: whether block reading keeps what 64-token summaries give, where a
+    # causal prefill of them costs 1.2 s a query on 2 cores (docs/evaluation.md); runs beside r24e in one loan
+    r26e) echo "$(job_args r24e) --blocks shared" ;;
     dry) echo "--init backbone --steps 2 --batch 2 --n 3 5 --eval-n 2 --save-every 1 --device cpu --bf16 false" ;;
-    *) echo "job.sh: unknown job $1 (r24e r24d r24a r24b r24c r26a r26b r26c dry)" >&2; return 2 ;;
+    *) echo "job.sh: unknown job $1 (r24e r26e r24d r24a r24b r24c r26a r26b r26c dry)" >&2; return 2 ;;
   esac
 }
 
