@@ -437,7 +437,9 @@ def evaluate_work(a: Args) -> dict:
     return rd.evaluate(model, a.eval_n)
 
 
-def main(argv=None) -> None:
+def parse(argv=None) -> tuple[str, Args]:
+    """The command and its arguments, every value checked but the files' existence (the GPU queue's jobs are
+    checked with it here, where their files are not: tests/test_reader.py)."""
     ap = argparse.ArgumentParser(prog="python -m icicle.reader", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("train", "eval"):
@@ -467,6 +469,11 @@ def main(argv=None) -> None:
         raise SystemExit(f"--decay {a.decay!r}: want linear (or nothing: the lr stays after the warmup)")
     if a.decay and not (a.steps or a.minutes):
         raise SystemExit("--decay linear needs --steps or --minutes (the run's end, where the lr reaches 0)")
+    return cmd, a
+
+
+def main(argv=None) -> None:
+    cmd, a = parse(argv)
     if a.init.endswith(".safetensors") and not os.path.exists(a.init):
         raise SystemExit(f"--init {a.init}: no such delta file")
     if cmd == "train":

@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -239,3 +240,23 @@ def test_bad_decay_and_init_are_refused(rset, tmp_path):
         p = subprocess.run([sys.executable, "-m", "icicle.reader", "train", "--set", rset, "--work",
                             str(tmp_path / "w"), *extra], cwd=os.path.join(REPO, "training"), capture_output=True, text=True)
         assert p.returncode != 0 and want in p.stderr, (extra, p.stderr[-300:])
+
+
+
+def _job_args(name: str) -> list[str]:
+    """job.sh's arguments of queue job NAME (its job_args function alone, GR=G)."""
+    p = subprocess.run(["bash", "-c", 'source <(sed -n "/^job_args()/,/^}/p" gpu/job.sh); GR=G; job_args "$1"', "-", name],
+                       cwd=os.path.join(REPO, "training"), capture_output=True, text=True, check=True)
+    return p.stdout.split()
+
+
+def test_every_gpu_queue_job_parses():
+    """A job whose arguments the reader refuses would cost a GPU loan: every job of job.sh parses here."""
+    src = open(os.path.join(REPO, "training", "gpu", "job.sh")).read()
+    names = re.search(r"unknown job \$1 \(([^)]*)\)", src).group(1).split()
+    assert set(names) == set(re.findall(r"^    (\w+)\) echo", src, re.M))  # the usage lists every job
+    for name in names:
+        cmd, a = reader.parse(["train", "--set", "s", "--work", "w", *_job_args(name)])
+        assert cmd == "train" and (a.minutes or a.steps), name
+    _, a = reader.parse(["train", "--set", "s", "--work", "w", *_job_args("r26e")])
+    assert (a.init, a.blocks, a.summary_tokens, a.budget, a.decay) == ("G/init/delta.safetensors", "shared", 64, 1024, "linear")
