@@ -191,6 +191,13 @@ type Decode struct {
 	// reading, the fill then stores each new document's title-only block as well. Default 0: every candidate
 	// with its summary.
 	SummaryCandidates int `yaml:"summary_candidates"`
+	// SnippetChars, when positive, gives the model each candidate's passage that best matches the query, about
+	// this many characters (Elasticsearch's unified highlighter over fields.body, one search per request),
+	// instead of its stored summary; the prompt still cuts it to the manifest's max_summary_tokens. A stored
+	// summary is the same for every query, a snippet holds this query's evidence; the shipped readers were
+	// trained on summaries and read snippets no better (docs/evaluation.md, "Query snippets").
+	// Needs decode.block_reading off (a stored block is a document's, not a query's). Default 0: the summary.
+	SnippetChars int `yaml:"snippet_chars"`
 	// (issue 26) BlockReading reads each candidate's block on its own and keeps it for later requests
 	// (inference/blocks.go): "off", "contiguous" (Block-Attention: a block sees itself, every token keeps its
 	// place) or "shared" (BlockRank: a block sees the header and itself, all blocks at the same positions).

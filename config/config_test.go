@@ -557,6 +557,11 @@ func TestValidate(t *testing.T) {
 			c.Compressor.Kind, c.Compressor.LLMURL, c.Compressor.LLMModel = CompressorLLM, "http://127.0.0.1:8000/v1", "m"
 		}, nil},
 		{"unknown compressor", func(c *Config) { c.Compressor.Kind = "abstractive" }, []string{"compressor.kind"}},
+		// query snippets instead of stored summaries
+		{"snippets", func(c *Config) { c.Decode.SnippetChars = 150 }, nil},
+		{"negative snippet chars", func(c *Config) { c.Decode.SnippetChars = -1 }, []string{"decode.snippet_chars"}},
+		{"snippets with block reading", func(c *Config) { c.Decode.SnippetChars, c.Decode.BlockReading = 150, BlockReadingShared },
+			[]string{"decode.snippet_chars"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

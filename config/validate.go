@@ -105,6 +105,10 @@ func (c Config) Validate() error {
 	v.atLeast("decode.max_summary_tokens", int64(d.MaxSummaryTokens), 1)
 	v.atLeast("decode.max_prompt_tokens", int64(d.MaxPromptTokens), 0)
 	v.atLeast("decode.summary_candidates", int64(d.SummaryCandidates), 0)
+	v.between("decode.snippet_chars", d.SnippetChars, 0, 2000)
+	if d.SnippetChars > 0 && (d.BlockReading == BlockReadingContiguous || d.BlockReading == BlockReadingShared) {
+		v.add("decode.snippet_chars", "needs decode.block_reading off (a stored block is a document's, a snippet the query's), got block_reading %q", d.BlockReading)
+	}
 	v.oneOf("decode.block_reading", d.BlockReading, BlockReadingOff, BlockReadingContiguous, BlockReadingShared)
 	v.atLeast("decode.block_store_mb", int64(d.BlockStoreMB), 1)
 	v.oneOf("decode.block_precision", d.BlockPrecision, BlockPrecisionFloat32, BlockPrecisionInt8)

@@ -62,6 +62,7 @@ type DropinInfo struct {
 	CandidatesInContext int  `json:"candidates_in_context"`
 	CandidatesTruncated bool `json:"candidates_truncated,omitempty"`
 	TitleOnlyCandidates int  `json:"title_only_candidates,omitempty"`
+	Snippets            int  `json:"snippets,omitempty"`
 	// RouterProb is p([COPY]) at the first decoding step; absent when the model did not run.
 	RouterProb *float64 `json:"router_prob,omitempty"`
 	// Unresolved counts parametric docids that were not found in the index and so are not among the hits.
@@ -200,6 +201,7 @@ func (s *Server) dropinSearch(c *gin.Context, index string) {
 				info.Mode, info.Reason, info.Timings = resp.Mode, resp.FallbackReason, resp.Timings
 				info.CandidatesInContext, info.CandidatesTruncated = resp.CandidatesInContext, resp.CandidatesTruncated
 				info.TitleOnlyCandidates, info.RouterProb, info.Unresolved = resp.TitleOnlyCandidates, resp.RouterProb, unresolved
+				info.Snippets = resp.Snippets
 			}
 		}
 		if info.Reason != "" && info.Mode == ModePassthrough {

@@ -313,8 +313,12 @@ func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapte
 	}
 	cands := hits[:min(len(hits), s.opts.MaxCandidates)]
 	resp.CandidatesTruncated = len(hits) > len(cands)
+	read := cands // what the model reads of them; the results show cands
+	if s.opts.SnippetChars > 0 {
+		read = s.snippets(ctx, query, cands, &resp)
+	}
 	in := make([]inference.Candidate, len(cands))
-	for i, h := range cands {
+	for i, h := range read {
 		in[i] = CandidateOf(h)
 		if s.opts.Decode.ByTitle(i, in[i]) {
 			resp.TitleOnlyCandidates++
@@ -588,6 +592,25 @@ func (s *Server) fail(c *gin.Context, endpoint string, err error) {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func ptr[T any](v T) *T { return &v }
+
+// snippets gives the model's candidates the passages of their bodies that best match the query
+// (decode.snippet_chars) instead of their stored summaries, on copies: the results keep the stored summaries.
+// Elasticsearch failing leaves the stored summaries, said in the log; the time counts as Elasticsearch's.
+func (s *Server) snippets(ctx context.Context, query string, cands []adapter.Hit, resp *Response) []adapter.Hit {
+	start := time.Now()
+	out := append([]adapter.Hit(nil), cands...)
+	if err := s.es.Snippets(ctx, query, out, s.opts.SnippetChars); err != nil {
+		s.log.Warn("query snippets: the model reads the stored summaries", "err", err)
+		out = cands
+	}
+	for i := range out {
+		if out[i].Summary != cands[i].Summary {
+			resp.Snippets++
+		}
+	}
+	resp.Timings.ES += ms(time.Since(start))
+	return out
+}
 
 // CandidateOf is a hit as the model reads it: its docid (the title it copies) and its summary. The block
 // store's fill (cmd/icicle) builds its blocks with it, so that they are the blocks requests read.

@@ -52,6 +52,9 @@ type Searcher interface {
 	IndexNames(ctx context.Context) ([]string, error)
 	// Index is the index Resolve reads: the _index of the parametric hits the drop-in inserts.
 	Index() string
+	// Snippets replaces each hit's Summary by the passage of its body that best matches the query, about chars
+	// characters (Elasticsearch's highlighter): the model's context under decode.snippet_chars.
+	Snippets(ctx context.Context, query string, hits []adapter.Hit, chars int) error
 }
 
 // FirstStage is the ranking every answer starts from (*retrieve.Stage): BM25 fused with a dense encoder, or
@@ -161,7 +164,10 @@ type Options struct {
 	MaxQueryChars    int
 	MaxHits          int
 	MaxCandidates    int
-	Decode           inference.Options
+	// SnippetChars, when positive, gives the model each candidate's best-matching passage of about this many
+	// characters instead of its stored summary (decode.snippet_chars; Searcher.Snippets).
+	SnippetChars int
+	Decode       inference.Options
 	// FirstStage ranks every answer's baseline; nil is BM25 alone (retrieve.Stage without an encoder).
 	FirstStage FirstStage
 	// Fields name the _source fields read of a caller's hits (/v1/rerank, the drop-in): docid (or

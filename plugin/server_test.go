@@ -34,6 +34,18 @@ type fakeSearcher struct {
 	indexNames func(ctx context.Context) ([]string, error)
 	checkErr   error
 	seen       int
+	// snippets answers Snippets; nil: every hit's Summary becomes "snippet of DOCID for QUERY".
+	snippets func(ctx context.Context, q string, hits []adapter.Hit, chars int) error
+}
+
+func (f *fakeSearcher) Snippets(ctx context.Context, q string, hits []adapter.Hit, chars int) error {
+	if f.snippets != nil {
+		return f.snippets(ctx, q, hits, chars)
+	}
+	for i := range hits {
+		hits[i].Summary = "snippet of " + hits[i].DocID + " for " + q
+	}
+	return nil
 }
 
 func (f *fakeSearcher) SearchNew(ctx context.Context, q string, k int) ([]adapter.Hit, error) {

@@ -156,6 +156,9 @@ type Response struct {
 	// TitleOnlyCandidates counts hits that went in by title alone: without a summary, or past
 	// decode.summary_candidates.
 	TitleOnlyCandidates int `json:"title_only_candidates,omitempty"`
+	// Snippets counts the candidates that went in with the passage best matching the query instead of their
+	// stored summary (decode.snippet_chars).
+	Snippets int `json:"snippets,omitempty"`
 	// RouterProb is p([COPY]) at the first decoding step; absent when the model did not run.
 	RouterProb *float64 `json:"router_prob,omitempty"`
 	Results    []Result `json:"results"`

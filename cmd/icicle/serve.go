@@ -165,7 +165,7 @@ func serve(ctx context.Context, args []string) error {
 	srv := plugin.New(es, model, plugin.Options{
 		MaxBodyBytes: cfg.Server.MaxBodyBytes, RequestTimeout: cfg.Server.RequestTimeout,
 		ESBudgetFraction: cfg.Server.ESBudgetFraction, MaxQueryChars: cfg.Server.MaxQueryChars,
-		MaxHits: cfg.Server.MaxHits, MaxCandidates: cfg.Decode.MaxCandidates, FirstStage: stage,
+		MaxHits: cfg.Server.MaxHits, MaxCandidates: cfg.Decode.MaxCandidates, SnippetChars: cfg.Decode.SnippetChars, FirstStage: stage,
 		Fields: plugin.SourceFields{DocID: cfg.Fields.DocID, Title: cfg.Fields.Title, Summary: cfg.Fields.Summary},
 		Decode: inference.Options{BeamWidth: cfg.Decode.BeamWidth, MaxPromptTokens: cfg.Decode.MaxPromptTokens,
 			MaxSummaryTokens: cfg.Decode.MaxSummaryTokens, TitleOnly: cfg.Decode.TitleOnly, SummaryCandidates: cfg.Decode.SummaryCandidates},

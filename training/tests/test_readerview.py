@@ -24,6 +24,9 @@ def test_a_cut_summary_hides_what_the_whole_passage_shows():
                       "text": "Eastbrook is a town whose lighthouse engineers and designers are famous in the region. "
                               + filler},
         "Seen doc": {"docid": "Seen doc", "title": "Seen doc", "text": "Ada Penrose designed the Millbrook lighthouse."},
+        # a corpus of some size, so that the query's rarer words weigh (IDF) in the query window
+        **{f"Other {i}": {"docid": f"Other {i}", "title": f"Other {i}", "text": f"Who knows the river number {i}?"}
+           for i in range(10)},
     }
     samples = [{"qid": "q1", "relevant": ["Millbrook"], "lp": {"Eastbrook": -0.5, "Millbrook": -2.0},
                 "first": [["Seen doc", 9.0], ["Eastbrook", 1.0], ["Millbrook", 0.9]]},
@@ -34,3 +37,4 @@ def test_a_cut_summary_hides_what_the_whole_passage_shows():
     assert res["right"]["first_stage"] == 0 and res["right"]["reader"] == 0
     assert res["right"]["full"] == 1 and res["right"]["summary"] == 1
     assert res["right"]["summary_24_tokens"] == 0  # the cut leaves the gold's title and its filler
+    assert res["right"]["query_window_24_tokens"] == 1  # the query's window finds the designer's sentence

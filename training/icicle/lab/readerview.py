@@ -3,21 +3,26 @@ sidecar's candidates from what the reader is shown (the title and the summary's 
 from the whole passage, over the queries of a `scorefusion collect` file (issue 24).
 
     python -m icicle.lab.readerview ../.run/fusion/r24a.jsonl --seen ../models/r24a/seen_docids.txt \\
-        [--tokens 24 64] [--candidates 10]
+        [--tokens 24 64] [--candidates 10] [--limit N]
 
 Per query with the gold among its candidates (the first stage's top --candidates documents outside --seen, the
 sidecar's context): top-1 of the first stage's order, of the encoder on "title\\ntext" (what ingest embeds), on the
 title and the stored summary (the first 120 words), on the title and the summary's first K tokens of the reader's
-tokenizer (the reader's manifest cuts summaries to max_summary_tokens), and the reader's own top (the collect
-file's copy log-probabilities). The encoder on the reader's view is the bar the reader's reading can be held to.
+tokenizer (the reader's manifest cuts summaries to max_summary_tokens), on the title and the K-token window of the
+passage holding the most of the query's rarer words (IDF-weighted over the corpus: what a query snippet,
+decode.snippet_chars, can show in K tokens), and the reader's own top (the collect file's copy log-probabilities).
+The encoder on the reader's view is the bar the reader's reading can be held to.
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
 import gzip
 import json
+import math
 import os
+import re
 
 import numpy as np
 
@@ -33,18 +38,41 @@ def _cut(d: dict, k: int, rtok) -> str:
     return d["title"] + "\n" + rtok.decode(rtok.encode(extractive(d["text"]), add_special_tokens=False).ids[:k])
 
 
-def views(tokens: list[int], rtok) -> dict:
-    """The texts to embed a document from, by view name: full, the stored summary, its first K reader tokens."""
-    out = {"full": lambda d: d["title"] + "\n" + d["text"], "summary": lambda d: d["title"] + "\n" + extractive(d["text"])}
+def _words(s: str) -> set[str]:
+    return set(re.findall(r"\w+", s.lower()))
+
+
+def idf(docs: dict) -> dict[str, float]:
+    df = collections.Counter(w for d in docs.values() for w in _words(d["text"]))
+    return {w: math.log((len(docs) + 1) / (c + 0.5)) for w, c in df.items()}
+
+
+def _window(d: dict, q: str, k: int, rtok, weights: dict[str, float]) -> str:
+    """The title and the k-token window of the passage (stride 4) whose words carry the most of the query's IDF
+    (words of IDF 1.5 or less, the commonest, do not count); the passage's start on a tie."""
+    ids = rtok.encode(d["text"], add_special_tokens=False).ids
+    qw = {w for w in _words(q) if weights.get(w, 0.0) > 1.5}
+    best = max(range(0, max(1, len(ids) - k + 1), 4),
+               key=lambda s: (sum(weights[w] for w in qw & _words(rtok.decode(ids[s:s + k]))), -s))
+    return d["title"] + "\n" + rtok.decode(ids[best:best + k])
+
+
+def views(tokens: list[int], rtok, weights: dict[str, float]) -> dict:
+    """The texts to embed a document from (called with the document and the query), by view name: full, the
+    stored summary, its first K reader tokens, the query's K-token window."""
+    out = {"full": lambda d, q: d["title"] + "\n" + d["text"],
+           "summary": lambda d, q: d["title"] + "\n" + extractive(d["text"])}
     for k in tokens:
-        out[f"summary_{k}_tokens"] = functools.partial(_cut, k=k, rtok=rtok)
+        out[f"summary_{k}_tokens"] = lambda d, q, k=k: _cut(d, k, rtok)
+    for k in tokens:
+        out[f"query_window_{k}_tokens"] = functools.partial(_window, k=k, rtok=rtok, weights=weights)
     return out
 
 
 def measure(samples: list[dict], docs: dict, queries: dict, seen: set, enc, rtok, tokens: list[int],
             candidates: int = 10) -> dict:
     man, tok, sess = enc
-    fs = views(tokens, rtok)
+    fs = views(tokens, rtok, idf(docs))
     hits = {"first_stage": 0, **{k: 0 for k in fs}, "reader": 0}
     n = 0
     for s in samples:
@@ -56,7 +84,7 @@ def measure(samples: list[dict], docs: dict, queries: dict, seen: set, enc, rtok
         q = embed(man, tok, sess, [man["query_prefix"] + queries[s["qid"]]], 1)[0]
         hits["first_stage"] += cands[0] in rel
         for name, f in fs.items():
-            m = embed(man, tok, sess, [f(docs[c]) for c in cands], 1)
+            m = embed(man, tok, sess, [f(docs[c], queries[s["qid"]]) for c in cands], 1)
             hits[name] += cands[int(np.argmax(m @ q))] in rel
         if s.get("lp"):
             hits["reader"] += max(s["lp"], key=s["lp"].get) in rel
@@ -72,6 +100,7 @@ def main(argv=None) -> None:
     ap.add_argument("--tokenizer", default=os.path.join(REPO, "models", "reader135", "tokenizer.json"))
     ap.add_argument("--tokens", type=int, nargs="+", default=[24, 64])
     ap.add_argument("--candidates", type=int, default=10)
+    ap.add_argument("--limit", type=int, default=0, help="the file's first N queries only (0: all)")
     a = ap.parse_args(argv)
     from tokenizers import Tokenizer
 
@@ -79,7 +108,7 @@ def main(argv=None) -> None:
     queries = {}
     for q in map(json.loads, gzip.open(os.path.join(a.data, "queries.jsonl.gz"), "rt")):
         queries[q.get("_id") or q.get("qid")] = q.get("text") or q.get("query")
-    samples = [json.loads(x) for x in open(a.samples)]
+    samples = [json.loads(x) for x in open(a.samples)][: a.limit or None]
     seen = {x for x in open(a.seen).read().split("\n") if x}
     res = measure(samples, docs, queries, seen, load(a.encoder), Tokenizer.from_file(a.tokenizer), a.tokens,
                   a.candidates)
