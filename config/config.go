@@ -195,7 +195,8 @@ type Decode struct {
 	// this many characters (Elasticsearch's unified highlighter over fields.body, one search per request),
 	// instead of its stored summary; the prompt still cuts it to the manifest's max_summary_tokens. A stored
 	// summary is the same for every query, a snippet holds this query's evidence; the shipped readers were
-	// trained on summaries and read snippets no better (docs/evaluation.md, "Query snippets").
+	// trained on summaries (r24a copies better from snippets but loses its memory route: docs/evaluation.md,
+	// "Query snippets").
 	// Needs decode.block_reading off (a stored block is a document's, not a query's). Default 0: the summary.
 	SnippetChars int `yaml:"snippet_chars"`
 	// (issue 26) BlockReading reads each candidate's block on its own and keeps it for later requests
