@@ -595,9 +595,12 @@ func ptr[T any](v T) *T { return &v }
 
 // snippets gives the model's candidates the passages of their bodies that best match the query
 // (decode.snippet_chars) instead of their stored summaries, on copies: the results keep the stored summaries.
-// Elasticsearch failing leaves the stored summaries, said in the log; the time counts as Elasticsearch's.
+// Elasticsearch failing, or not answering by the working deadline (the first stage's), leaves the stored
+// summaries, said in the log; the time counts as Elasticsearch's.
 func (s *Server) snippets(ctx context.Context, query string, cands []adapter.Hit, resp *Response) []adapter.Hit {
 	start := time.Now()
+	ctx, cancel := context.WithDeadline(ctx, s.workDeadline(ctx))
+	defer cancel()
 	out := append([]adapter.Hit(nil), cands...)
 	if err := s.es.Snippets(ctx, query, out, s.opts.SnippetChars); err != nil {
 		s.log.Warn("query snippets: the model reads the stored summaries", "err", err)

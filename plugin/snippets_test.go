@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -27,6 +28,9 @@ func TestSnippets(t *testing.T) {
 	t.Run("the model reads snippets, the results keep summaries", func(t *testing.T) {
 		es.snippets = func(ctx context.Context, q string, hits []adapter.Hit, n int) error {
 			chars = n
+			dl, ok := ctx.Deadline() // the working deadline: the 1 s budget less the 0.3 reserve
+			require.True(t, ok)
+			require.Less(t, time.Until(dl), 750*time.Millisecond)
 			for i := range hits {
 				if hits[i].DocID != "Gamma" { // Gamma: no body text, its (empty) summary kept
 					hits[i].Summary = "snippet of " + hits[i].DocID + " for " + q
