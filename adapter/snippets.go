@@ -32,21 +32,7 @@ func (a *Adapter) Snippets(ctx context.Context, query string, hits []Hit, chars 
 			ids = append(ids, h.ID)
 		}
 	}
-	fields := map[string]any{}
-	for _, f := range a.f.Body {
-		fields[f] = map[string]any{"fragment_size": chars, "number_of_fragments": 1, "no_match_size": chars}
-	}
-	body, err := json.Marshal(map[string]any{
-		"size":             len(ids),
-		"_source":          false,
-		"track_total_hits": false,
-		"query":            map[string]any{"ids": map[string]any{"values": ids}},
-		"highlight": map[string]any{
-			"type": "unified", "order": "score", "pre_tags": []string{""}, "post_tags": []string{""},
-			"highlight_query": map[string]any{"multi_match": map[string]any{"query": query, "fields": a.f.Body}},
-			"fields":          fields,
-		},
-	})
+	body, err := SnippetBody(query, ids, chars, a.f.Body)
 	if err != nil {
 		return err
 	}
@@ -76,4 +62,26 @@ func (a *Adapter) Snippets(ctx context.Context, query string, hits []Hit, chars 
 		}
 	}
 	return nil
+}
+
+// SnippetBody is Snippets' search body: the documents ids by _id, each body field's best fragment of about chars
+// characters (the first chars characters when nothing matches), highlighted without tags. The reader's training
+// set asks the same of Elasticsearch (training/icicle/readerdata.py snippet_request), so that a reader trained on
+// snippets reads what it is served; testdata/snippet_request.json holds the body both sides must produce.
+func SnippetBody(query string, ids []string, chars int, bodyFields []string) ([]byte, error) {
+	fields := map[string]any{}
+	for _, f := range bodyFields {
+		fields[f] = map[string]any{"fragment_size": chars, "number_of_fragments": 1, "no_match_size": chars}
+	}
+	return json.Marshal(map[string]any{
+		"size":             len(ids),
+		"_source":          false,
+		"track_total_hits": false,
+		"query":            map[string]any{"ids": map[string]any{"values": ids}},
+		"highlight": map[string]any{
+			"type": "unified", "order": "score", "pre_tags": []string{""}, "post_tags": []string{""},
+			"highlight_query": map[string]any{"multi_match": map[string]any{"query": query, "fields": bodyFields}},
+			"fields":          fields,
+		},
+	})
 }

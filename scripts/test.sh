@@ -93,6 +93,13 @@ eval "$(scripts/authproxy.sh start)"
 trap 'scripts/authproxy.sh stop >/dev/null 2>&1 || true; scripts/es.sh stop >/dev/null 2>&1 || true' EXIT
 eval "$(scripts/clients.sh)" # the official Python and JavaScript clients that integration/clients_test.go drives
 export ICICLE_ES_URL=$(scripts/es.sh url)
+if [[ "${ICICLE_TEST_SKIP_PYTHON:-0}" != 1 ]]; then
+  step "Python: the training set's snippets from the real node (pytest -m elasticsearch)"
+  rc=0
+  (cd training && "$venv/bin/python" -m pytest -q -p no:cacheprovider -m elasticsearch tests) || rc=$?
+  if [[ $rc == 5 ]]; then echo "test.sh: pytest collected no Elasticsearch tests; that is a failure here" >&2; exit 1; fi
+  [[ $rc == 0 ]] || exit "$rc"
+fi
 run_real "Elasticsearch adapter (adapter, real node)" -count=1 -tags "integration ort tokenizers" ./adapter/...
 run_real "end to end (integration, real node + model)" -count=1 -tags "integration ort tokenizers" ./integration/...
 

@@ -101,6 +101,9 @@ class Args:
     # issue 26: only the list's first K (the first stage's top K) keep their summaries, the rest go in by title
     # alone, as the sidecar reads them with decode.summary_candidates K; 0 = every candidate with its summary.
     summary_candidates: int = 0
+    # each candidate is shown by its query snippet (the set's q["snip"], `readerdata snippets`) instead of its
+    # summary, as the sidecar serves with decode.snippet_chars; in training and in the evaluation.
+    snippets: bool = False
 
 
 class Reader:
@@ -115,6 +118,13 @@ class Reader:
         self.seen_docs = [d for d in rs["seen"] if d in self.docs]
         self.titles = sorted(self.docs)
         self.out_vocab = docid_vocab(tok, [self.docs[d].title for d in self.titles])
+        if a.snippets and any("snip" not in q for q in qs):
+            raise ValueError(f"--snippets: {a.set} has no snippets; write them with "
+                             "`python -m icicle.readerdata snippets`")
+
+    def texts(self, q: dict) -> dict[str, str] | None:
+        """What q's listed documents show with --snippets (their snippets for q), None for their summaries."""
+        return dict(zip(q["list"], q["snip"])) if self.a.snippets else None
 
     def build(self, query: str, cands: list[Candidate]):
         """reader135's prompt (serve_table's build); with --blocks the block template (no per-request "[i]") and
@@ -126,12 +136,15 @@ class Reader:
     def _segments(self, p) -> list[int] | None:
         return p.segments if self.a.blocks else None
 
-    def prompt(self, query: str, names: list[str], shown: dict[str, str], ranks: list[int] | None = None):
+    def prompt(self, query: str, names: list[str], shown: dict[str, str], ranks: list[int] | None = None,
+               texts: dict[str, str] | None = None):
         """The prompt of names (in prompt order) under shown's swapped titles; ranks are their places in the first
-        stage's list, which --summary-candidates reads (default: the prompt order)."""
+        stage's list, which --summary-candidates reads (default: the prompt order); texts replace summaries."""
         k = self.a.summary_candidates
         ranks = ranks if ranks is not None else list(range(len(names)))
-        return self.build(query, [Candidate(self.docs[shown.get(d, d)].title, "" if 0 < k <= r else self.docs[d].text)
+        texts = texts or {}
+        return self.build(query, [Candidate(self.docs[shown.get(d, d)].title,
+                                            "" if 0 < k <= r else texts.get(d, self.docs[d].text))
                                   for d, r in zip(names, ranks)])
 
     def reading_instance(self, rng: random.Random) -> tuple[Instance, list[float] | None]:
@@ -156,13 +169,13 @@ class Reader:
             rng.shuffle(order)
         names = [q["list"][i] for i in order]
         shown = dict(zip(names, rng.sample(self.titles, len(names)))) if rng.random() < a.swap_titles else {}
-        p = self.prompt(q["q"], names, shown, order)
+        p = self.prompt(q["q"], names, shown, order, self.texts(q))
         if order.index(gi) >= p.included:  # the budget cut the gold off: it takes a drawn place among those shown
             order = [i for i in order[: p.included] if i != gi]
             order = order[: p.included - 1]
             order.insert(rng.randrange(len(order) + 1), gi)
             names = [q["list"][i] for i in order]
-            p = self.prompt(q["q"], names, shown, order)
+            p = self.prompt(q["q"], names, shown, order, self.texts(q))
         inc = order[: p.included]
         gold = shown.get(q["gold"], q["gold"])
         inst = Instance(p.ids, [self.tok.copy_id] + self.tok.docid(gold), segments=self._segments(p))
@@ -176,7 +189,7 @@ class Reader:
     def seen_instance(self, rng: random.Random) -> Instance:
         q = rng.choice(self.seen_q)
         n = rng.choice(self.a.n)
-        p = self.prompt(q["q"], q["list"][:n], {})
+        p = self.prompt(q["q"], q["list"][:n], {}, texts=self.texts(q))
         return Instance(p.ids, self.tok.docid(q["gold"]), segments=self._segments(p))
 
     def index_instance(self, rng: random.Random) -> Instance:
@@ -217,10 +230,12 @@ class Reader:
                               else q["list"]) for q in qs}
             ctx = _Lists(lists)
             queries = [Query(f"{part}{i}", q["q"], q["gold"], "train") for i, q in enumerate(qs)]
+            texts = {q["q"]: self.texts(q) or {} for q in qs}
             out[name] = serve_table(step, empty, tok.encode, tok.end_id, tok.copy_id, gtrie, view,
                                     self.build,
                                     n, (10,), contexts=ctx, summary=lambda d: self.docs[d].text,
-                                    queries=queries, layout=self.a.blocks)["n10"]
+                                    queries=queries, layout=self.a.blocks,
+                                    query_summary=lambda qt, d: texts[qt].get(d, self.docs[d].text))["n10"]
         return out
 
 

@@ -3,6 +3,7 @@ candidate list the first stage would serve and the dense encoder's scores over i
 
     python -m icicle.readerdata build --out DIR [--limit-docs N] [--threads 2]
     python -m icicle.readerdata seen-heldout --set DIR/readerset.json.gz --out MODEL_DIR/seen_heldout_queries.jsonl
+    python -m icicle.readerdata snippets --set DIR/readerset.json.gz --out OUT/readerset.json.gz --es URL [--chars 150]
 
 Writes DIR/readerset.json.gz (and caches the encoder's vectors under DIR/cache); `icicle.reader` trains on it,
 and the GPU queue carries it (training/gpu). Documents: nq_qed's D_train and `data/wiki_intro_pool` (27,638 titles
@@ -21,6 +22,10 @@ question's pool in its fused order, with the dense cosines (the teacher) and the
   those held-out documents only, the way the sidecar lists D_new; no held-out document appears in any training
   list. Part "seen_heldout": 100 of the seen questions whose document has another question, kept out of training:
   the parametric route's test on questions it never saw.
+`snippets` adds, per question, each listed document's query snippet (q["snip"], parallel to q["list"]) as the
+sidecar's `decode.snippet_chars` reads it: the same Elasticsearch highlight request as adapter.Snippets, against a
+scratch index of the set's documents on the node at URL, so that a reader trained with `--snippets` reads what it
+will be served (a document with no fragment keeps its summary, as there).
 The first stage is data/nq_qed/first_stage.json's fusion (linear: w x minmax(cosine) + (1 - w) x BM25 / max BM25
 over BM25's top 100 and the kNN top 10), with bm25s standing in for Elasticsearch's BM25 (contexts.py) and the
 int8 bge-small encoder the sidecar embeds with (passages cut at 256 tokens here, 512 in the sidecar: the cost).
@@ -304,6 +309,96 @@ def seen_heldout_queries(rs: dict, data_dir: str = DEFAULT_DATA_DIR) -> list[dic
     return out
 
 
+SNIPPET_INDEX = "icicle-readerset-snippets"
+SNIPPET_FIELDS = ("text",)  # the demo index's body field (adapter.Fields.Body)
+
+
+def snippet_request(query: str, ids: list[str], chars: int, fields=SNIPPET_FIELDS) -> dict:
+    """adapter.Snippets' search body (adapter/snippets.go): the listed documents by _id, each with its best
+    fragment of about chars characters by the unified highlighter (BM25 over sentences, the start when nothing
+    matches). The two must stay one request: TestSnippetRequestMatchesGo compares them."""
+    return {"size": len(ids), "_source": False, "track_total_hits": False,
+            "query": {"ids": {"values": ids}},
+            "highlight": {"type": "unified", "order": "score", "pre_tags": [""], "post_tags": [""],
+                          "highlight_query": {"multi_match": {"query": query, "fields": list(fields)}},
+                          "fields": {f: {"fragment_size": chars, "number_of_fragments": 1, "no_match_size": chars}
+                                     for f in fields}}}
+
+
+def _es(url: str, method: str, path: str, body=None, ndjson: bool = False) -> dict:
+    import urllib.error
+    import urllib.request
+
+    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    req = urllib.request.Request(url.rstrip("/") + path, data=data, method=method, headers={
+        "Content-Type": "application/x-ndjson" if ndjson else "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return json.load(r)
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"Elasticsearch {method} {path}: {e.code} {e.read()[:300]!r}") from None
+
+
+def add_snippets(rs: dict, es_url: str, chars: int = 150, batch: int = 64, log=print) -> dict:
+    """rs with q["snip"] on every question (module doc); the scratch index is made, filled and deleted here."""
+    if chars < 1:
+        raise ValueError(f"chars: {chars}, want at least 1")
+    t0 = time.time()
+    docs = load_docs()[0]
+    missing = [d for d in rs["docs"] if d not in docs]
+    if missing:
+        raise ValueError(f"{len(missing)} documents of the set are not in the data (first: {missing[0]!r}): the set "
+                         "was built from other data")
+    idx = "/" + SNIPPET_INDEX
+    try:
+        _es(es_url, "DELETE", idx)
+    except RuntimeError:
+        pass
+    _es(es_url, "PUT", idx, {"settings": {"number_of_shards": 1, "number_of_replicas": 0, "refresh_interval": "-1"},
+                            "mappings": {"dynamic": "strict", "properties": {"title": {"type": "text"},
+                                                                            "text": {"type": "text"}}}})
+    try:
+        ids = sorted(rs["docs"])
+        for i in range(0, len(ids), 2000):
+            lines = []
+            for d in ids[i:i + 2000]:
+                lines.append(json.dumps({"index": {"_id": d}}))
+                lines.append(json.dumps({"title": docs[d].title, "text": docs[d].text}))
+            r = _es(es_url, "POST", idx + "/_bulk", ("\n".join(lines) + "\n").encode(), ndjson=True)
+            if r.get("errors"):
+                bad = next(it for it in r["items"] if it["index"].get("error"))
+                raise RuntimeError(f"bulk: {bad}")
+        _es(es_url, "POST", idx + "/_refresh")
+        log(f"snippets: {len(ids)} documents indexed in {time.time() - t0:.0f}s")
+        qs = rs["questions"]
+        empty = 0
+        for i in range(0, len(qs), batch):
+            part = qs[i:i + batch]
+            body = "".join("{}\n" + json.dumps(snippet_request(q["q"], q["list"], chars)) + "\n" for q in part)
+            res = _es(es_url, "POST", idx + "/_msearch", body.encode(), ndjson=True)
+            for q, r in zip(part, res["responses"]):
+                if "error" in r:
+                    raise RuntimeError(f"snippet search for {q['q']!r}: {r['error']}")
+                best = {}
+                for h in r["hits"]["hits"]:
+                    for f in SNIPPET_FIELDS:
+                        frags = h.get("highlight", {}).get(f) or []
+                        if frags and frags[0].strip():
+                            best[h["_id"]] = frags[0].strip()
+                            break
+                q["snip"] = [best.get(d) or rs["docs"][d][1] for d in q["list"]]
+                empty += sum(d not in best for d in q["list"])
+        rs["snippet_chars"] = chars
+        log(f"snippets: {len(qs)} questions in {time.time() - t0:.0f}s ({empty} listed documents with no fragment "
+            "kept their summaries)")
+        return rs
+    finally:
+        try:
+            _es(es_url, "DELETE", idx)
+        except RuntimeError:
+            pass
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m icicle.readerdata", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -317,7 +412,19 @@ def main(argv=None) -> None:
     h.add_argument("--set", required=True, help="readerset.json.gz")
     h.add_argument("--out", required=True)
     h.add_argument("--data", default=DEFAULT_DATA_DIR)
+    sn = sub.add_parser("snippets", help="write a copy of the set with each listed document's query snippet")
+    sn.add_argument("--set", required=True, help="readerset.json.gz")
+    sn.add_argument("--out", required=True, help="the new readerset.json.gz")
+    sn.add_argument("--es", default="http://127.0.0.1:9200", help="an Elasticsearch node for the scratch index")
+    sn.add_argument("--chars", type=int, default=150, help="the sidecar's decode.snippet_chars")
     a = ap.parse_args(argv)
+    if a.cmd == "snippets":
+        rs = add_snippets(load(a.set), a.es, a.chars)
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        with gzip.open(a.out, "wt", encoding="utf-8") as f:
+            json.dump(rs, f, separators=(",", ":"))
+        print(f"readerdata: {a.out}")
+        return
     if a.cmd == "seen-heldout":
         lines = seen_heldout_queries(load(a.set), a.data)
         with open(a.out, "w", encoding="utf-8") as f:

@@ -36,10 +36,12 @@ RANK_PRIOR_WEIGHTS = (0.0, 0.5, 1.0, 2.0, 4.0, 100.0)
 
 def serve_table(step, empty, encode: Callable[[str], list[int]], end_id: int, copy_id: int, global_trie: Trie,
                 split: Split, build: Callable, n: int, ns: Sequence[int], contexts: BM25Contexts | None = None,
-                summary: Callable | None = None, queries=None, layout: str = "") -> dict:
+                summary: Callable | None = None, queries=None, layout: str = "",
+                query_summary: Callable[[str, str], str] | None = None) -> dict:
     """The serve view for any step function (ONNX or torch); build(query, cands) -> Prompt in the model's format.
     queries and contexts default to serve_queries and BM25 over D_new. layout: read the prompt by blocks
-    (model.block_attention's "contiguous" or "shared"; the prompt's segments) instead of causally."""
+    (model.block_attention's "contiguous" or "shared"; the prompt's segments) instead of causally. query_summary(query,
+    docid), when given, replaces summary (a query's snippets)."""
     summary = summary or (lambda d: cached_extractive(split.docs[d].text))
     contexts = contexts or BM25Contexts(split.d_new, split.docs)
     qs = queries if queries is not None else serve_queries(split, n)
@@ -52,7 +54,8 @@ def serve_table(step, empty, encode: Callable[[str], list[int]], end_id: int, co
         fused = collections.Counter()
         for q in qs:
             titles = contexts.ranked(q.query)[:big_n]
-            p = build(q.query, [Candidate(split.docs[t].title, summary(t)) for t in titles])
+            p = build(q.query, [Candidate(split.docs[t].title, query_summary(q.query, t) if query_summary else summary(t))
+                                for t in titles])
             titles = titles[: p.included]
             ctx = Trie.build(titles, encode, end_id)
             lay = block_attention(p.segments, len(p.ids), layout) if layout else None

@@ -260,3 +260,65 @@ def test_every_gpu_queue_job_parses():
         assert cmd == "train" and (a.minutes or a.steps), name
     _, a = reader.parse(["train", "--set", "s", "--work", "w", *_job_args("r26e")])
     assert (a.init, a.blocks, a.summary_tokens, a.budget, a.decay) == ("G/init/delta.safetensors", "shared", 64, 1024, "linear")
+
+
+def test_snippet_request_is_the_sidecars():
+    """The training set's snippets are asked of Elasticsearch as the sidecar asks (adapter.SnippetBody's golden)."""
+    with open(os.path.join(REPO, "adapter", "testdata", "snippet_request.json")) as f:
+        g = json.load(f)
+    assert readerdata.snippet_request(g["query"], g["ids"], g["chars"], tuple(g["fields"])) == g["body"]
+
+
+def _contains(seq: list[int], sub: list[int]) -> bool:
+    return any(seq[i:i + len(sub)] == sub for i in range(len(seq) - len(sub) + 1))
+
+
+def test_snippets_replace_summaries_in_every_instance(rset, rd):
+    """--snippets: reading and seen instances show each candidate's snippet for their question, not its summary;
+    a set without snippets is refused by name."""
+    rs = readerdata.load(rset)
+    with pytest.raises(ValueError, match="--snippets: .* has no snippets"):
+        reader.Reader(rs, rd.tok, reader.Args(set=rset, work="", snippets=True))
+    for q in rs["questions"]:
+        q["snip"] = [f"zebra crossing number {i}" for i in range(len(q["list"]))]
+    on = reader.Reader(rs, rd.tok, reader.Args(set=rset, work="", kd=0.5, shuffle=0.0, swap_titles=0.0, snippets=True))
+    off = reader.Reader(rs, rd.tok, reader.Args(set=rset, work="", kd=0.5, shuffle=0.0, swap_titles=0.0))
+    zebra = rd.tok.encode("zebra crossing number")
+    for i in range(20):
+        a, _ = on.reading_instance(random.Random(i))
+        b, _ = off.reading_instance(random.Random(i))
+        assert _contains(a.prompt, zebra) and not _contains(b.prompt, zebra)
+        assert a.answer == b.answer  # the same question and gold: only what the candidates show changed
+    s = on.seen_instance(random.Random(3))
+    assert _contains(s.prompt, zebra) and not _contains(off.seen_instance(random.Random(3)).prompt, zebra)
+
+
+@pytest.mark.elasticsearch
+def test_snippets_from_a_real_node():
+    """readerdata.add_snippets against the node at ICICLE_ES_URL (the integration step of scripts/test.sh starts
+    one): a question's snippet of its document is the sentence it matches, not the summary's start; the scratch
+    index is gone afterwards; a bad chars is named."""
+    import urllib.error
+    import urllib.request
+
+    url = os.environ.get("ICICLE_ES_URL")
+    if not url:
+        pytest.fail("ICICLE_ES_URL is not set: this test needs the Elasticsearch node scripts/test.sh starts")
+    docs = readerdata.load_docs()[0]
+    # a real document's sentence of 8-20 words, at least the fourth (past its summary's first words)
+    d, sent = next((d, s) for d, doc in docs.items() for s in readerdata._SENT.split(doc.text)[3:]
+                   if 8 <= len(s.split()) <= 20)
+    other = next(x for x in docs if x != d)
+    rs = {"docs": {d: [docs[d].title, "the stored summary"], other: [docs[other].title, "another summary"]},
+          "questions": [{"q": sent, "gold": d, "list": [other, d]}]}
+    with pytest.raises(ValueError, match="chars: 0"):
+        readerdata.add_snippets(rs, url, chars=0, log=lambda *_: None)
+    readerdata.add_snippets(rs, url, chars=150, log=lambda *_: None)
+    snip = rs["questions"][0]["snip"]
+    assert rs["snippet_chars"] == 150 and len(snip) == 2
+    words = sent.split()
+    assert sum(w in snip[1] for w in words) > 0.6 * len(words), (sent, snip[1])
+    assert snip[1] != "the stored summary"
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(url.rstrip("/") + "/" + readerdata.SNIPPET_INDEX)
+    assert e.value.code == 404
