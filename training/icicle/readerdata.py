@@ -316,7 +316,8 @@ SNIPPET_FIELDS = ("text",)  # the demo index's body field (adapter.Fields.Body)
 def snippet_request(query: str, ids: list[str], chars: int, fields=SNIPPET_FIELDS) -> dict:
     """adapter.Snippets' search body (adapter/snippets.go): the listed documents by _id, each with its best
     fragment of about chars characters by the unified highlighter (BM25 over sentences, the start when nothing
-    matches). The two must stay one request: TestSnippetRequestMatchesGo compares them."""
+    matches). The two must stay one request: adapter/testdata/snippet_request.json holds both to one body
+    (Go's TestSnippetBodyGolden, tests/test_reader.py's test_snippet_request_is_the_sidecars)."""
     return {"size": len(ids), "_source": False, "track_total_hits": False,
             "query": {"ids": {"values": ids}},
             "highlight": {"type": "unified", "order": "score", "pre_tags": [""], "post_tags": [""],
