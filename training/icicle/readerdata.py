@@ -269,12 +269,17 @@ def build(out_dir: str, limit_docs: int = 0, threads: int = 2, seed: int = 0, lo
         k = f"{q['kind']}/{q['part']}"
         stats["questions"][k] = stats["questions"].get(k, 0) + 1
     out["stats"] = stats
-    os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "readerset.json.gz")
-    with gzip.open(path, "wt", encoding="utf-8") as f:
-        json.dump(out, f, separators=(",", ":"))
+    save(out, path)
     log(f"wrote {path}: {json.dumps(stats)}")
     return stats
+
+
+def save(rs: dict, path: str) -> None:
+    """Writes a set where load reads it (its folder made)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump(rs, f, separators=(",", ":"))
 
 
 def load(path: str) -> dict:
@@ -420,10 +425,7 @@ def main(argv=None) -> None:
     sn.add_argument("--chars", type=int, default=150, help="the sidecar's decode.snippet_chars")
     a = ap.parse_args(argv)
     if a.cmd == "snippets":
-        rs = add_snippets(load(a.set), a.es, a.chars)
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-        with gzip.open(a.out, "wt", encoding="utf-8") as f:
-            json.dump(rs, f, separators=(",", ":"))
+        save(add_snippets(load(a.set), a.es, a.chars), a.out)
         print(f"readerdata: {a.out}")
         return
     if a.cmd == "seen-heldout":
