@@ -43,7 +43,8 @@ job_args() {
     # issue 24: r24d reading each candidate's query snippet (the sidecar's decode.snippet_chars 150) instead of its
     # summary; needs the set with snippets (python -m icicle.readerdata snippets; stage.sh --set it --parts 4).
     # r24a zero-shot on snippets: held-out new +4.2 points, seen -8 (the router copies); s1, 163 CPU steps of 8 on
-    # them, got seen back (0.35) and lost new (0.769): the router leant to memory. A full run decides.
+    # them, got seen back (0.35) and lost new (0.769): the router leant to memory. s2, the same at r24a's share (seen
+    # 0.15, 329 CPU steps of 8), kept new (0.808) and got seen to 0.30: this job has that share. A full run decides.
     r24f) echo "$(job_args r24d) --snippets true" ;;
     dry) echo "--init backbone --steps 2 --batch 2 --n 3 5 --eval-n 2 --save-every 1 --device cpu --bf16 false" ;;
     *) echo "job.sh: unknown job $1 (r24e r26e r24f r24d r24a r24b r24c r26a r26b r26c dry)" >&2; return 2 ;;
