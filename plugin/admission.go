@@ -346,6 +346,8 @@ func (s *Server) runModel(ctx context.Context, query string, in []inference.Cand
 	s.metrics.stage.WithLabelValues("model").Observe(time.Since(modelStart).Seconds())
 	switch {
 	case err == nil:
+		s.metrics.stage.WithLabelValues("model_prefill").Observe(res.Stats.Prefill.Seconds())
+		s.metrics.stage.WithLabelValues("model_decode").Observe(res.Stats.Decode.Seconds())
 		return res, "", nil
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		return inference.Result{}, "", err

@@ -41,7 +41,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "icicle_request_duration_seconds",
 			Help: "Total request latency.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"endpoint"}),
 		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "icicle_stage_duration_seconds",
-			Help: "Latency of the Elasticsearch and model stages.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"stage"}),
+			Help: "Latency of the Elasticsearch and model stages (model_prefill and model_decode split the model's answered runs).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"stage"}),
 		routes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_routes_total",
 			Help: "Top-1 results by route (copy, parametric)."}, []string{"route"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_fallbacks_total",

@@ -336,6 +336,7 @@ func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapte
 	if reason != "" {
 		return fallback(reason)
 	}
+	resp.Timings.Prefill, resp.Timings.Decode = ptr(ms(res.Stats.Prefill)), ptr(ms(res.Stats.Decode))
 	resp.CandidatesInContext = res.InContext
 	resp.Context = make([]string, min(res.InContext, len(cands)))
 	for i := range resp.Context {

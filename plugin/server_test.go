@@ -201,9 +201,10 @@ func threeHits() []adapter.Hit {
 	}
 }
 
-// copyBeta answers Beta by the copy route, then a parametric seen document.
+// copyBeta answers Beta by the copy route, then a parametric seen document, in a prefill of 12 ms and a decode
+// of 3 ms.
 func copyBeta(_ context.Context, _ string, cands []inference.Candidate) (inference.Result, error) {
-	return inference.Result{PCopy: 0.9, InContext: len(cands), Beams: []inference.Beam{
+	return inference.Result{PCopy: 0.9, InContext: len(cands), Stats: inference.Stats{Prefill: 12 * time.Millisecond, Decode: 3 * time.Millisecond}, Beams: []inference.Beam{
 		{DocID: "Beta", Route: inference.RouteCopy, Score: -0.1, Candidate: 1},
 		{DocID: "Seen Doc", Route: inference.RouteParametric, Score: -2.5, Candidate: -1},
 	}}, nil
@@ -265,6 +266,9 @@ func TestRerankModes(t *testing.T) {
 		require.Equal(t, "es-Seen Doc", second["id"], "resolved in Elasticsearch")
 		require.NotContains(t, second, "bm25_rank")
 		require.InDelta(t, 0.9, body["router_prob"], 1e-9)
+		timings := body["timings"].(map[string]any)
+		require.EqualValues(t, 12, timings["prefill_ms"], "the engine's split of the model's time")
+		require.EqualValues(t, 3, timings["decode_ms"])
 	})
 	t.Run("search runs BM25 first", func(t *testing.T) {
 		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, nil)
@@ -288,6 +292,7 @@ func TestRerankModes(t *testing.T) {
 			require.Equal(t, "Alpha", res[0].(map[string]any)["docid"], "BM25 order")
 			require.Equal(t, "bm25", res[0].(map[string]any)["provenance"])
 			require.NotContains(t, body, "onnx exploded")
+			require.NotContains(t, body["timings"], "prefill_ms", "no split when the model did not answer")
 		}
 		require.Equal(t, 2, calls, "an open breaker does not call the model")
 	})
@@ -424,6 +429,8 @@ func TestHealthAndMetrics(t *testing.T) {
 	s.Handler().ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "GET", "/metrics", nil))
 	require.Contains(t, rec.Body.String(), `icicle_requests_total{endpoint="rerank",mode="reranked",status="200"} 1`)
 	require.Contains(t, rec.Body.String(), `icicle_routes_total{route="copy"} 1`)
+	require.Contains(t, rec.Body.String(), `icicle_stage_duration_seconds_sum{stage="model_prefill"} 0.012`)
+	require.Contains(t, rec.Body.String(), `icicle_stage_duration_seconds_sum{stage="model_decode"} 0.003`)
 }
 
 func TestPolicies(t *testing.T) {

@@ -120,7 +120,13 @@ type Timings struct {
 	// is not added to es_ms); absent without an encoder.
 	Embed float64 `json:"embed_ms,omitempty"`
 	Model float64 `json:"model_ms"`
-	Total float64 `json:"total_ms"`
+	// Prefill and Decode split the model's own Runs when it answered (absent otherwise): the prompt's Runs
+	// (with block reading: placing the stored blocks and the query's Run) and the Runs after it (the copy
+	// route's further chunks, the parametric beams). model_ms less the two is admission, the prompt's
+	// tokens and the engine's own work.
+	Prefill *float64 `json:"prefill_ms,omitempty"`
+	Decode  *float64 `json:"decode_ms,omitempty"`
+	Total   float64  `json:"total_ms"`
 }
 
 // Baseline says which first stage ranked the answer's baseline.
