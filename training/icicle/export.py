@@ -77,25 +77,66 @@ def quantize_int8(src: str, dst: str) -> None:
 KEEP_FP32 = ("down_proj",)
 
 
-def quantize_weights(src: str, dst: str, keep: tuple[str, ...] = KEEP_FP32) -> list[str]:
+HEAD_NODE = "/MatMul"  # the tied output head: MatMul(embedding, Transpose(hidden)), then Transpose to logits
+
+
+def untie_head(model) -> bool:
+    """Rewrites model's tied output head, MatMul(embed_tokens.weight, hidden^T) between two Transposes, as
+    MatMul(hidden, W) with W a constant copy of the embedding transposed (576 x vocab), so that the head is a weight
+    MatMul that quantize_weights can make int8 (one scale per vocabulary row); the embedding's Gather keeps the
+    original. The logits are the same numbers. Returns False when the graph has no such head."""
+    import onnx
+    from onnx import numpy_helper
+
+    g = model.graph
+    by_out = {o: n for n in g.node for o in n.output}
+    head = next((n for n in g.node if n.name == HEAD_NODE and n.op_type == "MatMul"), None)
+    if head is None:
+        return False
+    pre, post = by_out.get(head.input[1]), next((n for n in g.node if head.output[0] in n.input), None)
+    emb = next((i for i in g.initializer if i.name == head.input[0]), None)
+    if pre is None or post is None or emb is None or pre.op_type != "Transpose" or post.op_type != "Transpose":
+        return False
+    w = numpy_helper.from_array(np.ascontiguousarray(numpy_helper.to_array(emb).T), "lm_head.weight_t")
+    g.initializer.append(w)
+    node = onnx.helper.make_node("MatMul", [pre.input[0], w.name], [post.output[0]], name="/lm_head/MatMul")
+    at = list(g.node).index(pre)  # where the hidden state is ready
+    for n in (pre, head, post):
+        g.node.remove(n)
+    g.node.insert(at, node)
+    return True
+
+
+def quantize_weights(src: str, dst: str, keep: tuple[str, ...] = KEEP_FP32, head: bool = False) -> list[str]:
     """Writes src with its weight MatMuls (constant right operand) int8, one scale per output channel, and the
     activations quantised per Run (ONNX Runtime's dynamic quantisation: MatMulInteger, VNNI on x86); a MatMul
-    whose node name contains one of keep, the attention's activation products and the tied output head (the
-    embedding is its left operand) stay fp32. Returns the names of the MatMuls made int8. One file (the int8
-    graph is about 300 MB for the 135M model, within protobuf's 2 GB)."""
+    whose node name contains one of keep and the attention's activation products stay fp32. The tied output head
+    (the embedding is its left operand) stays fp32 unless head, which makes it a weight MatMul first (untie_head:
+    the largest single read of a short Run, 113 MB in fp32 for the 135M model, 28 MB in int8). Returns the names
+    of the MatMuls made int8. One file (the int8 graph is about 300 MB for the 135M model, 330 MB with the head,
+    within protobuf's 2 GB)."""
+    import tempfile
+
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    g = onnx.load(src, load_external_data=False).graph
-    consts = {i.name for i in g.initializer}
-    weights = [n.name for n in g.node if n.op_type == "MatMul" and n.input[1] in consts]
-    kept = [n for n in weights if any(k in n for k in keep)]
-    quantize_dynamic(src, dst, weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"],
-                     nodes_to_exclude=kept, extra_options={"MatMulConstBOnly": True})
+    with tempfile.TemporaryDirectory() as tmp:
+        if head:
+            m = onnx.load(src)
+            if not untie_head(m):
+                raise SystemExit(f"{src}: no tied output head ({HEAD_NODE} between two Transposes) to make int8")
+            src = os.path.join(tmp, "untied.onnx")
+            onnx.save(m, src)
+        g = onnx.load(src, load_external_data=False).graph
+        consts = {i.name for i in g.initializer}
+        weights = [n.name for n in g.node if n.op_type == "MatMul" and n.input[1] in consts]
+        kept = [n for n in weights if any(k in n for k in keep)]
+        quantize_dynamic(src, dst, weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"],
+                         nodes_to_exclude=kept, extra_options={"MatMulConstBOnly": True})
     return [n for n in weights if n not in kept]
 
 
-def add_int8(model_dir: str, keep: tuple[str, ...] = KEEP_FP32) -> dict:
+def add_int8(model_dir: str, keep: tuple[str, ...] = KEEP_FP32, head: bool = False) -> dict:
     """Writes model_dir/model.int8.onnx from model_dir's fp32 graph (quantize_weights) and names it the
     manifest's onnx_quantized (served with model.quantized: true). Returns what it did."""
     path = os.path.join(model_dir, "manifest.json")
@@ -110,14 +151,15 @@ def add_int8(model_dir: str, keep: tuple[str, ...] = KEEP_FP32) -> dict:
         raise SystemExit(f"{model_dir}: manifest field onnx is already the int8 file")
     dst = os.path.join(model_dir, "model.int8.onnx")
     tmp = dst + ".tmp"
-    quantized = quantize_weights(src, tmp, keep)
+    quantized = quantize_weights(src, tmp, keep, head)
     os.replace(tmp, dst)
     m["onnx_quantized"] = "model.int8.onnx"
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(m, f, indent=2, ensure_ascii=False)
         f.write("\n")
     os.replace(path + ".tmp", path)
-    return {"file": dst, "bytes": os.path.getsize(dst), "int8_matmuls": len(quantized), "kept_fp32": list(keep)}
+    return {"file": dst, "bytes": os.path.getsize(dst), "int8_matmuls": len(quantized), "kept_fp32": list(keep),
+            "int8_head": head}
 
 
 def main(argv=None) -> None:
@@ -131,8 +173,10 @@ def main(argv=None) -> None:
     p.add_argument("--model", required=True, help="model directory with manifest.json and its fp32 graph")
     p.add_argument("--keep", nargs="*", default=list(KEEP_FP32),
                    help=f"MatMuls whose node name contains one of these stay fp32 (default {' '.join(KEEP_FP32)})")
+    p.add_argument("--head", action="store_true",
+                   help="the tied output head in int8 too (untie_head; its effect on the scores is the model's to measure)")
     a = ap.parse_args(argv)
-    print(json.dumps(add_int8(a.model, tuple(a.keep))))
+    print(json.dumps(add_int8(a.model, tuple(a.keep), a.head)))
 
 
 def ort_session(path: str):

@@ -105,6 +105,37 @@ def test_int8_file_keeps_down_proj_in_fp32(exported, tmp_path):
     assert rep.int8_top1_agreement >= 0.5
 
 
+def test_untied_head_gives_the_same_logits_and_goes_int8(exported, tmp_path):
+    import json
+    import shutil
+
+    import onnx
+
+    from icicle.decode import causal_mask_np
+    from icicle.export import add_int8, untie_head
+
+    m, fp, _ = exported
+    g = onnx.load(fp)
+    assert untie_head(g) and not untie_head(g), "the head is rewritten once; the rewritten graph has none left"
+    untied = str(tmp_path / "untied.onnx")
+    onnx.save(g, untied)
+    past = [np.zeros((1, 0, 2, 8), np.float32)] * 4
+    ids, pos, idx = np.array([[5, 17, 3, 250]]), np.array([[0, 1, 2, 3]]), np.array([0, 1, 2, 3])
+    want, _ = ort_step(ort_session(fp), SMALL.layers)(ids, pos, causal_mask_np(0, 4), idx, past)
+    got, _ = ort_step(ort_session(untied), SMALL.layers)(ids, pos, causal_mask_np(0, 4), idx, past)
+    assert np.abs(got - want).max() <= 1e-5  # the same products, in another layout
+
+    shutil.copy(fp, tmp_path / "model.onnx")
+    (tmp_path / "manifest.json").write_text(json.dumps({"name": "fixture", "onnx": "model.onnx"}))
+    out = add_int8(str(tmp_path), head=True)
+    q = onnx.load(str(tmp_path / "model.int8.onnx")).graph
+    integer = [n.name for n in q.node if n.op_type == "MatMulInteger"]
+    assert out["int8_head"] and out["int8_matmuls"] == len(integer) == 6 * SMALL.layers + 1
+    assert not any(n.op_type == "MatMul" and n.name == "/MatMul" for n in q.node), "no fp32 head left"
+    rep = check_parity(m, fp, str(tmp_path / "model.int8.onnx"), trials=3)
+    assert rep.int8_top1_agreement >= 0.5
+
+
 def test_int8_refuses_a_directory_without_its_graph(tmp_path):
     import json
 
