@@ -93,10 +93,13 @@ def untie_head(model) -> bool:
     head = next((n for n in g.node if n.name == HEAD_NODE and n.op_type == "MatMul"), None)
     if head is None:
         return False
-    pre, post = by_out.get(head.input[1]), next((n for n in g.node if head.output[0] in n.input), None)
+    users = [n for n in g.node if head.output[0] in n.input]
+    pre, post = by_out.get(head.input[1]), users[0] if len(users) == 1 else None
     emb = next((i for i in g.initializer if i.name == head.input[0]), None)
     if pre is None or post is None or emb is None or pre.op_type != "Transpose" or post.op_type != "Transpose":
         return False
+    if sum(pre.output[0] in n.input for n in g.node) != 1:
+        return False  # the transposed hidden state feeds something else too: leave the graph as it is
     w = numpy_helper.from_array(np.ascontiguousarray(numpy_helper.to_array(emb).T), "lm_head.weight_t")
     g.initializer.append(w)
     node = onnx.helper.make_node("MatMul", [pre.input[0], w.name], [post.output[0]], name="/lm_head/MatMul")
