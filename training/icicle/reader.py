@@ -169,13 +169,14 @@ class Reader:
             rng.shuffle(order)
         names = [q["list"][i] for i in order]
         shown = dict(zip(names, rng.sample(self.titles, len(names)))) if rng.random() < a.swap_titles else {}
-        p = self.prompt(q["q"], names, shown, order, self.texts(q))
+        texts = self.texts(q)
+        p = self.prompt(q["q"], names, shown, order, texts)
         if order.index(gi) >= p.included:  # the budget cut the gold off: it takes a drawn place among those shown
             order = [i for i in order[: p.included] if i != gi]
             order = order[: p.included - 1]
             order.insert(rng.randrange(len(order) + 1), gi)
             names = [q["list"][i] for i in order]
-            p = self.prompt(q["q"], names, shown, order, self.texts(q))
+            p = self.prompt(q["q"], names, shown, order, texts)
         inc = order[: p.included]
         gold = shown.get(q["gold"], q["gold"])
         inst = Instance(p.ids, [self.tok.copy_id] + self.tok.docid(gold), segments=self._segments(p))
