@@ -4,6 +4,7 @@
     python -m icicle.lab.diagnose serve --model-dir ../models/small           # copy pick by the gold's BM25 position
     python -m icicle.lab.hf_baseline verify                                   # HF generate on the same weights
     python -m icicle.lab.runprofile ../models/reader135/model.onnx --past 3692  # one Run's time by operator
+    python -m icicle.lab.attention --past 3692 --rows 38                      # the attention's methods, timed
     python -m icicle.lab.scorefusion fit ../.run/fusion/r135.jsonl            # first stage + w x reader, fitted
 
 They import the pipeline (``icicle.*``); no pipeline module imports them (tests/test_structure.py).
