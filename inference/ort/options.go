@@ -31,4 +31,12 @@ type Options struct {
 	// between decode steps but keeps cores busy while idle; set NoSpin when the sidecar shares cores with
 	// Elasticsearch. Default false (ONNX Runtime spins).
 	NoSpin bool
+	// SpinBetweenRuns keeps the intra-op threads spinning after a Run returns, as ONNX Runtime does by
+	// default. Default false: they spin during a Run and stop when the last concurrent Run returns
+	// (session.force_spinning_stop), so that between a request's Runs and the next request's the cores go to
+	// Elasticsearch and the query encoder, which share them. Measured through the sidecar on 2 cores (b3 by
+	// blocks, 10 candidates): the first stage inside a model request 26.8 / 25.7 ms p50 with spinning kept,
+	// 21.6 / 20.5 without (what it takes alone), the model's Run unchanged (docs/evaluation.md). No effect
+	// with NoSpin.
+	SpinBetweenRuns bool
 }

@@ -300,6 +300,11 @@ func newSession(path string, ins, outs []string, opts Options, cuda bool) (*onnx
 			return nil, fmt.Errorf("set inter-op threads %d: %w", opts.InterOpThreads, err)
 		}
 	}
+	if !opts.NoSpin && !opts.SpinBetweenRuns {
+		if err := so.AddSessionConfigEntry("session.force_spinning_stop", "1"); err != nil {
+			return nil, fmt.Errorf("set session.force_spinning_stop: %w", err)
+		}
+	}
 	if opts.NoSpin {
 		for _, key := range []string{"session.intra_op.allow_spinning", "session.inter_op.allow_spinning"} {
 			if err := so.AddSessionConfigEntry(key, "0"); err != nil {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -46,9 +47,20 @@ func TestLogitsGolden(t *testing.T) {
 	}
 	require.NoError(t, err)
 	defer fh.Close()
-	m := f.load(t, Options{})
+	lines, err := io.ReadAll(fh)
+	require.NoError(t, err)
+	// Every way of spinning gives the golden logits: the threads' waiting changes when work runs, never what.
+	for _, spin := range []struct {
+		name string
+		opts Options
+	}{{"stop_after_run", Options{}}, {"spin_between_runs", Options{SpinBetweenRuns: true}}, {"no_spin", Options{Threads: 2, NoSpin: true}}} {
+		t.Run(spin.name, func(t *testing.T) { checkGoldenLogits(t, f, path, lines, f.load(t, spin.opts)) })
+	}
+}
 
-	sc := bufio.NewScanner(fh)
+func checkGoldenLogits(t *testing.T, f fixture, path string, lines []byte, m *Model) {
+	t.Helper()
+	sc := bufio.NewScanner(bytes.NewReader(lines))
 	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
 	for line := 1; sc.Scan(); line++ {
 		var g struct {
