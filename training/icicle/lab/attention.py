@@ -40,23 +40,66 @@ def _make(nodes, inputs, outputs, inits=()):
     return helper.make_model(graph, ir_version=9, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
 
 
+def _shapes(past: int, rows: int) -> list:
+    """The reshapes both decomposed graphs use (grouping the query heads by their key/value head and back), the
+    scores' scale, as initializers."""
+    from onnx import numpy_helper
+
+    rep, m = HEADS // KV_HEADS, past + rows
+    dims = {"s_q": [1, rows, KV_HEADS, rep, HEAD_DIM], "s_qg": [1, KV_HEADS, rep * rows, HEAD_DIM],
+            "s_kv": [1, rows, KV_HEADS, HEAD_DIM], "s_att": [1, KV_HEADS, rep, rows, m], "s_mask": [1, 1, 1, rows, m],
+            "s_w": [1, KV_HEADS, rep * rows, m], "s_o": [1, KV_HEADS, rep, rows, HEAD_DIM], "s_y": [1, rows, HEADS * HEAD_DIM]}
+    return [numpy_helper.from_array(np.array(d, np.int64), name) for name, d in dims.items()] + [
+        numpy_helper.from_array(np.array(1 / np.sqrt(HEAD_DIM), np.float32), "scale")]
+
+
+def _qkv_mask(past: int, rows: int) -> list:
+    """The inputs every graph starts from: q [1,rows,H*D], k and v [1,rows,KV*D], mask [1,rows,past+rows]."""
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    return [helper.make_tensor_value_info("q", T.FLOAT, [1, rows, HEADS * HEAD_DIM]),
+            helper.make_tensor_value_info("k", T.FLOAT, [1, rows, KV_HEADS * HEAD_DIM]),
+            helper.make_tensor_value_info("v", T.FLOAT, [1, rows, KV_HEADS * HEAD_DIM]),
+            helper.make_tensor_value_info("mask", T.FLOAT, [1, rows, past + rows])]
+
+
+def _grouped(x: str, p: str) -> list:
+    """Nodes making p+"qg" [1,KV,rep*rows,D] from the query x: heads grouped by the key/value head they read."""
+    from onnx import helper
+
+    return [helper.make_node("Reshape", [x, "s_q"], [p + "q5"]),
+            helper.make_node("Transpose", [p + "q5"], [p + "q5t"], perm=[0, 2, 3, 1, 4]),
+            helper.make_node("Reshape", [p + "q5t", "s_qg"], [p + "qg"])]
+
+
+def _softmax(scores: str, p: str) -> list:
+    """Nodes from the unscaled scores [1,KV,rep*rows,m] to the probabilities p+"w": scaled, masked, softmax."""
+    from onnx import helper
+
+    return [helper.make_node("Mul", [scores, "scale"], [p + "s1"]),
+            helper.make_node("Reshape", [p + "s1", "s_att"], [p + "s5"]),
+            helper.make_node("Add", [p + "s5", "mask5"], [p + "sm"]),
+            helper.make_node("Softmax", [p + "sm"], [p + "w5"], axis=-1),
+            helper.make_node("Reshape", [p + "w5", "s_w"], [p + "w"])]
+
+
+def _ungrouped(p: str) -> list:
+    """Nodes from a layer's grouped output p+"o" [1,KV,rep*rows,D] to p+"y" [1,rows,H*D], the next query."""
+    from onnx import helper
+
+    return [helper.make_node("Reshape", [p + "o", "s_o"], [p + "o5"]),
+            helper.make_node("Transpose", [p + "o5"], [p + "o5t"], perm=[0, 3, 1, 2, 4]),
+            helper.make_node("Reshape", [p + "o5t", "s_y"], [p + "y"])]
+
+
 def step_graph(past: int, rows: int, layers: int):
     """The step graph's attention: inputs q [1,rows,H*D], k and v [1,rows,KV*D], mask [1,rows,past+rows], p{l}k and
     p{l}v [1,past,KV,D]; output y [1,rows,H*D]."""
     from onnx import TensorProto as T
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
-    rep, m = HEADS // KV_HEADS, past + rows
-    shape = lambda name, dims: numpy_helper.from_array(np.array(dims, np.int64), name)  # noqa: E731
-    inits = [shape("s_q", [1, rows, KV_HEADS, rep, HEAD_DIM]), shape("s_qg", [1, KV_HEADS, rep * rows, HEAD_DIM]),
-             shape("s_kv", [1, rows, KV_HEADS, HEAD_DIM]), shape("s_att", [1, KV_HEADS, rep, rows, m]),
-             shape("s_mask", [1, 1, 1, rows, m]), shape("s_w", [1, KV_HEADS, rep * rows, m]),
-             shape("s_o", [1, KV_HEADS, rep, rows, HEAD_DIM]), shape("s_y", [1, rows, HEADS * HEAD_DIM]),
-             numpy_helper.from_array(np.array(1 / np.sqrt(HEAD_DIM), np.float32), "scale")]
-    inputs = [helper.make_tensor_value_info("q", T.FLOAT, [1, rows, HEADS * HEAD_DIM]),
-              helper.make_tensor_value_info("k", T.FLOAT, [1, rows, KV_HEADS * HEAD_DIM]),
-              helper.make_tensor_value_info("v", T.FLOAT, [1, rows, KV_HEADS * HEAD_DIM]),
-              helper.make_tensor_value_info("mask", T.FLOAT, [1, rows, m])]
+    inputs = _qkv_mask(past, rows)
     nodes = [helper.make_node("Reshape", ["k", "s_kv"], ["k4"]), helper.make_node("Reshape", ["v", "s_kv"], ["v4"]),
              helper.make_node("Reshape", ["mask", "s_mask"], ["mask5"])]
     x = "q"
@@ -64,27 +107,15 @@ def step_graph(past: int, rows: int, layers: int):
         p = f"l{l}_"
         inputs += [helper.make_tensor_value_info(f"p{l}k", T.FLOAT, [1, past, KV_HEADS, HEAD_DIM]),
                    helper.make_tensor_value_info(f"p{l}v", T.FLOAT, [1, past, KV_HEADS, HEAD_DIM])]
-        nodes += [
-            helper.make_node("Reshape", [x, "s_q"], [p + "q5"]),
-            helper.make_node("Transpose", [p + "q5"], [p + "q5t"], perm=[0, 2, 3, 1, 4]),
-            helper.make_node("Reshape", [p + "q5t", "s_qg"], [p + "qg"]),
+        nodes += _grouped(x, p) + [
             helper.make_node("Concat", [f"p{l}k", "k4"], [p + "kc"], axis=1),
             helper.make_node("Transpose", [p + "kc"], [p + "kk"], perm=[0, 2, 3, 1]),
             helper.make_node("Concat", [f"p{l}v", "v4"], [p + "vc"], axis=1),
             helper.make_node("Transpose", [p + "vc"], [p + "vv"], perm=[0, 2, 1, 3]),
             helper.make_node("MatMul", [p + "qg", p + "kk"], [p + "s0"]),
-            helper.make_node("Mul", [p + "s0", "scale"], [p + "s1"]),
-            helper.make_node("Reshape", [p + "s1", "s_att"], [p + "s5"]),
-            helper.make_node("Add", [p + "s5", "mask5"], [p + "sm"]),
-            helper.make_node("Softmax", [p + "sm"], [p + "w5"], axis=-1),
-            helper.make_node("Reshape", [p + "w5", "s_w"], [p + "w"]),
-            helper.make_node("MatMul", [p + "w", p + "vv"], [p + "o"]),
-            helper.make_node("Reshape", [p + "o", "s_o"], [p + "o5"]),
-            helper.make_node("Transpose", [p + "o5"], [p + "o5t"], perm=[0, 3, 1, 2, 4]),
-            helper.make_node("Reshape", [p + "o5t", "s_y"], [p + "y"]),
-        ]
+        ] + _softmax(p + "s0", p) + [helper.make_node("MatMul", [p + "w", p + "vv"], [p + "o"])] + _ungrouped(p)
         x = p + "y"
-    return _make(nodes, inputs, [helper.make_tensor_value_info(x, T.FLOAT, [1, rows, HEADS * HEAD_DIM])], inits)
+    return _make(nodes, inputs, [helper.make_tensor_value_info(x, T.FLOAT, [1, rows, HEADS * HEAD_DIM])], _shapes(past, rows))
 
 
 def gqa_graph(past: int, rows: int, layers: int, bias: bool):
@@ -94,10 +125,8 @@ def gqa_graph(past: int, rows: int, layers: int, bias: bool):
     from onnx import helper
 
     cap = past + rows
-    inputs = [helper.make_tensor_value_info("q", T.FLOAT, [1, rows, HEADS * HEAD_DIM]),
-              helper.make_tensor_value_info("k", T.FLOAT, [1, rows, KV_HEADS * HEAD_DIM]),
-              helper.make_tensor_value_info("v", T.FLOAT, [1, rows, KV_HEADS * HEAD_DIM]),
-              helper.make_tensor_value_info("seqlens_k", T.INT32, [1]), helper.make_tensor_value_info("total", T.INT32, [])]
+    inputs = _qkv_mask(past, rows)[:3] + [helper.make_tensor_value_info("seqlens_k", T.INT32, [1]),
+                                          helper.make_tensor_value_info("total", T.INT32, [])]
     if bias:
         inputs.append(helper.make_tensor_value_info("bias", T.FLOAT, [1, 1, rows, cap]))
     outputs, nodes, x = [], [], "q"
@@ -118,22 +147,12 @@ def int8_graph(past: int, rows: int, layers: int):
     from onnx import TensorProto as T
     from onnx import helper, numpy_helper
 
-    rep, m = HEADS // KV_HEADS, past + rows
     arr = lambda name, a: numpy_helper.from_array(np.array(a), name)  # noqa: E731
-    inits = [arr("s_q", np.array([1, rows, KV_HEADS, rep, HEAD_DIM], np.int64)),
-             arr("s_qg", np.array([1, KV_HEADS, rep * rows, HEAD_DIM], np.int64)),
-             arr("s_kv", np.array([1, rows, KV_HEADS, HEAD_DIM], np.int64)),
-             arr("s_att", np.array([1, KV_HEADS, rep, rows, m], np.int64)),
-             arr("s_mask", np.array([1, 1, 1, rows, m], np.int64)), arr("s_w", np.array([1, KV_HEADS, rep * rows, m], np.int64)),
-             arr("s_o", np.array([1, KV_HEADS, rep, rows, HEAD_DIM], np.int64)),
-             arr("s_y", np.array([1, rows, HEADS * HEAD_DIM], np.int64)),
-             arr("scale", np.float32(1 / np.sqrt(HEAD_DIM))), arr("z_u8", np.uint8(0)), arr("z_i8", np.int8(0)),
-             arr("inv255", np.float32(1 / 255)), arr("ax3", np.array([3], np.int64)), arr("at0", np.array([0], np.int64)),
-             arr("atp", np.array([past], np.int64)), arr("atm", np.array([m], np.int64))]
-    inputs = [helper.make_tensor_value_info("q", T.FLOAT, [1, rows, HEADS * HEAD_DIM]),
-              helper.make_tensor_value_info("k", T.FLOAT, [1, rows, KV_HEADS * HEAD_DIM]),
-              helper.make_tensor_value_info("v", T.FLOAT, [1, rows, KV_HEADS * HEAD_DIM]),
-              helper.make_tensor_value_info("mask", T.FLOAT, [1, rows, m])]
+    inits = _shapes(past, rows) + [
+        arr("z_u8", np.uint8(0)), arr("z_i8", np.int8(0)), arr("inv255", np.float32(1 / 255)),
+        arr("ax3", np.array([3], np.int64)), arr("at0", np.array([0], np.int64)), arr("atp", np.array([past], np.int64)),
+        arr("atm", np.array([past + rows], np.int64))]
+    inputs = _qkv_mask(past, rows)
     nodes = [helper.make_node("Reshape", ["k", "s_kv"], ["k4"]), helper.make_node("Transpose", ["k4"], ["knew"], perm=[0, 2, 3, 1]),
              helper.make_node("Reshape", ["v", "s_kv"], ["v4"]), helper.make_node("Transpose", ["v4"], ["vnew"], perm=[0, 2, 1, 3]),
              helper.make_node("Reshape", ["mask", "s_mask"], ["mask5"])]
@@ -144,10 +163,7 @@ def int8_graph(past: int, rows: int, layers: int):
                    helper.make_tensor_value_info(f"p{l}ks", T.FLOAT, [1, KV_HEADS, 1, past]),
                    helper.make_tensor_value_info(f"p{l}v8", T.INT8, [1, KV_HEADS, past, HEAD_DIM]),
                    helper.make_tensor_value_info(f"p{l}vs", T.FLOAT, [1, KV_HEADS, 1, past])]
-        nodes += [
-            helper.make_node("Reshape", [x, "s_q"], [p + "q5"]),
-            helper.make_node("Transpose", [p + "q5"], [p + "q5t"], perm=[0, 2, 3, 1, 4]),
-            helper.make_node("Reshape", [p + "q5t", "s_qg"], [p + "qg"]),
+        nodes += _grouped(x, p) + [
             # scores over the past: (u8 q - zp) x s8 k, times the query's scale and each position's
             helper.make_node("DynamicQuantizeLinear", [p + "qg"], [p + "qu", p + "qs", p + "qz"]),
             helper.make_node("MatMulInteger", [p + "qu", f"p{l}k8", p + "qz", "z_i8"], [p + "sp32"]),
@@ -156,11 +172,7 @@ def int8_graph(past: int, rows: int, layers: int):
             helper.make_node("Mul", [p + "spf", p + "kqs"], [p + "sp"]),
             helper.make_node("MatMul", [p + "qg", "knew"], [p + "sn"]),
             helper.make_node("Concat", [p + "sp", p + "sn"], [p + "s0"], axis=-1),
-            helper.make_node("Mul", [p + "s0", "scale"], [p + "s1"]),
-            helper.make_node("Reshape", [p + "s1", "s_att"], [p + "s5"]),
-            helper.make_node("Add", [p + "s5", "mask5"], [p + "sm"]),
-            helper.make_node("Softmax", [p + "sm"], [p + "w5"], axis=-1),
-            helper.make_node("Reshape", [p + "w5", "s_w"], [p + "w"]),
+        ] + _softmax(p + "s0", p) + [
             # the past's values: probabilities times the values' scales, per row to [0, 1], u8 x s8
             helper.make_node("Slice", [p + "w", "at0", "atp", "ax3"], [p + "wp"]),
             helper.make_node("Slice", [p + "w", "atp", "atm", "ax3"], [p + "wn"]),
@@ -174,10 +186,7 @@ def int8_graph(past: int, rows: int, layers: int):
             helper.make_node("Mul", [p + "opf", p + "rs"], [p + "op"]),
             helper.make_node("MatMul", [p + "wn", "vnew"], [p + "on"]),
             helper.make_node("Add", [p + "op", p + "on"], [p + "o"]),
-            helper.make_node("Reshape", [p + "o", "s_o"], [p + "o5"]),
-            helper.make_node("Transpose", [p + "o5"], [p + "o5t"], perm=[0, 3, 1, 2, 4]),
-            helper.make_node("Reshape", [p + "o5t", "s_y"], [p + "y"]),
-        ]
+        ] + _ungrouped(p)
         x = p + "y"
     return _make(nodes, inputs, [helper.make_tensor_value_info(x, T.FLOAT, [1, rows, HEADS * HEAD_DIM])], inits)
 
