@@ -27,9 +27,10 @@ type Options struct {
 	// CUDAFallbackCPU makes Load fall back to a CPU session, with a warning, when ProviderCUDA cannot be
 	// set up. Default false: Load fails with ErrCUDAUnavailable.
 	CUDAFallbackCPU bool
-	// NoSpin stops intra-op threads from spinning while they wait for work. Spinning lowers latency
-	// between decode steps but keeps cores busy while idle; set NoSpin when the sidecar shares cores with
-	// Elasticsearch. Default false (ONNX Runtime spins).
+	// NoSpin stops intra-op threads from spinning while they wait for work, inside a Run too: each
+	// operator then wakes them, which makes a Run slower but keeps several sessions on the same cores from
+	// spinning against each other (the sidecar sets it with two or more sessions). Default false: the
+	// threads spin while a Run works (and after it with SpinBetweenRuns).
 	NoSpin bool
 	// SpinBetweenRuns keeps the intra-op threads spinning after a Run returns, as ONNX Runtime does by
 	// default. Default false: they spin during a Run and stop when the last concurrent Run returns
