@@ -193,6 +193,56 @@ func TestFirstStage(t *testing.T) {
 		require.Contains(t, metrics, `icicle_breaker_transitions_total{to="open"} 0`)
 		require.Contains(t, metrics, `icicle_first_stage_total{baseline="bm25",reason="encoder_error"} 8`)
 	})
+	t.Run("a request for more new documents than half the depth: BM25 over new ones from one deeper search", func(t *testing.T) {
+		// Depth 20 and 30 new documents (more than the 25 of the ranking over all can hold): BM25 over all goes
+		// 40 deep, and its first 20 new documents must be BM25 over new ones, with the same scores, fused with
+		// the kNN over new documents as their own search would be.
+		const broad = "the history of the united states"
+		p := retrieve.Params{Method: retrieve.MethodLinear, DenseWeight: 0.8, Depth: 20, KNN: 5}
+		st, err := retrieve.New(es, enc, p, nil)
+		require.NoError(t, err)
+		l, err := st.Search(t.Context(), retrieve.Request{Query: broad, NewK: 30, Size: 10})
+		require.NoError(t, err)
+		require.Equal(t, retrieve.BaselineHybrid, l.Baseline)
+
+		deep, err := es.SearchLean(t.Context(), broad, 40, false)
+		require.NoError(t, err)
+		require.Len(t, deep, 40, "the query matches more than 40 of the 120 documents")
+		newLean, err := es.SearchLean(t.Context(), broad, 20, true)
+		require.NoError(t, err)
+		var fromDeep []adapter.Hit
+		for _, h := range deep {
+			if !h.Seen && len(fromDeep) < 20 {
+				fromDeep = append(fromDeep, h)
+			}
+		}
+		require.Len(t, fromDeep, 20)
+		for i := range newLean {
+			require.Equal(t, newLean[i].DocID, fromDeep[i].DocID, "rank %d", i+1)
+			require.Equal(t, newLean[i].BM25, fromDeep[i].BM25, "rank %d", i+1)
+		}
+
+		vec, err := enc.Query(t.Context(), broad)
+		require.NoError(t, err)
+		ids := make([]string, len(newLean))
+		for i, h := range newLean {
+			ids[i] = h.ID
+		}
+		res, err := es.Dense(t.Context(), vec, []adapter.DenseQuery{{IDs: ids}, {K: p.KNN, OnlyNew: true}})
+		require.NoError(t, err)
+		exact := map[string]float64{}
+		for _, h := range append(res[0], res[1]...) {
+			if _, ok := exact[h.ID]; !ok {
+				exact[h.ID] = h.Dense
+			}
+		}
+		want := retrieve.Fuse(newLean, res[1], exact, p)
+		require.Equal(t, hitDocIDs(want), hitDocIDs(l.New))
+		for _, h := range l.New {
+			require.False(t, h.Seen)
+			require.NotEmpty(t, h.Title)
+		}
+	})
 	t.Run("an index without vectors answers BM25 with its reason", func(t *testing.T) {
 		plain := fmt.Sprintf("icicle-novec-%d", time.Now().UnixNano())
 		pes, err := adapter.New(adapter.Options{Addresses: []string{esURL}, Index: plain}, nil)

@@ -17,7 +17,14 @@ type fakeSearcher struct {
 	dense     map[string]float64 // cosine by _id
 	denseErr  error
 	denseAsks [][]adapter.DenseQuery
+	leanAsks  []leanAsk
 	sourced   int
+}
+
+// leanAsk is one SearchLean call's depth and filter.
+type leanAsk struct {
+	k       int
+	onlyNew bool
 }
 
 func (f *fakeSearcher) SearchAll(context.Context, string, int) ([]adapter.Hit, error) {
@@ -27,11 +34,13 @@ func (f *fakeSearcher) SearchNew(context.Context, string, int) ([]adapter.Hit, e
 	return f.new, f.newErr
 }
 
-func (f *fakeSearcher) SearchLean(_ context.Context, _ string, _ int, onlyNew bool) ([]adapter.Hit, error) {
+// SearchLean returns the first k of all, or of new.
+func (f *fakeSearcher) SearchLean(_ context.Context, _ string, k int, onlyNew bool) ([]adapter.Hit, error) {
+	f.leanAsks = append(f.leanAsks, leanAsk{k, onlyNew})
 	if onlyNew {
-		return f.new, f.newErr
+		return f.new[:min(k, len(f.new))], f.newErr
 	}
-	return f.all, nil
+	return f.all[:min(k, len(f.all))], nil
 }
 
 // Sources sets each hit's title to "title of " + its docid.
@@ -105,38 +114,55 @@ func TestStageSearch(t *testing.T) {
 		require.Len(t, es.denseAsks, 2)
 		require.Equal(t, []adapter.DenseQuery{{IDs: []string{"b", "c"}}, {K: 5, OnlyNew: true}}, es.denseAsks[1])
 	})
-	t.Run("more than half of depth new: the new search rides with the first, one multi-search", func(t *testing.T) {
-		// Depth 4: NewK 5 asks for more than BM25's top 4 can hold; NewK 3 is found among all, the speculative
-		// list unused; its failure then costs nothing, but fails the request's new list when it was needed.
-		deep := Params{Method: MethodLinear, DenseWeight: 1, Depth: 4, KNN: 5}
+	t.Run("more than half of depth new: one search twice as deep holds both lists, one multi-search", func(t *testing.T) {
+		// Depth 2: NewK 2 asks for more than half of BM25's top 2; BM25 over all goes 4 deep and its first 2
+		// new documents are BM25's ranking over new ones.
+		deep := Params{Method: MethodLinear, DenseWeight: 1, Depth: 2, KNN: 5}
 		es := newSearcher()
 		st, _ := New(es, fakeEmbedder{}, deep, nil)
-		l, err := st.Search(t.Context(), Request{Query: "q", NewK: 5})
+		l, err := st.Search(t.Context(), Request{Query: "q", NewK: 3})
 		require.NoError(t, err)
-		require.Equal(t, []string{"k", "b", "c"}, order(l.New))
-		require.Equal(t, [][]adapter.DenseQuery{{{IDs: []string{"a", "b", "c"}}, {K: 5}, {IDs: []string{"b", "c"}}, {K: 5, OnlyNew: true}}},
-			es.denseAsks, "both lists' cosines and kNN in one call")
+		require.Equal(t, []leanAsk{{4, false}}, es.leanAsks, "one BM25 search, twice as deep")
+		require.Equal(t, []string{"k", "b", "a"}, order(l.All), "all: BM25's top 2 (a, b) and the kNN")
+		require.Equal(t, []string{"k", "b", "c"}, order(l.New), "new: b and c fused with the kNN over new documents")
+		require.Equal(t, 1, l.New[1].BM25Rank, "ranked among the new documents")
+		require.Equal(t, [][]adapter.DenseQuery{{{IDs: []string{"a", "b", "c"}}, {K: 5}, {K: 5, OnlyNew: true}}},
+			es.denseAsks, "one cosine lookup of both lists' hits and both kNN in one call")
 		require.Equal(t, "title of db", l.New[1].Title)
 
-		es = newSearcher()
+		// A corpus mostly seen: the 4 hold one new document, so BM25 over new ones follows; its failure fails
+		// the request's new list only.
+		mostlySeen := func() *fakeSearcher {
+			es := newSearcher()
+			es.all = bm25Hits("a", "b", "c", "d")
+			es.all[0].Seen, es.all[1].Seen, es.all[3].Seen = true, true, true
+			es.new = bm25Hits("c", "e")
+			es.dense["e"] = 0.7
+			return es
+		}
+		es = mostlySeen()
 		st, _ = New(es, fakeEmbedder{}, deep, nil)
-		l, err = st.Search(t.Context(), Request{Query: "q", NewK: 3})
+		l, err = st.Search(t.Context(), Request{Query: "q", NewK: 2})
 		require.NoError(t, err)
-		require.Equal(t, []string{"k", "b", "c"}, order(l.New), "the new documents of the fused ranking")
-		require.Equal(t, []string{"k", "b", "c", "a"}, order(l.All))
-		require.Len(t, es.denseAsks, 1)
+		require.Equal(t, []leanAsk{{4, false}, {2, true}}, es.leanAsks)
+		require.Equal(t, []string{"k", "e"}, order(l.New))
 
-		es = newSearcher()
+		es = mostlySeen()
 		es.newErr = errors.New("shard failure")
 		st, _ = New(es, fakeEmbedder{}, deep, nil)
-		l, err = st.Search(t.Context(), Request{Query: "q", NewK: 3})
-		require.NoError(t, err, "not needed: no error")
-		require.Equal(t, []string{"k", "b", "c"}, order(l.New))
-		l, err = st.Search(t.Context(), Request{Query: "q", NewK: 5})
+		l, err = st.Search(t.Context(), Request{Query: "q", NewK: 2})
 		require.True(t, IsNewSearch(err))
-		require.Equal(t, []string{"k", "b", "c", "a"}, order(l.All))
+		require.Equal(t, []string{"k", "b", "a"}, order(l.All))
 		require.Empty(t, l.New)
-		require.Equal(t, []adapter.DenseQuery{{IDs: []string{"a", "b", "c"}}, {K: 5}}, es.denseAsks[1], "no new list to fuse")
+		require.Equal(t, []adapter.DenseQuery{{IDs: []string{"a", "b"}}, {K: 5}}, es.denseAsks[0], "no new list to fuse")
+
+		// At most half of the depth: one search of the depth, the new documents found among all.
+		es = newSearcher()
+		st, _ = New(es, fakeEmbedder{}, deep, nil)
+		l, err = st.Search(t.Context(), Request{Query: "q", NewK: 1})
+		require.NoError(t, err)
+		require.Equal(t, []leanAsk{{2, false}}, es.leanAsks)
+		require.Equal(t, []string{"k"}, order(l.New))
 	})
 	t.Run("an encoder failure answers BM25 with its reason", func(t *testing.T) {
 		es := newSearcher()
