@@ -3,12 +3,15 @@
 package loader
 
 import (
+	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/cpu"
 
 	"github.com/icicle-search/sidecar/inference/dense"
 	"github.com/icicle-search/sidecar/inference/ort"
@@ -32,6 +35,20 @@ type goldenText struct {
 // reference. Both run ONNX Runtime's kernels (Go 1.30, Python the venv's), so what differs is the
 // batching (padding changes the summation order a little) and the runtime version.
 const encoderTolerance = 2e-4
+
+// int8MinCosine is the least cosine to the golden vector allowed for a dynamically quantised encoder on a CPU
+// without VNNI. Its int8 products then run on other kernels than the goldens' (written on AVX-512 VNNI hosts):
+// on an AVX2 host without VNNI (session 22) Python's own ONNX Runtime, the goldens' reference, gave vectors up
+// to 1.7e-2 a component from them (cosine 0.9983, the 512-token passage; 4.1e-4 for one query, the rest
+// identical), and Go the same. 0.995 is the cosine that batching alone moves such an encoder's vectors by
+// (encoder.json's max_batch_why); a wrong pooling, mask or prefix moves them far more. Token ids stay exact.
+const int8MinCosine = 0.995
+
+// goldenKernels reports whether graph's vectors can be held to encoderTolerance on this CPU: a graph without
+// dynamic quantisation anywhere, a quantised one where the CPU has VNNI.
+func goldenKernels(graph []byte) bool {
+	return !bytes.Contains(graph, []byte("DynamicQuantizeLinear")) || cpu.X86.HasAVX512VNNI || cpu.X86.HasAVXVNNI
+}
 
 // TestEncoderParity replays every encoder directory's golden vectors: token ids (truncation, special
 // tokens, the query prefix) exactly, vectors within encoderTolerance, in batches of mixed lengths.
@@ -57,6 +74,16 @@ func TestEncoderParity(t *testing.T) {
 			enc, err := OpenEncoder(dir, EncoderOptions{Encoder: dense.Options{BatchSize: 3}})
 			require.NoError(t, err)
 			defer enc.Close()
+			graph, err := os.ReadFile(filepath.Join(dir, "model.onnx"))
+			require.NoError(t, err)
+			exact := goldenKernels(graph)
+			if !exact {
+				t.Logf("%s is int8 and this CPU has no VNNI: vectors held to cosine %.3f, not %.0e a component", dir, int8MinCosine, encoderTolerance)
+			}
+			requireClose := func(want, got []float32, format string, args ...any) {
+				t.Helper()
+				requireCloseTo(t, exact, want, got, format, args...)
+			}
 			require.Equal(t, g.Encoder, enc.Name())
 
 			for _, q := range g.Queries {
@@ -65,7 +92,7 @@ func TestEncoderParity(t *testing.T) {
 				require.Equal(t, q.IDs, ids, "query %q token ids", q.Text)
 				v, err := enc.Query(t.Context(), q.Text)
 				require.NoError(t, err)
-				requireClose(t, q.Vector, v, "query %q", q.Text)
+				requireClose(q.Vector, v, "query %q", q.Text)
 			}
 			texts := make([]string, len(g.Passages))
 			for i, p := range g.Passages {
@@ -78,7 +105,7 @@ func TestEncoderParity(t *testing.T) {
 			vs, err := enc.Passages(t.Context(), texts)
 			require.NoError(t, err)
 			for i, p := range g.Passages {
-				requireClose(t, p.Vector, vs[i], "passage %d", i)
+				requireClose(p.Vector, vs[i], "passage %d", i)
 			}
 		})
 	}
@@ -108,14 +135,23 @@ func TestEncoderParity(t *testing.T) {
 	})
 }
 
-func requireClose(t *testing.T, want, got []float32, format string, args ...any) {
+// requireCloseTo holds got to want within encoderTolerance a component (exact kernels) or to int8MinCosine.
+func requireCloseTo(t *testing.T, exact bool, want, got []float32, format string, args ...any) {
 	t.Helper()
 	require.Len(t, got, len(want))
-	worst := 0.0
+	worst, dot, ww, gg := 0.0, 0.0, 0.0, 0.0
 	for i := range want {
 		worst = max(worst, float64(abs32(want[i]-got[i])))
+		dot += float64(want[i]) * float64(got[i])
+		ww += float64(want[i]) * float64(want[i])
+		gg += float64(got[i]) * float64(got[i])
 	}
-	require.LessOrEqualf(t, worst, encoderTolerance, format+": max |diff| %.2e", append(args, worst)...)
+	if exact {
+		require.LessOrEqualf(t, worst, encoderTolerance, format+": max |diff| %.2e", append(args, worst)...)
+		return
+	}
+	cos := dot / math.Sqrt(ww*gg)
+	require.GreaterOrEqualf(t, cos, int8MinCosine, format+": cosine %.6f to the golden (max |diff| %.2e)", append(args, cos, worst)...)
 }
 
 func abs32(x float32) float32 {
