@@ -11,6 +11,19 @@ FIXTURE = os.path.join(REPO, "models", "tiny")
 
 
 @pytest.fixture(scope="session")
+def vnni() -> bool:
+    """Whether this CPU has VNNI (AVX-512 or AVX): ONNX Runtime's u8 x s8 integer products run on other kernels
+    without it, where they can saturate (its quantiser's docs: reduce_range for non-VNNI machines), so int8
+    results differ from the goldens' hosts (session 22's AVX2 host)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read().split()
+    except OSError:
+        return False
+    return "avx512_vnni" in flags or "avx_vnni" in flags
+
+
+@pytest.fixture(scope="session")
 def fixture_dir() -> str:
     if not os.path.exists(os.path.join(FIXTURE, "manifest.json")):
         pytest.fail(f"{FIXTURE} has no manifest.json: run `python -m icicle.pipeline --config tiny --out ../models/tiny`")

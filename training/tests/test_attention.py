@@ -24,15 +24,17 @@ def reference(c: Case) -> np.ndarray:
 
 
 @pytest.mark.parametrize("mask", ["causal", "tree"])
-def test_methods_compute_the_reference_attention(mask):
+def test_methods_compute_the_reference_attention(mask, vnni):
     c = Case(past=40, rows=5, layers=2, mask=mask, seed=1)
     want = reference(c)
     assert np.abs(c.step()() - want).max() < 1e-5
     assert np.abs(c.gqa(bias=True)() - want).max() < 1e-5
-    # int8 past: within its quantisation's error (about 1 % of the output's scale), not exact
+    # int8 past: within its quantisation's error (about 1 % of the output's scale), not exact; on a CPU without
+    # VNNI the u8 x s8 products run on kernels that can saturate: on session 22's AVX2 host 11.6 % of the
+    # output's scale at worst and 2.0 % on average
     got = c.int8()()
-    assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
-    assert np.abs(got - want).mean() < 0.02 * np.abs(want).mean()
+    assert np.abs(got - want).max() < (0.05 if vnni else 0.2) * np.abs(want).max()
+    assert np.abs(got - want).mean() < (0.02 if vnni else 0.05) * np.abs(want).mean()
     # without the bias only the causal mask is expressed: exact there, and not a copy tree's mask
     err = np.abs(c.gqa(bias=False)() - want).max()
     assert err < 1e-5 if mask == "causal" else err > 1e-3
