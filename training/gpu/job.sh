@@ -74,9 +74,14 @@ start() {
   local name=$1 args; args=$(job_args "$name")
   env_for
   mkdir -p "$RUN/$name"
-  # setsid: the job outlives this call (the device tool ends a call's other processes)
-  (cd "$root/training" && setsid nohup "$PY" -m icicle.reader train --set "$GR/set/readerset.json.gz" \
-     --work "$RUN/$name/work" $args >"$RUN/$name/log" 2>&1 & echo $! >"$RUN/$name/pid")
+  rm -f "$RUN/$name/pid"
+  # setsid: the job outlives this call (the device tool ends a call's other processes). The job writes its own pid
+  # (a shell that execs Python): on the device setsid forked, so $! named a process that had already exited and
+  # `wait` reported a running job as ended (session 23).
+  (cd "$root/training" && setsid nohup bash -c 'echo $$ >"$0"; exec "$@"' "$RUN/$name/pid" \
+     "$PY" -m icicle.reader train --set "$GR/set/readerset.json.gz" --work "$RUN/$name/work" $args \
+     >"$RUN/$name/log" 2>&1 &)
+  for _ in $(seq 50); do [[ -s $RUN/$name/pid ]] && break; sleep 0.1; done
   echo "job.sh: started $name (pid $(cat "$RUN/$name/pid")): $args"
 }
 

@@ -195,7 +195,13 @@ def test_gpu_queue_dry_run(rset, tmp_path):
     _run(["bash", "gpu/stage.sh", "--dir", str(g), "--keep-tree", "--set", rset, "--parts", "3"], env)
     assert sorted(os.listdir(g)) == ["p0", "p1", "p2", "set", "whl"]
     assert {w.split("-")[0] for w in os.listdir(g / "whl")} == {"gguf", "bm25s"}
-    _run(["bash", "gpu/job.sh", "--dry-run", "all"], env)
+    # A setsid that forks and exits at once (a fake, as the device's behaved in session 23): `wait` must still wait
+    # for the job itself, or `collect` finds no finished run.
+    fake = tmp_path / "fake_forking_setsid"
+    fake.mkdir()
+    (fake / "setsid").write_text('#!/bin/sh\n"$@" &\n')
+    (fake / "setsid").chmod(0o755)
+    _run(["bash", "gpu/job.sh", "--dry-run", "all"], {**env, "PATH": f"{fake}:{os.environ['PATH']}"})
     got = sorted(os.listdir(out))
     assert "dry.delta.sha256" in got and "dry.log.jsonl" in got and any(f.startswith("dry.delta.part") for f in got)
     assert all(os.path.getsize(out / f) <= 16 << 20 for f in got)  # what the device tool brings back
