@@ -1,13 +1,18 @@
 """ONNX export to the MODEL_FORMAT.md contract, parity checks, int8 variant, and the model directory files.
 
 Parity tolerances (checked by ``check_parity`` and the tests):
-- fp32 ONNX vs PyTorch: for every compared tensor, max |diff| <= FP32_ATOL (1e-4) + FP32_RTOL (1e-4) x its
+- fp32 ONNX vs PyTorch: for every compared tensor, max |diff| <= FP32_ATOL (1e-4) + FP32_RTOL (5e-4) x its
   largest |value|, on random prompts (prefill, past = 0), on a chunk after a cache, and on a tree step (two
   branches after a shared prefix give the same logits and presents as each branch run alone); presents within
   the same tolerance. The relative term is for deep pretrained models: ORT sums in another order than PyTorch,
   and the 30-block SmolLM2 carries very large activations at early positions, where its logits (up to about
   30) differed by up to 9.6e-4 (position 2 of a 28-token probe; reader135), while a 2-block fixture differs
-  by 1e-5 (tests/test_export.py still holds the fixture to FP32_ATOL alone).
+  by 1e-5 (tests/test_export.py still holds the fixture to FP32_ATOL alone). RTOL was 1e-4 until r24f (session 23,
+  a CPU without AVX-512): at position 1 of the fourth probe its logit 8.77 came out of ORT 4.6e-3 off PyTorch's
+  (1.44 x the old tolerance; with ORT's graph optimisations off 8.7e-3), while PyTorch fp32 was 6.2e-4 off an fp64
+  run of the same weights: ORT's fp32 GEMMs on AVX2 sum in another order, and r24f's early-position activations
+  amplify it. r24a's graph on the same probes and host: 2.1e-4. An export bug (mask, rotary, cache layout) moves
+  logits by whole units, which 5e-4 x 30 still catches by three orders of magnitude.
 - int8 ONNX vs PyTorch: max |logit diff| reported, top-1 agreement reported (must be >= INT8_MIN_TOP1).
 """
 from __future__ import annotations
@@ -24,7 +29,7 @@ from .model import Decoder
 
 OPSET = 17
 FP32_ATOL = 1e-4
-FP32_RTOL = 1e-4
+FP32_RTOL = 5e-4  # the module doc says why (r24f on an AVX2 CPU)
 INT8_MIN_TOP1 = 0.5
 
 
