@@ -30,6 +30,13 @@ mkdir -p "$res" "$dest"
 cp "$from/$name.log.jsonl" "$res/$name.log.jsonl"
 cp "$from/$name.run.json" "$res/$name.run.json"
 (cd "$root/training" && HF_HUB_OFFLINE=1 "$venv/bin/python" -m icicle.delta build --delta "$work/$name.delta.safetensors" --out "$dest")
+# The manifest names the run, not its config (icicle-reader135 otherwise): what /readyz, A/B reports and gates show.
+(cd "$root/training" && "$venv/bin/python" -c "
+import json, sys
+p = sys.argv[1] + '/manifest.json'
+m = json.load(open(p))
+m['name'] = 'icicle-' + sys.argv[2]
+open(p, 'w', encoding='utf-8').write(json.dumps(m, indent=2, ensure_ascii=False) + chr(10))" "$dest" "$name")
 # The int8 file for the query (served with model.quantized: true; docs/evaluation.md, "int8 weights for the query").
 (cd "$root/training" && "$venv/bin/python" -m icicle.export int8 --model "$dest")
 cp "$work/$name.delta.safetensors" "$dest/delta.safetensors"
