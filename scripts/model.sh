@@ -17,7 +17,8 @@ dir=${1%/}
 delta=$dir/delta.safetensors
 [[ -f $delta ]] || exit 0
 stamp=$dir/model.onnx.delta-sha256
-want=$(cat "$delta" "$dir"/graph.onnx 2>/dev/null | sha256sum | cut -d' ' -f1)
+# (a directory without graph.onnx, as training/gpu/land.sh writes one, hashes its delta alone)
+want=$({ cat "$delta"; if [[ -f $dir/graph.onnx ]]; then cat "$dir/graph.onnx"; fi; } | sha256sum | cut -d' ' -f1)
 if [[ -f $dir/model.onnx && -f $stamp && $(cat "$stamp") == "$want" ]]; then
   exit 0
 fi

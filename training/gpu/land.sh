@@ -40,6 +40,8 @@ open(p, 'w', encoding='utf-8').write(json.dumps(m, indent=2, ensure_ascii=False)
 # The int8 file for the query (served with model.quantized: true; docs/evaluation.md, "int8 weights for the query").
 (cd "$root/training" && "$venv/bin/python" -m icicle.export int8 --model "$dest")
 cp "$work/$name.delta.safetensors" "$dest/delta.safetensors"
+# model.onnx was just built from this delta: the stamp that scripts/model.sh checks (no graph.onnx here)
+sha256sum <"$dest/delta.safetensors" | cut -d' ' -f1 >"$dest/model.onnx.delta-sha256"
 # The seen-document questions the run never trained on, for scripts/calibrate.sh's second half (the memory route).
 # The set is the one stage.sh carried (ICICLE_READERSET).
 set_file=${ICICLE_READERSET:-$HOME/.cache/icicle/readerset/readerset.json.gz}

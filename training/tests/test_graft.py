@@ -54,3 +54,21 @@ def test_check_refuses_another_model(tmp_path):
         pytest.fail(f"{model} missing: run scripts/model.sh models/reader135")
     with pytest.raises(SystemExit, match="golden logits"):
         graft.check(model, str(golden))
+
+
+def test_model_sh_leaves_a_landed_directory_as_it_is(tmp_path):
+    """training/gpu/land.sh writes model.onnx and a delta but no graph.onnx, and stamps the delta's hash: model.sh
+    (which block-model.sh runs first) must take that as built, not fail hashing the missing graph (session 23)."""
+    import hashlib
+
+    d = tmp_path / "landed"
+    d.mkdir()
+    (d / "manifest.json").write_text("{}\n")
+    (d / "delta.safetensors").write_bytes(b"a delta")
+    (d / "model.onnx").write_bytes(b"a graph built from it")
+    (d / "model.onnx.delta-sha256").write_text(hashlib.sha256(b"a delta").hexdigest() + "\n")
+    p = subprocess.run(["bash", os.path.join(ROOT, "scripts", "model.sh"), str(d)], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "building" not in p.stderr
+    assert (d / "model.onnx").read_bytes() == b"a graph built from it"
