@@ -40,14 +40,18 @@ type Template struct {
 
 // Manifest describes a model directory; see MODEL_FORMAT.md for each field's meaning.
 type Manifest struct {
-	FormatVersion    int    `json:"format_version"`
-	Name             string `json:"name"`
-	Config           string `json:"config"`
-	Backbone         string `json:"backbone"`
-	ModelVersion     string `json:"model_version"`
-	DataVersion      string `json:"data_version"`
-	ONNX             string `json:"onnx"`
-	ONNXQuantized    string `json:"onnx_quantized"`
+	FormatVersion int    `json:"format_version"`
+	Name          string `json:"name"`
+	Config        string `json:"config"`
+	Backbone      string `json:"backbone"`
+	ModelVersion  string `json:"model_version"`
+	DataVersion   string `json:"data_version"`
+	ONNX          string `json:"onnx"`
+	ONNXQuantized string `json:"onnx_quantized"`
+	// Int8WeightBits is how many bits the int8 file's weights use: 7 (ONNX Runtime's reduce_range, right on
+	// every x86 CPU) or 8 (also absent: files written before the field), which CPUs without VNNI multiply
+	// with saturating kernels. Only with onnx_quantized.
+	Int8WeightBits   int    `json:"int8_weight_bits,omitempty"`
 	Tokenizer        string `json:"tokenizer"`
 	SeenDocIDs       string `json:"seen_docids"`
 	VocabSize        int    `json:"vocab_size"`
@@ -138,6 +142,12 @@ func (m *Manifest) validate() error {
 		if _, err := os.Stat(m.Path(m.ONNXQuantized)); err != nil {
 			bad("onnx_quantized", "file %s: %v", m.ONNXQuantized, err)
 		}
+	}
+	switch {
+	case m.Int8WeightBits != 0 && m.Int8WeightBits != 7 && m.Int8WeightBits != 8:
+		bad("int8_weight_bits", "must be 7 or 8, got %d", m.Int8WeightBits)
+	case m.Int8WeightBits != 0 && m.ONNXQuantized == "":
+		bad("int8_weight_bits", "is set but onnx_quantized names no int8 file")
 	}
 	sizes := []struct {
 		field string

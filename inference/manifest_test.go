@@ -67,6 +67,11 @@ func TestLoadManifest(t *testing.T) {
 		{"no route", func(m map[string]any) { m["routes"] = []string{} }, []string{`"routes": must name at least one`}},
 		{"route twice", func(m map[string]any) { m["routes"] = []string{"copy", "copy"} }, []string{`"routes": names "copy" twice`}},
 		{"unknown prompt format", func(m map[string]any) { m["prompt_format"] = 3 }, []string{`"prompt_format": is 3, this build reads 1 or 2`}},
+		{"int8 bits neither 7 nor 8", func(m map[string]any) {
+			m["onnx_quantized"] = "model.onnx"
+			m["int8_weight_bits"] = 4
+		}, []string{`"int8_weight_bits": must be 7 or 8, got 4`}},
+		{"int8 bits without an int8 file", func(m map[string]any) { m["int8_weight_bits"] = 7 }, []string{`"int8_weight_bits": is set but onnx_quantized names no int8 file`}},
 		{"format 2 title before summary", func(m map[string]any) {
 			m["prompt_format"] = 2
 			m["template"] = map[string]any{"header": "H", "candidate": "{title} {summary}", "candidate_title_only": "{title}", "query": "{query}"}

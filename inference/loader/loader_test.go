@@ -43,6 +43,25 @@ func TestOpen(t *testing.T) {
 	})
 }
 
+// TestInt8Runs: an int8 file with 8-bit weights (int8_weight_bits absent or 8) is refused on an x86 CPU
+// without VNNI, naming the setting and the fix; 7-bit weights run everywhere, 8-bit ones with VNNI or off x86.
+func TestInt8Runs(t *testing.T) {
+	eight := &inference.Manifest{ONNXQuantized: "model.int8.onnx"}
+	seven := &inference.Manifest{ONNXQuantized: "model.int8.onnx", Int8WeightBits: 7}
+	avx2, vnni, arm := cpuFacts{x86: true}, cpuFacts{x86: true, vnni: true}, cpuFacts{}
+	err := int8Runs(eight, avx2)
+	require.ErrorContains(t, err, "model.quantized: model.int8.onnx has 8-bit weights")
+	require.ErrorContains(t, err, "python -m icicle.export int8 --model DIR")
+	eight.Int8WeightBits = 8
+	require.Error(t, int8Runs(eight, avx2), "8 written out is refused as absent is")
+	for _, c := range []cpuFacts{vnni, arm} {
+		require.NoError(t, int8Runs(eight, c))
+	}
+	for _, c := range []cpuFacts{avx2, vnni, arm} {
+		require.NoError(t, int8Runs(seven, c))
+	}
+}
+
 // TestBlockFileIdentity: the block file is named by what computes the blocks. models/tiny with and without
 // its onnx_quantized field (an int8 file added later) names the same file; another template names another.
 func TestBlockFileIdentity(t *testing.T) {
@@ -63,7 +82,7 @@ func TestBlockFileIdentity(t *testing.T) {
 		return name
 	}
 	with := variant(func(map[string]any) {})
-	without := variant(func(m map[string]any) { delete(m, "onnx_quantized") })
+	without := variant(func(m map[string]any) { delete(m, "onnx_quantized"); delete(m, "int8_weight_bits") })
 	require.Equal(t, with, without, "an int8 file does not change the blocks")
 	other := variant(func(m map[string]any) { m["template"].(map[string]any)["query"] = "Q: {query}\nOutput:\n" })
 	require.NotEqual(t, with, other, "another template computes other blocks")

@@ -69,11 +69,12 @@ def export_onnx(model: Decoder, path: str) -> None:
 def quantize_int8(src: str, dst: str) -> None:
     """Writes the int8 dynamically quantised variant (MatMul and Gather weights, one scale per output channel)
     of src to dst. Per-channel scales matter for the tied 49k-row output head: on the small model, per-tensor
-    int8 agreed with fp32 on the top-1 token in 0.42 of the parity probes, per-channel in 0.75 (same probes)."""
+    int8 agreed with fp32 on the top-1 token in 0.42 of the parity probes, per-channel in 0.75 (same probes).
+    7-bit weights (reduce_range), right on every x86 CPU (add_int8); write_manifest states them."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantize_dynamic(src, dst, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gather"],
-                     per_channel=True)
+                     per_channel=True, reduce_range=True)
 
 
 # The MatMuls left in fp32 by quantize_weights: the MLP's down projection reads SiLU(gate) x up, whose few very
@@ -115,13 +116,15 @@ def untie_head(model) -> bool:
     return True
 
 
-def quantize_weights(src: str, dst: str, keep: tuple[str, ...] = KEEP_FP32, head: bool = False) -> list[str]:
+def quantize_weights(src: str, dst: str, keep: tuple[str, ...] = KEEP_FP32, head: bool = False,
+                     reduce_range: bool = False) -> list[str]:
     """Writes src with its weight MatMuls (constant right operand) int8, one scale per output channel, and the
     activations quantised per Run (ONNX Runtime's dynamic quantisation: MatMulInteger, VNNI on x86); a MatMul
     whose node name contains one of keep and the attention's activation products stay fp32. The tied output head
     (the embedding is its left operand) stays fp32 unless head, which makes it a weight MatMul first (untie_head:
-    the largest single read of a short Run, 113 MB in fp32 for the 135M model, 28 MB in int8). Returns the names
-    of the MatMuls made int8. One file (the int8 graph is about 300 MB for the 135M model, 330 MB with the head,
+    the largest single read of a short Run, 113 MB in fp32 for the 135M model, 28 MB in int8). reduce_range: the
+    weights in [-64, 64] (7 bits), which x86 CPUs without VNNI multiply without saturating (add_int8). Returns the
+    names of the MatMuls made int8. One file (the int8 graph is about 300 MB for the 135M model, 330 MB with the head,
     within protobuf's 2 GB)."""
     import tempfile
 
@@ -139,14 +142,21 @@ def quantize_weights(src: str, dst: str, keep: tuple[str, ...] = KEEP_FP32, head
         consts = {i.name for i in g.initializer}
         weights = [n.name for n in g.node if n.op_type == "MatMul" and n.input[1] in consts]
         kept = [n for n in weights if any(k in n for k in keep)]
-        quantize_dynamic(src, dst, weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"],
-                         nodes_to_exclude=kept, extra_options={"MatMulConstBOnly": True})
+        quantize_dynamic(src, dst, weight_type=QuantType.QInt8, per_channel=True, reduce_range=reduce_range,
+                         op_types_to_quantize=["MatMul"], nodes_to_exclude=kept,
+                         extra_options={"MatMulConstBOnly": True})
     return [n for n in weights if n not in kept]
 
 
-def add_int8(model_dir: str, keep: tuple[str, ...] = KEEP_FP32, head: bool = False) -> dict:
+def add_int8(model_dir: str, keep: tuple[str, ...] = KEEP_FP32, head: bool = False, weight_bits: int = 7) -> dict:
     """Writes model_dir/model.int8.onnx from model_dir's fp32 graph (quantize_weights) and names it the
-    manifest's onnx_quantized (served with model.quantized: true). Returns what it did."""
+    manifest's onnx_quantized (served with model.quantized: true), with int8_weight_bits. weight_bits 7 (ONNX
+    Runtime's reduce_range) is right on every x86 CPU; 8 only where the CPU has VNNI: without it ONNX Runtime's
+    u8 x s8 kernels add pairs of products into 16 bits and saturate (on an AVX2 host models/r24a's 8-bit file
+    agreed with fp32 on 0.24 of next tokens over nq_qed text, its 7-bit file on 0.86), and the Go loader refuses
+    such a file there. Returns what it did."""
+    if weight_bits not in (7, 8):
+        raise SystemExit(f"weight_bits must be 7 or 8, got {weight_bits}")
     path = os.path.join(model_dir, "manifest.json")
     if not os.path.exists(path):
         raise SystemExit(f"{model_dir}: no manifest.json (not a model directory)")
@@ -159,15 +169,16 @@ def add_int8(model_dir: str, keep: tuple[str, ...] = KEEP_FP32, head: bool = Fal
         raise SystemExit(f"{model_dir}: manifest field onnx is already the int8 file")
     dst = os.path.join(model_dir, "model.int8.onnx")
     tmp = dst + ".tmp"
-    quantized = quantize_weights(src, tmp, keep, head)
+    quantized = quantize_weights(src, tmp, keep, head, reduce_range=weight_bits == 7)
     os.replace(tmp, dst)
     m["onnx_quantized"] = "model.int8.onnx"
+    m["int8_weight_bits"] = weight_bits
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(m, f, indent=2, ensure_ascii=False)
         f.write("\n")
     os.replace(path + ".tmp", path)
     return {"file": dst, "bytes": os.path.getsize(dst), "int8_matmuls": len(quantized), "kept_fp32": list(keep),
-            "int8_head": head}
+            "int8_head": head, "int8_weight_bits": weight_bits}
 
 
 def main(argv=None) -> None:
@@ -183,8 +194,10 @@ def main(argv=None) -> None:
                    help=f"MatMuls whose node name contains one of these stay fp32 (default {' '.join(KEEP_FP32)})")
     p.add_argument("--head", action="store_true",
                    help="the tied output head in int8 too (untie_head; its effect on the scores is the model's to measure)")
+    p.add_argument("--weight-bits", type=int, choices=(7, 8), default=7,
+                   help="7 (default) is right on every x86 CPU; 8 saturates on CPUs without VNNI (add_int8)")
     a = ap.parse_args(argv)
-    print(json.dumps(add_int8(a.model, tuple(a.keep), a.head)))
+    print(json.dumps(add_int8(a.model, tuple(a.keep), a.head, a.weight_bits)))
 
 
 def ort_session(path: str):
@@ -326,6 +339,7 @@ def write_manifest(out: str, *, name: str, config: str, backbone: str, model_ver
         m["prompt_format"] = prompt_format
     if quantized and not int8_only:
         m["onnx_quantized"] = "model.int8.onnx"
+        m["int8_weight_bits"] = 7  # quantize_int8
     with open(os.path.join(out, "manifest.json"), "w", encoding="utf-8") as f:
         json.dump(m, f, indent=2, ensure_ascii=False)
         f.write("\n")

@@ -74,9 +74,9 @@ def test_manifest_int8_only_names_the_int8_file_as_onnx(tmp_path):
     kw = dict(name="n", config="c", backbone="b", model_version="v", data_version="d", model=m, copy_token_id=1,
               end_token_id=0, template=TEMPLATE)
     both = write_manifest(str(tmp_path), **kw)
-    assert (both["onnx"], both["onnx_quantized"]) == ("model.onnx", "model.int8.onnx")
+    assert (both["onnx"], both["onnx_quantized"], both["int8_weight_bits"]) == ("model.onnx", "model.int8.onnx", 7)
     only = write_manifest(str(tmp_path), **kw, int8_only=True)
-    assert only["onnx"] == "model.int8.onnx" and "onnx_quantized" not in only
+    assert only["onnx"] == "model.int8.onnx" and "onnx_quantized" not in only and "int8_weight_bits" not in only
     assert "prompt_format" not in only  # format 1 is the absent field, as in every older manifest
     assert write_manifest(str(tmp_path), **kw, prompt_format=2)["prompt_format"] == 2
 
@@ -86,6 +86,7 @@ def test_int8_file_keeps_down_proj_in_fp32(exported, tmp_path):
     import shutil
 
     import onnx
+    from onnx import numpy_helper
 
     from icicle.export import add_int8
 
@@ -94,8 +95,12 @@ def test_int8_file_keeps_down_proj_in_fp32(exported, tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"name": "fixture", "onnx": "model.onnx"}))
     out = add_int8(str(tmp_path))
     assert json.loads((tmp_path / "manifest.json").read_text()) == {"name": "fixture", "onnx": "model.onnx",
-                                                                    "onnx_quantized": "model.int8.onnx"}
+                                                                    "onnx_quantized": "model.int8.onnx",
+                                                                    "int8_weight_bits": 7}
     g = onnx.load(str(tmp_path / "model.int8.onnx")).graph
+    # 7-bit weights: u8 x s8 pairs summed into 16 bits cannot saturate (255 x 64 x 2 < 32767) on CPUs without VNNI
+    weights = [numpy_helper.to_array(i) for i in g.initializer if i.data_type == onnx.TensorProto.INT8]
+    assert weights and max(int(np.abs(w.astype(np.int16)).max()) for w in weights) == 64
     integer = [n.name for n in g.node if n.op_type == "MatMulInteger"]
     kept = [n.name for n in g.node if n.op_type == "MatMul" and "down_proj" in n.name]
     # q, k, v, o, gate and up of each block in int8; each block's down_proj and the output head in fp32
