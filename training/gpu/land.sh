@@ -38,7 +38,8 @@ m = json.load(open(p))
 m['name'] = 'icicle-' + sys.argv[2]
 open(p, 'w', encoding='utf-8').write(json.dumps(m, indent=2, ensure_ascii=False) + chr(10))" "$dest" "$name")
 # The int8 file for the query (served with model.quantized: true; docs/evaluation.md, "int8 weights for the query").
-(cd "$root/training" && "$venv/bin/python" -m icicle.export int8 --model "$dest")
+(cd "$root/training" && "$venv/bin/python" -m icicle.export int8 --model "$dest" &&
+  "$venv/bin/python" -m icicle.export agree --model "$dest")  # how often its next token is fp32's (30 s)
 cp "$work/$name.delta.safetensors" "$dest/delta.safetensors"
 # model.onnx was just built from this delta: the stamp that scripts/model.sh checks (no graph.onnx here)
 sha256sum <"$dest/delta.safetensors" | cut -d' ' -f1 >"$dest/model.onnx.delta-sha256"

@@ -39,6 +39,9 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -f $set_file ]] || { echo "stage.sh: no reader set at $set_file (python -m icicle.readerdata build --out DIR)" >&2; exit 1; }
 venv=${ICICLE_VENV:-$(scripts/pyenv.sh)}
+# a set of another format would fail on the card, after the loan's first minutes
+"$venv/bin/python" -c 'import sys; sys.path.insert(0, "training"); from icicle import readerdata; readerdata.load(sys.argv[1])' \
+  "$set_file" || { echo "stage.sh: $set_file: not a set this code reads (above)" >&2; exit 1; }
 gguf=$("$venv/bin/python" -c 'import sys; sys.path.insert(0, "training"); from icicle.tokenizer import gguf_path; print(gguf_path())')
 
 rm -rf "$dir" && mkdir -p "$dir/set" "$dir/whl"
