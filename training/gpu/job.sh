@@ -5,6 +5,7 @@
 #   bash training/gpu/job.sh start NAME            # start queue job NAME in the background (setsid), log in /tmp/gpu
 #   bash training/gpu/job.sh wait NAME SECONDS     # until NAME ends or SECONDS pass; prints the log's tail
 #   bash training/gpu/job.sh collect NAME          # pack NAME's delta and copy what comes back into $OUT
+#   bash training/gpu/job.sh evaldelta NAME        # the held-out views of NAME's packed delta, into $OUT
 #   bash training/gpu/job.sh --dry-run all         # every step on the CPU with the tiny job (CI: tests/test_gpu_queue.py)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -97,7 +98,9 @@ collect() {
   env_for
   [[ -f $w/stage3.pt ]] || { echo "job.sh: $w/stage3.pt missing: the run has not finished (job.sh wait $name)" >&2; exit 1; }
   mkdir -p "$OUT"
-  local rank=64; [[ $dry == 1 ]] && rank=4
+  # ICICLE_DELTA_RANK: the memory route is rank-hungry (r24a's delta re-cut to 32 and 16: seen 0.30 -> 0.25 -> 0.20);
+  # 128 doubles the delta (four 15 MiB pieces: eight files come back, the most a call brings)
+  local rank=${ICICLE_DELTA_RANK:-64}; [[ $dry == 1 ]] && rank=4
   (cd "$root/training" && "$PY" -m icicle.delta pack --work "$w" --config reader135 --rank "$rank" --out "$RUN/$name/delta.safetensors")
   # at most 16 MiB per file comes back: the delta in 15 MiB pieces, joined by land.sh
   split -b 15M -d -a 1 "$RUN/$name/delta.safetensors" "$OUT/$name.delta.part"
@@ -108,12 +111,28 @@ collect() {
   ls -la "$OUT"
 }
 
+# What the rank-64 delta costs against the weights it was packed from (their evaluation is the run's last in
+# log.jsonl): the held-out views of the rebuilt model, the job's own reading flags. The memory route is the suspect:
+# r24a's run ended at seen 0.39 on the card, its delta gives 0.30 on a CPU (fp32; the two differ in precision too).
+evaldelta() {
+  local name=$1 args n=100; args=$(job_args "$name")
+  env_for
+  [[ -f $RUN/$name/delta.safetensors ]] || { echo "job.sh: no $RUN/$name/delta.safetensors (job.sh collect $name first)" >&2; exit 1; }
+  [[ $dry == 1 ]] && n=2
+  mkdir -p "$OUT"
+  # shellcheck disable=SC2086  # the job's arguments, word-split as `start` does; the later --init and --eval-n win
+  (cd "$root/training" && "$PY" -m icicle.reader eval --set "$GR/set/readerset.json.gz" $args \
+     --init "$RUN/$name/delta.safetensors" --eval-n "$n" >"$OUT/$name.delta_eval.json")
+  cat "$OUT/$name.delta_eval.json" | head -c 2000
+}
+
 case ${1:-} in
   setup) setup ;;
   start) start "$2" ;;
   wait) wait_for "$2" "${3:-540}" ;;
   collect) collect "$2" ;;
+  evaldelta) evaldelta "$2" ;;
   all)  # the dry run: every step in order with the tiny job, here
-    setup; start dry; wait_for dry 1800; collect dry ;;
-  *) echo "usage: job.sh [--dry-run] setup | start NAME | wait NAME SECONDS | collect NAME | all" >&2; exit 2 ;;
+    setup; start dry; wait_for dry 1800; collect dry; evaldelta dry ;;
+  *) echo "usage: job.sh [--dry-run] setup | start NAME | wait NAME SECONDS | collect NAME | evaldelta NAME | all" >&2; exit 2 ;;
 esac

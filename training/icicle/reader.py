@@ -31,7 +31,8 @@ A run lives in WORK: ckpt.pt (weights, optimizer, scheduler, step, RNG states, s
 are the total). WORK/stage3.pt + train_metrics.json at the end are what `icicle.delta pack --work WORK` reads.
 
 Evaluation (serve_eval.serve_table, beam 1, the held-out part, never the dev queries): "heldout" = NQ questions of
-held-out documents over lists of held-out documents in first-stage order (the sidecar's situation), top 10;
+held-out documents over lists of every unseen training document in first-stage order (the sidecar's situation: it
+lists every unseen document as new; readerdata's module doc), top 10;
 "heldout_shuffled" = the same lists shuffled (reading alone, chance 0.10); "seen_heldout" = 100 seen questions
 never trained, lists without the gold (the parametric route's recall). Each row also gives the list's own [1].
 """

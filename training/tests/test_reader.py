@@ -36,16 +36,21 @@ def rd(rset):
 
 
 def test_set_parts_never_mix(rset):
+    from icicle.data import make_split
+
     rs = readerdata.load(rset)
     held = set(rs["heldout_docs"])
     seen = set(rs["seen"])
+    d_train = set(make_split().d_train)
+    others = 0  # held-out lists' documents that are not held out: the sidecar lists every unseen document
     kinds = {(q["kind"], q["part"]) for q in rs["questions"]}
     assert {("nq", "train"), ("syn", "train"), ("seen", "train"), ("nq", "heldout")} <= kinds
     for q in rs["questions"]:
         assert len(q["list"]) == len(q["cos"]) == len(q["fused"]) <= readerdata.LIST_DEPTH
         assert q["fused"] == sorted(q["fused"], reverse=True)  # the first stage's order
         if q["part"] == "heldout":
-            assert set(q["list"]) <= held and q["gold"] in held
+            assert q["gold"] in held and set(q["list"]) <= d_train and not set(q["list"]) & seen
+            others += len(set(q["list"]) - held)
         else:
             assert not set(q["list"]) & held and q["gold"] not in held  # no held-out document is ever trained
         if q["kind"] == "seen":
@@ -53,6 +58,7 @@ def test_set_parts_never_mix(rset):
         if q["kind"] == "syn":  # the dense filter kept it: the encoder ranks its document first or second
             best = sorted(range(len(q["list"])), key=lambda r: -q["cos"][r])[:2]
             assert q["list"].index(q["gold"]) in best
+    assert others, "held-out lists hold unseen training documents too, not the held-out ones alone"
 
 
 def test_seen_heldout_lines_are_the_sets_untrained_seen_questions(rset):
@@ -207,6 +213,8 @@ def test_gpu_queue_dry_run(rset, tmp_path):
     assert all(os.path.getsize(out / f) <= 16 << 20 for f in got)  # what the device tool brings back
     final = [json.loads(x) for x in open(out / "dry.log.jsonl") if '"final"' in x]
     assert final and set(final[-1]["eval"]) == {"heldout", "heldout_shuffled", "seen_heldout"}
+    # evaldelta: the packed delta's own held-out views, beside the run's last (what the rank-64 cut costs)
+    assert set(json.load(open(out / "dry.delta_eval.json"))) == {"heldout", "heldout_shuffled", "seen_heldout"}
     p = _run(["bash", "gpu/land.sh", "--check-only", "dry", str(out)], env)
     assert "the delta applies" in p.stdout
     # a job that continues a shipped model (r24d): stage.sh --init carries its delta, --init FILE starts from it
