@@ -134,7 +134,7 @@ func hostCPU() cpuFacts {
 
 // int8Runs refuses an int8 file with 8-bit weights on an x86 CPU without VNNI. ONNX Runtime multiplies u8
 // activations by s8 weights there with instructions that add pairs of products into 16 bits and saturate
-// (255 x 127 x 2 > 32767); 7-bit weights (int8_weight_bits: 7) cannot overflow. On session 23's AVX2 host the
+// (255 x 127 x 2 > 32767); 7-bit weights (int8_weight_bits: 7) cannot overflow. On an AVX2 host (session 24) the
 // 8-bit file of models/r24a agreed with fp32 on 0.24 of next tokens over real text, its 7-bit file on 0.86.
 func int8Runs(man *inference.Manifest, c cpuFacts) error {
 	if man.Int8WeightBits == 7 || !c.x86 || c.vnni {
@@ -152,8 +152,8 @@ func (m *Model) Close() error {
 }
 
 // BlockFile names dir's block store file in blockDir for a block layout and precision (inference.OpenBlockStore)
-// and returns the model's spec: the name holds a hash of the manifest (less onnx_quantized and int8_weight_bits), the tokenizer and the
-// fp32 ONNX file, which computes the blocks whether the sessions are int8 or not (Options.Quantized), so that
+// and returns the model's spec: the name holds a hash of the manifest (less onnx_quantized and int8_weight_bits),
+// the tokenizer and the fp32 ONNX file, which computes the blocks whether the sessions are int8 or not (Options.Quantized), so that
 // blocks are only ever read by the model, template and tokenizer that computed them, and adding an int8 file to a
 // directory keeps its store. It reads the whole ONNX file (about 0.5 s for 540 MB).
 func BlockFile(blockDir, dir, layout, precision string) (string, inference.Spec, error) {
