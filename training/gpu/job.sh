@@ -123,7 +123,7 @@ evaldelta() {
   # shellcheck disable=SC2086  # the job's arguments, word-split as `start` does; the later --init and --eval-n win
   (cd "$root/training" && "$PY" -m icicle.reader eval --set "$GR/set/readerset.json.gz" $args \
      --init "$RUN/$name/delta.safetensors" --eval-n "$n" >"$OUT/$name.delta_eval.json")
-  cat "$OUT/$name.delta_eval.json" | head -c 2000
+  head -c 2000 "$OUT/$name.delta_eval.json"
 }
 
 case ${1:-} in

@@ -181,40 +181,45 @@ def add_int8(model_dir: str, keep: tuple[str, ...] = KEEP_FP32, head: bool = Fal
             "int8_head": head, "int8_weight_bits": weight_bits}
 
 
-def next_token_agreement(fp32_path: str, int8_path: str, tokenizer: str, passages: int = 12, tokens: int = 160,
-                         corpus: str = "") -> dict:
-    """How often int8_path's next token (the argmax at every position) is fp32_path's, over the first `tokens`
-    tokens of `passages` nq_qed passages (every 97th document): what decides whether an int8 file can serve. On an
-    AVX2 host without VNNI models/r24a's 8-bit file agreed on 0.241 of 1,613 positions, its 7-bit file on 0.862."""
+def next_token_agreement(model_dir: str, int8: str = "", passages: int = 12, tokens: int = 160) -> dict:
+    """How often the int8 file's next token (the argmax at every position) is model_dir's fp32 graph's, over the first
+    `tokens` tokens of `passages` nq_qed passages (every 97th document): what decides whether an int8 file can serve.
+    int8: the file to compare (default: the manifest's onnx_quantized). On an AVX2 host without VNNI models/r24a's
+    8-bit file agreed on 0.241 of 1,613 positions, its 7-bit file on 0.862."""
     import gzip
 
-    import onnx
     from tokenizers import Tokenizer
 
-    corpus = corpus or os.path.join(os.path.dirname(__file__), "..", "..", "data", "nq_qed", "corpus.jsonl.gz")
+    from .data import DEFAULT_DATA_DIR
+
+    m = json.load(open(os.path.join(model_dir, "manifest.json"), encoding="utf-8"))
+    out = {}
+    if not int8:
+        if not m.get("onnx_quantized"):
+            raise SystemExit(f"{model_dir}: the manifest names no onnx_quantized file")
+        int8 = os.path.join(model_dir, m["onnx_quantized"])
+        out["int8_weight_bits"] = m.get("int8_weight_bits", 8)
     texts = []
-    with gzip.open(corpus, "rt", encoding="utf-8") as f:
+    with gzip.open(os.path.join(DEFAULT_DATA_DIR, "corpus.jsonl.gz"), "rt", encoding="utf-8") as f:
         for i, line in enumerate(f):
             if i % 97 == 0:
                 texts.append(json.loads(line)["text"])
             if len(texts) == passages:
                 break
-    tok = Tokenizer.from_file(tokenizer)
-    g = onnx.load(fp32_path, load_external_data=False).graph
-    past = [i for i in g.input if i.name.startswith("past")]
-    layers = len(past) // 2
-    dims = [d.dim_value for d in past[0].type.tensor_type.shape.dim]
-    runs = [ort_step(ort_session(p), layers) for p in (fp32_path, int8_path)]
+    tok = Tokenizer.from_file(os.path.join(model_dir, m["tokenizer"]))
+    layers = m["num_layers"]
+    empty = [np.zeros((1, 0, m["num_kv_heads"], m["head_dim"]), np.float32)] * (2 * layers)
+    runs = [ort_step(ort_session(p), layers) for p in (os.path.join(model_dir, m["onnx"]), int8)]
     agree = total = 0
     for t in texts:
         ids = tok.encode(t, add_special_tokens=False).ids[:tokens]
         n = len(ids)
-        args = (np.asarray([ids], np.int64), np.arange(n, dtype=np.int64)[None], causal_mask_np(0, n),
-                np.arange(n, dtype=np.int64), [np.zeros((1, 0, dims[2], dims[3]), np.float32)] * (2 * layers))
-        ref, got = (r(*args)[0][0].argmax(-1) for r in runs)
+        pos = np.arange(n, dtype=np.int64)
+        ref, got = (r(np.asarray([ids], np.int64), pos[None], causal_mask_np(0, n), pos, empty)[0][0].argmax(-1)
+                    for r in runs)
         agree += int((ref == got).sum())
         total += n
-    return {"agreement": round(agree / total, 4), "positions": total, "passages": len(texts)}
+    return {"agreement": round(agree / total, 4), "positions": total, "passages": len(texts)} | out
 
 
 def main(argv=None) -> None:
@@ -236,11 +241,7 @@ def main(argv=None) -> None:
     g.add_argument("--model", required=True, help="model directory with both files (onnx and onnx_quantized)")
     a = ap.parse_args(argv)
     if a.cmd == "agree":
-        m = json.load(open(os.path.join(a.model, "manifest.json"), encoding="utf-8"))
-        if not m.get("onnx_quantized"):
-            raise SystemExit(f"{a.model}: the manifest names no onnx_quantized file")
-        out = next_token_agreement(*(os.path.join(a.model, m[k]) for k in ("onnx", "onnx_quantized", "tokenizer")))
-        print(json.dumps(out | {"int8_weight_bits": m.get("int8_weight_bits", 8)}))
+        print(json.dumps(next_token_agreement(a.model)))
         return
     print(json.dumps(add_int8(a.model, tuple(a.keep), a.head, a.weight_bits)))
 

@@ -116,12 +116,14 @@ def test_next_token_agreement_counts_every_position(tmp_path):
     from icicle.export import next_token_agreement, quantize_int8
 
     tiny = os.path.join(os.path.dirname(__file__), "..", "..", "models", "tiny")
-    fp, tk = os.path.join(tiny, "model.onnx"), os.path.join(tiny, "tokenizer.json")
-    assert next_token_agreement(fp, fp, tk, passages=3, tokens=40) == {"agreement": 1.0, "positions": 120, "passages": 3}
+    fp = os.path.join(tiny, "model.onnx")
+    assert next_token_agreement(tiny, fp, passages=3, tokens=40) == {"agreement": 1.0, "positions": 120, "passages": 3}
     # its int8 graph (7-bit weights) mostly agrees: 0.973 over 1,613 positions
     quantize_int8(fp, str(tmp_path / "q.onnx"))
-    got = next_token_agreement(fp, str(tmp_path / "q.onnx"), tk, passages=3, tokens=40)
+    got = next_token_agreement(tiny, str(tmp_path / "q.onnx"), passages=3, tokens=40)
     assert got["positions"] == 120 and 0.5 < got["agreement"] <= 1.0
+    # by default the manifest's own int8 file, with the bits it states
+    assert next_token_agreement(tiny, passages=1, tokens=10)["int8_weight_bits"] == 7
 
 
 def test_untied_head_gives_the_same_logits_and_goes_int8(exported, tmp_path):
