@@ -199,6 +199,12 @@ type Decode struct {
 	// "Query snippets").
 	// Needs decode.block_reading off (a stored block is a document's, not a query's). Default 0: the summary.
 	SnippetChars int `yaml:"snippet_chars"`
+	// Scoring is how the model's answer scores a title's tokens after the router's first step: "trie"
+	// (renormalised over the titles' trie at each step; a token with no alternative in the trie costs
+	// nothing) or "vocab" (the model's own probability over its vocabulary for every token, forced or not,
+	// so that a title the trie completes where the model was heading elsewhere scores what the model gives
+	// it; a Run's logits rows then cover every title token). Default "trie".
+	Scoring string `yaml:"scoring"`
 	// (issue 26) BlockReading reads each candidate's block on its own and keeps it for later requests
 	// (inference/blocks.go): "off", "contiguous" (Block-Attention: a block sees itself, every token keeps its
 	// place) or "shared" (BlockRank: a block sees the header and itself, all blocks at the same positions).
@@ -224,6 +230,12 @@ type Decode struct {
 	// Default "": in memory, least recently used out first, computed again after each start.
 	BlockDir string `yaml:"block_dir"`
 }
+
+// Scoring values for Decode.Scoring (inference.ScoringTrie, inference.ScoringVocab).
+const (
+	ScoringTrie  = "trie"
+	ScoringVocab = "vocab"
+)
 
 // Block reading values for Decode.BlockReading.
 const (
@@ -531,6 +543,7 @@ func Default() Config {
 			BlockReading:     BlockReadingOff,
 			BlockStoreMB:     1024,
 			BlockPrecision:   BlockPrecisionFloat32,
+			Scoring:          ScoringTrie,
 			BlockFill:        true,
 			MaxSummaryTokens: 256,
 		},

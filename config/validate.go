@@ -112,6 +112,7 @@ func (c Config) Validate() error {
 	v.oneOf("decode.block_reading", d.BlockReading, BlockReadingOff, BlockReadingContiguous, BlockReadingShared)
 	v.atLeast("decode.block_store_mb", int64(d.BlockStoreMB), 1)
 	v.oneOf("decode.block_precision", d.BlockPrecision, BlockPrecisionFloat32, BlockPrecisionInt8)
+	v.oneOf("decode.scoring", d.Scoring, ScoringTrie, ScoringVocab)
 
 	b := c.Breaker
 	v.atLeast("breaker.consecutive_failures", int64(b.ConsecutiveFailures), 1)

@@ -3,6 +3,7 @@ package inference
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -60,8 +61,6 @@ func TestCopyRouteChunkedEqualsOneRun(t *testing.T) {
 	// Every in-context title is scored (copy route) and matches the brute-force definition.
 	e, _ := newTestEngine(t, seen, hashLogits)
 	e.copyMaskBytes = 1
-	res, err := e.Rank(t.Context(), "which city", cands, Options{BeamWidth: 200})
-	require.NoError(t, err)
 	prompt, err := e.prompts.Build("which city", cands, PromptOptions{MaxTokens: 4096, MaxSummaryTokens: 256})
 	require.NoError(t, err)
 	z0 := hashLogits(prompt.IDs)
@@ -71,15 +70,19 @@ func TestCopyRouteChunkedEqualsOneRun(t *testing.T) {
 	for _, c := range cands {
 		titles = append(titles, c.Title)
 	}
-	want := bruteScores(t, hashLogits, append(prompt.IDs, fakeCopy), titles, float64(z0[fakeCopy])-lse0)
-	copied := 0
-	for _, b := range res.Beams {
-		if b.Route == RouteCopy {
-			copied++
-			require.InDelta(t, want[b.DocID], b.Score, 1e-9, b.DocID)
+	for _, scoring := range []string{ScoringTrie, ScoringVocab} {
+		res, err := e.Rank(t.Context(), "which city", cands, Options{BeamWidth: 200, Scoring: scoring})
+		require.NoError(t, err)
+		want := bruteScores(t, hashLogits, append(slices.Clone(prompt.IDs), fakeCopy), titles, float64(z0[fakeCopy])-lse0, scoring)
+		copied := 0
+		for _, b := range res.Beams {
+			if b.Route == RouteCopy {
+				copied++
+				require.InDelta(t, want[b.DocID], b.Score, 1e-9, "%s %s", scoring, b.DocID)
+			}
 		}
+		require.Equal(t, len(titles), copied, "no seen docid is among the titles, so every title is a copy beam")
 	}
-	require.Equal(t, len(titles), copied, "no seen docid is among the titles, so every title is a copy beam")
 }
 
 // TestCopyRouteFeedsOnlyUpToBranches: tokens below the last branching node of a path are forced, cost
@@ -92,6 +95,14 @@ func TestCopyRouteFeedsOnlyUpToBranches(t *testing.T) {
 	require.Equal(t, res.PromptTokens+4, res.Stats.TokensFed)
 	require.Equal(t, 1, res.Stats.CopyRuns)
 	require.InDelta(t, 1.0, sumExp(res.Beams), 1e-9, "the copy route's scores are a distribution")
+
+	// Scored by the vocabulary, every token of both titles is paid for: [COPY] B e r l i n and the n of
+	// Bern are fed (each title's end token is the last one scored, from its parent's row), and the two
+	// scores no longer sum to 1.
+	res, err = e.Rank(t.Context(), "q", []Candidate{{Title: "Berlin"}, {Title: "Bern"}}, Options{BeamWidth: 4, Scoring: ScoringVocab})
+	require.NoError(t, err)
+	require.Equal(t, res.PromptTokens+8, res.Stats.TokensFed)
+	require.Less(t, sumExp(res.Beams), 1.0)
 }
 
 func sumExp(bs []Beam) float64 {

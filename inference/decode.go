@@ -92,12 +92,24 @@ type Options struct {
 	// SummaryCandidates, when positive, gives only the first SummaryCandidates candidates their summaries;
 	// the rest go in by title alone (PromptOptions.SummaryCandidates).
 	SummaryCandidates int
+	// Scoring is how a title's tokens are scored after step 0: ScoringTrie (the default) renormalises each
+	// step over the trie's children there and takes a forced token (a node with one child) at no cost;
+	// ScoringVocab normalises each step over the whole vocabulary, as the model's own distribution, so every
+	// token of a title is paid for, forced or not (a path the model was not heading down then costs what the
+	// model says it does).
+	Scoring string
 	// Admit, if set, is called once the prompt is built and a session is free, before the first forward
 	// pass, with the prompt's length in tokens; an error ends the call without running the model (returned
 	// wrapped). The server's admission control uses it to refuse a run its cost model says cannot end
 	// within the time left.
 	Admit func(promptTokens int) error
 }
+
+// The values of Options.Scoring.
+const (
+	ScoringTrie  = "trie"
+	ScoringVocab = "vocab"
+)
 
 // DefaultCopyMaskBytes is the default EngineOptions.CopyMaskBytes.
 const DefaultCopyMaskBytes = 64 << 20
@@ -510,7 +522,7 @@ func (d *decoding) planCopy(t *Trie, docs int) *copyTree {
 	ct := &copyTree{t: t, docs: docs, branches: make([]bool, t.Len())}
 	for n := t.Len() - 1; n >= 0; n-- {
 		toks, kids := t.Children(NodeID(n))
-		ct.branches[n] = len(toks) > 1
+		ct.branches[n] = len(toks) > d.forcedChildren()
 		for _, k := range kids {
 			ct.branches[n] = ct.branches[n] || ct.branches[k]
 		}
@@ -650,7 +662,7 @@ func (d *decoding) treeRows(t *Trie, chunk []fedNode, ids, pos []int64, mask []f
 			row[visible+a] = 0
 		}
 		rows[i] = -1
-		if toks, _ := t.Children(f.node); len(toks) > 1 {
+		if toks, _ := t.Children(f.node); len(toks) > d.forcedChildren() {
 			rows[i] = len(want)
 			want = append(want, int64(at+i))
 		}
@@ -669,7 +681,7 @@ func (d *decoding) scoreChunk(tree *copyTree, chunk []fedNode, rows []int, logit
 		var lse float64
 		if rows[i] >= 0 {
 			z = logits[rows[i]*v : (rows[i]+1)*v]
-			lse = logSumExp(z, toks)
+			lse = d.normaliser(z, toks)
 		}
 		for j, tok := range toks {
 			s := acc[f.node]
@@ -718,10 +730,10 @@ func (d *decoding) parametricRoute(ctx context.Context, z0 []float32, lse0, floo
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("parametric route: %w", err)
 		}
-		// Follow forced chains.
+		// Follow forced chains (scored by the trie: at no cost).
 		next := live[:0]
 		for _, b := range live {
-			for {
+			for d.opts.Scoring != ScoringVocab {
 				ct, ck := g.Children(b.node)
 				if len(ct) != 1 {
 					break
@@ -752,7 +764,7 @@ func (d *decoding) parametricRoute(ctx context.Context, z0 []float32, lse0, floo
 		for i, b := range live {
 			z := logits[i*v : (i+1)*v]
 			ct, ck := g.Children(b.node)
-			lse := logSumExp(z, ct)
+			lse := d.normaliser(z, ct)
 			for j, tok := range ct {
 				nb := &beam{node: ck[j], score: b.score + float64(z[tok]) - lse,
 					toks: append(slices.Clip(b.toks), tok), fed: b.fed, pending: 1}
@@ -872,6 +884,32 @@ func maskRow(mask []float32, i, width, visible int) []float32 {
 func (w *worker) index(i int) []int64 {
 	w.out = append(w.out[:0], int64(i))
 	return w.out
+}
+
+// forcedChildren is the most children a node may have and still be taken without its logits: 1 when the
+// trie scores (a forced token costs nothing), 0 when the vocabulary does (every token is paid for).
+func (d *decoding) forcedChildren() int {
+	if d.opts.Scoring == ScoringVocab {
+		return 0
+	}
+	return 1
+}
+
+// normaliser is the log-normaliser of one step's logits z whose allowed tokens are toks: over toks (trie
+// scoring) or over the whole vocabulary (vocab scoring).
+func (d *decoding) normaliser(z []float32, toks []int32) float64 {
+	if d.opts.Scoring != ScoringVocab {
+		return logSumExp(z, toks)
+	}
+	m := math.Inf(-1)
+	for _, x := range z {
+		m = max(m, float64(x))
+	}
+	s := 0.0
+	for _, x := range z {
+		s += math.Exp(float64(x) - m)
+	}
+	return m + math.Log(s)
 }
 
 // logSumExp returns log(sum(exp(z[t]))) over the tokens t, in float64.

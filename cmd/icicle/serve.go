@@ -168,7 +168,8 @@ func serve(ctx context.Context, args []string) error {
 		MaxHits: cfg.Server.MaxHits, MaxCandidates: cfg.Decode.MaxCandidates, SnippetChars: cfg.Decode.SnippetChars, FirstStage: stage,
 		Fields: plugin.SourceFields{DocID: cfg.Fields.DocID, Title: cfg.Fields.Title, Summary: cfg.Fields.Summary},
 		Decode: inference.Options{BeamWidth: cfg.Decode.BeamWidth, MaxPromptTokens: cfg.Decode.MaxPromptTokens,
-			MaxSummaryTokens: cfg.Decode.MaxSummaryTokens, TitleOnly: cfg.Decode.TitleOnly, SummaryCandidates: cfg.Decode.SummaryCandidates},
+			MaxSummaryTokens: cfg.Decode.MaxSummaryTokens, TitleOnly: cfg.Decode.TitleOnly, SummaryCandidates: cfg.Decode.SummaryCandidates,
+			Scoring: cfg.Decode.Scoring},
 		MaxInflight: cfg.Concurrency.MaxInflight, QueueSize: cfg.Concurrency.QueueSize, QueueTimeout: cfg.Concurrency.QueueTimeout,
 		MetricsPath: cfg.Metrics.Path, MetricsOff: !cfg.Metrics.Enabled,
 		ConsecutiveFailures: cfg.Breaker.ConsecutiveFailures, OpenTimeout: cfg.Breaker.OpenTimeout,
@@ -313,7 +314,7 @@ func openModel(dir string, c config.Model, plan runPlan, d config.Decode, fillFr
 	closeModel := func() error { return errors.Join(m.Close(), blocks.Close()) }
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	opts := inference.Options{BeamWidth: d.BeamWidth, MaxPromptTokens: d.MaxPromptTokens, MaxSummaryTokens: d.MaxSummaryTokens,
-		TitleOnly: d.TitleOnly, SummaryCandidates: d.SummaryCandidates}
+		TitleOnly: d.TitleOnly, SummaryCandidates: d.SummaryCandidates, Scoring: d.Scoring}
 	tokens, took, err := m.Engine.WarmUp(ctx, opts)
 	cancel()
 	if err != nil {
