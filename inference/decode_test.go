@@ -424,3 +424,13 @@ func TestWarmUp(t *testing.T) {
 	require.Positive(t, m.calls)
 	require.Equal(t, 1, e.Sessions())
 }
+
+func TestExpNonPositiveMatchesMathExp(t *testing.T) {
+	for i := 0; i <= 200000; i++ {
+		y := -float64(i) * 700 / 200000
+		want := math.Exp(y)
+		require.InEpsilon(t, want, expNonPositive(y), 1e-11, "y=%g", y)
+	}
+	require.Equal(t, 1.0, expNonPositive(0))
+	require.Zero(t, expNonPositive(-750))
+}

@@ -25,6 +25,11 @@ Parametric route, beam width W:
 Final: union of the copy-route docids and the finished parametric beams; a docid in both keeps the higher
 score and its route (copy on an exact tie); sort by (score desc, docid utf-8 bytes asc); first W.
 
+Scoring "vocab" (the sidecar's decode.scoring: vocab): every step after step 0 is normalised over the whole
+vocabulary instead of the allowed set, z[t] - logsumexp(z), and a node with one child is scored (and run) like any
+other, so every token of a title costs the model's own log-probability (a seen title the trie completes where the
+model was heading for another costs what the model gives it). Step 0 is as above.
+
 Prompt budget: decoding starts from prompt_for_decoding, which raises ContextFullError when the header and
 query block alone exceed max_prompt_tokens (the Go engine's inference.ErrContextFull): there is no prompt
 to decode, not a prompt without candidates (MODEL_FORMAT.md, "Prompt budget").
@@ -122,9 +127,12 @@ def _lse(x: np.ndarray) -> float:
     return m + math.log(float(np.exp(x - m).sum()))
 
 
-def _renorm(z: np.ndarray, allowed: list[int]) -> dict[int, float]:
+SCORINGS = ("trie", "vocab")
+
+
+def _renorm(z: np.ndarray, allowed: list[int], scoring: str = "trie") -> dict[int, float]:
     v = z[allowed].astype(np.float64)
-    l = _lse(v)
+    l = _lse(z.astype(np.float64) if scoring == "vocab" else v)
     return {t: float(x) - l for t, x in zip(allowed, v)}
 
 
@@ -135,10 +143,13 @@ def decode(
     copy_token_id: int,
     end_token_id: int,
     beam_width: int,
+    scoring: str = "trie",
 ) -> Result:
     """Runs the routed constrained beam search described in the module doc."""
     if beam_width < 1:
         raise ValueError("beam_width must be >= 1")
+    if scoring not in SCORINGS:
+        raise ValueError(f"scoring {scoring!r}: want one of {SCORINGS}")
     has_ctx = bool(context_trie.root.children)
     first = sorted(global_trie.root.children)
     allowed0 = ([copy_token_id] if has_ctx else []) + first
@@ -149,11 +160,11 @@ def decode(
 
     results: dict[str, Beam] = {}
     if has_ctx:
-        _copy_route(scorer, context_trie.root, (copy_token_id,), logp0[copy_token_id], results)
+        _copy_route(scorer, context_trie.root, (copy_token_id,), logp0[copy_token_id], results, scoring)
     _copy_only = list(results.values())
     key = lambda b: (-b.score, b.docid.encode("utf-8"))  # noqa: E731
     copy_all = sorted(_copy_only, key=key)
-    for docid, score in _parametric(scorer, global_trie, logp0, first, end_token_id, beam_width):
+    for docid, score in _parametric(scorer, global_trie, logp0, first, end_token_id, beam_width, scoring):
         old = results.get(docid)
         if old is None or score > old.score:
             results[docid] = Beam(docid, ROUTE_PARAMETRIC, score)
@@ -161,24 +172,26 @@ def decode(
     return Result(p_copy, beams[:beam_width], copy_all)
 
 
-def _copy_route(scorer: Scorer, node: TrieNode, prefix: tuple[int, ...], score: float, out: dict) -> None:
-    # Iterative DFS; a node with several children costs one forward.
+def _copy_route(scorer: Scorer, node: TrieNode, prefix: tuple[int, ...], score: float, out: dict,
+                scoring: str = "trie") -> None:
+    # Iterative DFS; a node with several children (any child, scored by the vocabulary) costs one forward.
     stack = [(node, prefix, score)]
     while stack:
         n, p, s = stack.pop()
         if n.docid is not None and not n.children:
             out[n.docid] = Beam(n.docid, ROUTE_COPY, s)
             continue
-        if len(n.children) == 1:
+        if len(n.children) == 1 and scoring == "trie":
             (t, child), = n.children.items()
             stack.append((child, p + (t,), s))
             continue
-        lp = _renorm(scorer.logits(p), sorted(n.children))
+        lp = _renorm(scorer.logits(p), sorted(n.children), scoring)
         for t, child in n.children.items():
             stack.append((child, p + (t,), s + lp[t]))
 
 
-def _parametric(scorer, trie: Trie, logp0: dict, first: list[int], end: int, w: int) -> list[tuple[str, float]]:
+def _parametric(scorer, trie: Trie, logp0: dict, first: list[int], end: int, w: int,
+                scoring: str = "trie") -> list[tuple[str, float]]:
     if not first:
         return []
     init = sorted(((logp0[t], (t,)) for t in first), key=lambda x: (-x[0], x[1]))[:w]
@@ -193,7 +206,7 @@ def _parametric(scorer, trie: Trie, logp0: dict, first: list[int], end: int, w: 
         nxt = []
         for s, toks, n in live:
             done = False
-            while len(n.children) == 1:
+            while len(n.children) == 1 and scoring == "trie":
                 (t, n), = n.children.items()
                 toks = toks + (t,)
                 if t == end:
@@ -211,7 +224,7 @@ def _parametric(scorer, trie: Trie, logp0: dict, first: list[int], end: int, w: 
                 break
         pool = []
         for s, toks, n in live:
-            lp = _renorm(scorer.logits(toks), sorted(n.children))
+            lp = _renorm(scorer.logits(toks), sorted(n.children), scoring)
             for t, child in n.children.items():
                 pool.append((s + lp[t], toks + (t,), child))
         pool.sort(key=lambda x: (-x[0], x[1]))

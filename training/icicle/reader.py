@@ -52,7 +52,7 @@ import torch.nn.functional as F
 
 from . import readerdata
 from .data import Doc, Query
-from .decode import BLOCK_LAYOUTS, Trie, block_attention, torch_step
+from .decode import BLOCK_LAYOUTS, SCORINGS, Trie, block_attention, torch_step
 from .device import autocast, model_device, resolve_device
 from .prompt import TEMPLATE_BLOCKS, Candidate, build_prompt
 from .serve_eval import serve_table
@@ -105,6 +105,9 @@ class Args:
     # each candidate is shown by its query snippet (the set's q["snip"], `readerdata snippets`) instead of its
     # summary, as the sidecar serves with decode.snippet_chars; in training and in the evaluation.
     snippets: bool = False
+    # how the evaluation's decoder scores a title's tokens (decode.SCORINGS; the sidecar's decode.scoring):
+    # "trie" renormalises over the trie, "vocab" pays every token at the model's probability over the vocabulary
+    scoring: str = "trie"
 
 
 class Reader:
@@ -237,7 +240,8 @@ class Reader:
                                     self.build,
                                     n, (10,), contexts=ctx, summary=lambda d: self.docs[d].text,
                                     queries=queries, layout=self.a.blocks,
-                                    query_summary=lambda qt, d: texts[qt].get(d, self.docs[d].text))["n10"]
+                                    query_summary=lambda qt, d: texts[qt].get(d, self.docs[d].text),
+                                    scoring=self.a.scoring)["n10"]
         return out
 
 
@@ -337,7 +341,7 @@ def _same_run(work: str, a: Args) -> None:
         return
     old = json.load(open(path))["args"]
     fixed = {k: v for k, v in asdict(a).items() if k not in ("minutes", "steps", "eval_every", "save_every", "threads",
-                                                              "device", "eval_n", "micro")}
+                                                              "device", "eval_n", "micro", "scoring")}
     # An argument added after the run began counts as its default there.
     default = asdict(Args(set="", work=""))
     was = {k: old.get(k, json.loads(json.dumps(default[k]))) for k in fixed}
@@ -482,6 +486,8 @@ def parse(argv=None) -> tuple[str, Args]:
         raise SystemExit(f"--blocks {a.blocks!r}: want one of {BLOCK_LAYOUTS} (or nothing: causal reading)")
     if a.summary_tokens < 1:
         raise SystemExit(f"--summary-tokens {a.summary_tokens}: want at least 1")
+    if a.scoring not in SCORINGS:
+        raise SystemExit(f"--scoring {a.scoring!r}: want one of {SCORINGS}")
     if a.decay not in ("", "linear"):
         raise SystemExit(f"--decay {a.decay!r}: want linear (or nothing: the lr stays after the warmup)")
     if a.decay and not (a.steps or a.minutes):

@@ -37,11 +37,12 @@ RANK_PRIOR_WEIGHTS = (0.0, 0.5, 1.0, 2.0, 4.0, 100.0)
 def serve_table(step, empty, encode: Callable[[str], list[int]], end_id: int, copy_id: int, global_trie: Trie,
                 split: Split, build: Callable, n: int, ns: Sequence[int], contexts: BM25Contexts | None = None,
                 summary: Callable | None = None, queries=None, layout: str = "",
-                query_summary: Callable[[str, str], str] | None = None) -> dict:
+                query_summary: Callable[[str, str], str] | None = None, scoring: str = "trie") -> dict:
     """The serve view for any step function (ONNX or torch); build(query, cands) -> Prompt in the model's format.
     queries and contexts default to serve_queries and BM25 over D_new. layout: read the prompt by blocks
     (model.block_attention's "contiguous" or "shared"; the prompt's segments) instead of causally. query_summary(query,
-    docid), when given, replaces summary (a query's snippets)."""
+    docid), when given, replaces summary (a query's snippets). scoring: decode's ("trie" or "vocab", the sidecar's
+    decode.scoring)."""
     summary = summary or (lambda d: cached_extractive(split.docs[d].text))
     contexts = contexts or BM25Contexts(split.d_new, split.docs)
     qs = queries if queries is not None else serve_queries(split, n)
@@ -59,7 +60,7 @@ def serve_table(step, empty, encode: Callable[[str], list[int]], end_id: int, co
             titles = titles[: p.included]
             ctx = Trie.build(titles, encode, end_id)
             lay = block_attention(p.segments, len(p.ids), layout) if layout else None
-            res = decode(CachedPromptScorer(step, p.ids, empty, lay), global_trie, ctx, copy_id, end_id, 1)
+            res = decode(CachedPromptScorer(step, p.ids, empty, lay), global_trie, ctx, copy_id, end_id, 1, scoring)
             hit += int(bool(res.beams) and res.beams[0].docid == q.docid)
             bm += int(titles[:1] == [q.docid])
             route += int(res.p_copy > 0.5)

@@ -55,6 +55,35 @@ def test_copy_route_exact_and_forced_chains_cost_nothing():
     assert sorted(f.calls) == sorted([(), (COPY,), (COPY, 1)])
 
 
+def test_vocab_scoring_pays_every_token_over_the_whole_vocabulary():
+    # The same tries and logits as above, scored by the vocabulary: each step's log-softmax over all V tokens,
+    # forced tokens (and the end token) included, so a title the trie completes where the model was heading
+    # elsewhere costs what the model gives it.
+    ctx = trie(("a", [1, 2, 3]), ("b", [1, 4]), ("c", [5]))
+    g = trie(("g", [7, 8]))
+    table = {(): {COPY: 2.0, 7: 1.0}, (COPY,): {1: 1.0, 5: 0.0}, (COPY, 1): {2: 0.5, 4: 1.5},
+             (COPY, 1, 2): {3: -1.0, 9: 3.0}, (7,): {8: -2.0, 6: 2.0}}
+    f = Fake(table)
+    r = decode(f, g, ctx, COPY, END, beam_width=10, scoring="vocab")
+
+    def full(prefix, t):
+        z = [table.get(prefix, {}).get(i, 0.0) for i in range(V)]
+        return lsm(z, t)
+
+    lc = lsm([2.0, 1.0], 0)  # step 0 is renormalised over its allowed set, as with trie scoring
+    assert r.p_copy == pytest.approx(math.exp(lc))
+    got = {b.docid: (b.route, b.score) for b in r.beams}
+    a = lc + full((COPY,), 1) + full((COPY, 1), 2) + full((COPY, 1, 2), 3) + full((COPY, 1, 2, 3), END)
+    assert got["a"] == ("copy", pytest.approx(a))
+    assert got["b"] == ("copy", pytest.approx(lc + full((COPY,), 1) + full((COPY, 1), 4) + full((COPY, 1, 4), END)))
+    assert got["c"] == ("copy", pytest.approx(lc + full((COPY,), 5) + full((COPY, 5), END)))
+    assert got["g"] == ("parametric", pytest.approx(lsm([2.0, 1.0], 1) + full((7,), 8) + full((7, 8), END)))
+    # the forced 7 -> 8 the model scores at -2 against 6 at +2 now costs about 4 nats, not 0
+    assert got["g"][1] < lsm([2.0, 1.0], 1) - 4
+    with pytest.raises(ValueError, match="scoring"):
+        decode(f, g, ctx, COPY, END, beam_width=10, scoring="softmax")
+
+
 def test_parametric_beam_and_stop():
     g = trie(("x", [1, 2]), ("y", [1, 3]), ("z", [4]))
     f = Fake({(): {1: 1.0, 4: 0.0}, (1,): {2: 0.0, 3: 2.0}})
