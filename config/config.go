@@ -205,6 +205,10 @@ type Decode struct {
 	// so that a title the trie completes where the model was heading elsewhere scores what the model gives
 	// it; a Run's logits rows then cover every title token). Default "trie".
 	Scoring string `yaml:"scoring"`
+	// CopyLogPrior is added to the log-probability of the router's [COPY] where copied titles are scored against
+	// the memory route's: negative leans to the memory route, positive to copying (the router's calibration,
+	// chosen on held-out questions; docs/evaluation.md, "Scoring titles by the vocabulary"). -20..20; default 0.
+	CopyLogPrior float64 `yaml:"copy_log_prior"`
 	// (issue 26) BlockReading reads each candidate's block on its own and keeps it for later requests
 	// (inference/blocks.go): "off", "contiguous" (Block-Attention: a block sees itself, every token keeps its
 	// place) or "shared" (BlockRank: a block sees the header and itself, all blocks at the same positions).

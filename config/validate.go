@@ -113,6 +113,9 @@ func (c Config) Validate() error {
 	v.atLeast("decode.block_store_mb", int64(d.BlockStoreMB), 1)
 	v.oneOf("decode.block_precision", d.BlockPrecision, BlockPrecisionFloat32, BlockPrecisionInt8)
 	v.oneOf("decode.scoring", d.Scoring, ScoringTrie, ScoringVocab)
+	if !(d.CopyLogPrior >= -20 && d.CopyLogPrior <= 20) {
+		v.add("decode.copy_log_prior", "must be between -20 and 20 (a log-probability shift), got %v", d.CopyLogPrior)
+	}
 
 	b := c.Breaker
 	v.atLeast("breaker.consecutive_failures", int64(b.ConsecutiveFailures), 1)

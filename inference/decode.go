@@ -98,6 +98,10 @@ type Options struct {
 	// token of a title is paid for, forced or not (a path the model was not heading down then costs what the
 	// model says it does).
 	Scoring string
+	// CopyLogPrior is added to log p([COPY]) where the copy route's titles are scored against the memory
+	// route's (the router's calibration: negative leans to memory, positive to copying). It moves every copied
+	// title's score alike; Result.PCopy stays the model's. Default 0.
+	CopyLogPrior float64
 	// Admit, if set, is called once the prompt is built and a session is free, before the first forward
 	// pass, with the prompt's length in tokens; an error ends the call without running the model (returned
 	// wrapped). The server's admission control uses it to refuse a run its cost model says cannot end
@@ -419,7 +423,7 @@ func (d *decoding) run(ctx context.Context) (Result, error) {
 	if tree != nil {
 		lpCopy := float64(z0[copyID]) - lse0
 		res.PCopy = math.Exp(lpCopy)
-		copied, err := d.copyRoute(ctx, tree, lpCopy, logits)
+		copied, err := d.copyRoute(ctx, tree, lpCopy+d.opts.CopyLogPrior, logits)
 		if err != nil {
 			return Result{}, err
 		}

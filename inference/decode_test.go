@@ -60,11 +60,13 @@ func bruteNorm(z []float32, toks []int32, scoring string) float64 {
 
 func TestRankMatchesBruteForce(t *testing.T) {
 	for _, scoring := range []string{ScoringTrie, ScoringVocab} {
-		t.Run(scoring, func(t *testing.T) { testRankMatchesBruteForce(t, scoring) })
+		for _, prior := range []float64{0, -1.5, 2} {
+			t.Run(fmt.Sprintf("%s/prior=%g", scoring, prior), func(t *testing.T) { testRankMatchesBruteForce(t, scoring, prior) })
+		}
 	}
 }
 
-func testRankMatchesBruteForce(t *testing.T, scoring string) {
+func testRankMatchesBruteForce(t *testing.T, scoring string, prior float64) {
 	seen := []string{"Paris", "Parma", "Lyon", "Lyons", "Oslo", "Porto"}
 	for _, tc := range []struct {
 		name  string
@@ -76,11 +78,11 @@ func testRankMatchesBruteForce(t *testing.T, scoring string) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, _ := newTestEngine(t, seen, hashLogits)
-			res, err := e.Rank(t.Context(), "which city", tc.cands, Options{BeamWidth: 20, Scoring: scoring})
+			res, err := e.Rank(t.Context(), "which city", tc.cands, Options{BeamWidth: 20, Scoring: scoring, CopyLogPrior: prior})
 			require.NoError(t, err)
 			// Width 2: the copied docids' second score bounds the parametric route (it drops beams below it);
 			// the answer is still the exact top 2.
-			top2, err := e.Rank(t.Context(), "which city", tc.cands, Options{BeamWidth: 2, Scoring: scoring})
+			top2, err := e.Rank(t.Context(), "which city", tc.cands, Options{BeamWidth: 2, Scoring: scoring, CopyLogPrior: prior})
 			require.NoError(t, err)
 
 			prompt, err := e.prompts.Build("which city", tc.cands, PromptOptions{MaxTokens: 4096, MaxSummaryTokens: 256})
@@ -94,7 +96,7 @@ func testRankMatchesBruteForce(t *testing.T, scoring string) {
 			z0 := hashLogits(prompt.IDs)
 			rootToks, _ := e.global.Children(0)
 			lse0 := logSumExp(z0, append(slices.Clone(rootToks), fakeCopy))
-			want := bruteScores(t, hashLogits, append(slices.Clone(prompt.IDs), fakeCopy), ctxDocs, float64(z0[fakeCopy])-lse0, scoring)
+			want := bruteScores(t, hashLogits, append(slices.Clone(prompt.IDs), fakeCopy), ctxDocs, float64(z0[fakeCopy])-lse0+prior, scoring)
 			// Parametric scores: the first token is scored against the step-0 set, the rest as scoring says.
 			param := bruteScores(t, hashLogits, prompt.IDs, seen, 0, scoring)
 			seqs, _ := docidSeqs(fakeTokenizer{}, seen, fakeEnd)

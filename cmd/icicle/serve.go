@@ -169,7 +169,7 @@ func serve(ctx context.Context, args []string) error {
 		Fields: plugin.SourceFields{DocID: cfg.Fields.DocID, Title: cfg.Fields.Title, Summary: cfg.Fields.Summary},
 		Decode: inference.Options{BeamWidth: cfg.Decode.BeamWidth, MaxPromptTokens: cfg.Decode.MaxPromptTokens,
 			MaxSummaryTokens: cfg.Decode.MaxSummaryTokens, TitleOnly: cfg.Decode.TitleOnly, SummaryCandidates: cfg.Decode.SummaryCandidates,
-			Scoring: cfg.Decode.Scoring},
+			Scoring: cfg.Decode.Scoring, CopyLogPrior: cfg.Decode.CopyLogPrior},
 		MaxInflight: cfg.Concurrency.MaxInflight, QueueSize: cfg.Concurrency.QueueSize, QueueTimeout: cfg.Concurrency.QueueTimeout,
 		MetricsPath: cfg.Metrics.Path, MetricsOff: !cfg.Metrics.Enabled,
 		ConsecutiveFailures: cfg.Breaker.ConsecutiveFailures, OpenTimeout: cfg.Breaker.OpenTimeout,
@@ -314,7 +314,8 @@ func openModel(dir string, c config.Model, plan runPlan, d config.Decode, fillFr
 	closeModel := func() error { return errors.Join(m.Close(), blocks.Close()) }
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	opts := inference.Options{BeamWidth: d.BeamWidth, MaxPromptTokens: d.MaxPromptTokens, MaxSummaryTokens: d.MaxSummaryTokens,
-		TitleOnly: d.TitleOnly, SummaryCandidates: d.SummaryCandidates, Scoring: d.Scoring}
+		TitleOnly: d.TitleOnly, SummaryCandidates: d.SummaryCandidates, Scoring: d.Scoring,
+		CopyLogPrior: d.CopyLogPrior}
 	tokens, took, err := m.Engine.WarmUp(ctx, opts)
 	cancel()
 	if err != nil {

@@ -1,4 +1,4 @@
-"""lab.attention: the three methods it times compute the same attention as a plain reference (softmax(q k^T /
+"""lab.attention: the four methods it times compute the same attention as a plain reference (softmax(q k^T /
 sqrt(d) + mask) v, query head h reading key/value head h // 3), layer after layer, so their times compare methods."""
 import numpy as np
 import pytest
@@ -29,6 +29,7 @@ def test_methods_compute_the_reference_attention(mask, vnni):
     want = reference(c)
     assert np.abs(c.step()() - want).max() < 1e-5
     assert np.abs(c.gqa(bias=True)() - want).max() < 1e-5
+    assert np.abs(c.split()() - want).max() < 1e-5
     # int8 past: within its quantisation's error (about 1 % of the output's scale), not exact; on a CPU without
     # VNNI the u8 x s8 products run on kernels that can saturate: on session 22's AVX2 host 11.6 % of the
     # output's scale at worst and 2.0 % on average
@@ -44,5 +45,5 @@ def test_main_prints_each_method(capsys):
     main(["--past", "20", "--rows", "3", "--layers", "1", "--runs", "1"])
     out = capsys.readouterr().out
     assert "past 20, rows 3, 1 layers" in out
-    for name in ("step graph (today)", "causal only", "tree's bias", "int8 past"):
+    for name in ("step graph (today)", "causal only", "tree's bias", "int8 past", "products' layouts"):
         assert name in out

@@ -1,4 +1,4 @@
-"""What the attention over stored blocks costs, by the three ways ONNX Runtime's CPU provider can compute it
+"""What the attention over stored blocks costs, by the four ways ONNX Runtime's CPU provider can compute it
 (issue 26): a Run by block reading feeds ROWS tokens (the query and the copy tree's first chunk) over PAST cached
 positions (100 candidates of about 37 tokens: 3,692), and at 100 candidates that attention is most of the Run.
 
@@ -18,7 +18,12 @@ layer's output the next one's query, and nothing else (no weights), timed on 2 i
   MatMulInteger for both products: the query quantised per Run, the probabilities times the values' scales
   normalised per row to [0, 1] and quantised with a fixed scale; the new rows' part in fp32 beside it.
 
-All three compute the same attention (tests/test_attention.py: `gqa` within 1e-4 of `step`, `int8` within its
+- `split`: the past kept in the layouts the two products read (keys [1, kv_heads, head_dim, past], values
+  [1, kv_heads, past, head_dim], as a block store could write them when it places blocks), so that no copy of the
+  past is made: the scores over the past and over the new rows are two products, concatenated (the scores, not
+  the past), masked and normalised together, and the output is the two value products summed.
+
+All four compute the same attention (tests/test_attention.py: `gqa` within 1e-4 of `step`, `int8` within its
 quantisation's error), so their times compare the methods, not different maths.
 """
 from __future__ import annotations
@@ -191,6 +196,38 @@ def int8_graph(past: int, rows: int, layers: int):
     return _make(nodes, inputs, [helper.make_tensor_value_info(x, T.FLOAT, [1, rows, HEADS * HEAD_DIM])], inits)
 
 
+def split_graph(past: int, rows: int, layers: int):
+    """The past in the products' layouts: inputs q, k, v, mask as step_graph's, p{l}kt [1,KV,D,past] and p{l}vt
+    [1,KV,past,D]; output y [1,rows,H*D]."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    arr = lambda name, a: numpy_helper.from_array(np.array(a, np.int64), name)  # noqa: E731
+    inits = _shapes(past, rows) + [arr("ax3", [3]), arr("at0", [0]), arr("atp", [past]), arr("atm", [past + rows])]
+    inputs = _qkv_mask(past, rows)
+    nodes = [helper.make_node("Reshape", ["k", "s_kv"], ["k4"]), helper.make_node("Transpose", ["k4"], ["knew"], perm=[0, 2, 3, 1]),
+             helper.make_node("Reshape", ["v", "s_kv"], ["v4"]), helper.make_node("Transpose", ["v4"], ["vnew"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["mask", "s_mask"], ["mask5"])]
+    x = "q"
+    for l in range(layers):
+        p = f"l{l}_"
+        inputs += [helper.make_tensor_value_info(f"p{l}kt", T.FLOAT, [1, KV_HEADS, HEAD_DIM, past]),
+                   helper.make_tensor_value_info(f"p{l}vt", T.FLOAT, [1, KV_HEADS, past, HEAD_DIM])]
+        nodes += _grouped(x, p) + [
+            helper.make_node("MatMul", [p + "qg", f"p{l}kt"], [p + "sp"]),
+            helper.make_node("MatMul", [p + "qg", "knew"], [p + "sn"]),
+            helper.make_node("Concat", [p + "sp", p + "sn"], [p + "s0"], axis=-1),
+        ] + _softmax(p + "s0", p) + [
+            helper.make_node("Slice", [p + "w", "at0", "atp", "ax3"], [p + "wp"]),
+            helper.make_node("Slice", [p + "w", "atp", "atm", "ax3"], [p + "wn"]),
+            helper.make_node("MatMul", [p + "wp", f"p{l}vt"], [p + "op"]),
+            helper.make_node("MatMul", [p + "wn", "vnew"], [p + "on"]),
+            helper.make_node("Add", [p + "op", p + "on"], [p + "o"]),
+        ] + _ungrouped(p)
+        x = p + "y"
+    return _make(nodes, inputs, [helper.make_tensor_value_info(x, T.FLOAT, [1, rows, HEADS * HEAD_DIM])], inits)
+
+
 def quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """x [..., D] as int8 with one scale per row, max |x| / 127, as the block store keeps it."""
     s = np.abs(x).max(axis=-1, keepdims=True) / 127
@@ -260,6 +297,15 @@ class Case:
 
         return run
 
+    def split(self):
+        """A callable Run of the split products over a past in their layouts, returning y."""
+        s = self._session(split_graph(self.past, self.rows, self.layers))
+        feed = {"q": self.q, "k": self.k, "v": self.v, "mask": self.mask}
+        for l in range(self.layers):
+            feed[f"p{l}kt"] = np.ascontiguousarray(self.pk[l].transpose(0, 2, 3, 1))
+            feed[f"p{l}vt"] = np.ascontiguousarray(self.pv[l].transpose(0, 2, 1, 3))
+        return lambda: s.run(None, feed)[0]
+
     def int8(self):
         """A callable Run of the int8 past's attention, returning y."""
         s = self._session(int8_graph(self.past, self.rows, self.layers))
@@ -294,7 +340,8 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     c = Case(a.past, a.rows, a.layers, a.threads, mask="tree")
     rows = [("step graph (today)", c.step()), ("GroupQueryAttention, shared buffer, causal only", c.gqa(False)),
-            ("GroupQueryAttention, shared buffer, with the tree's bias", c.gqa(True)), ("int8 past, MatMulInteger", c.int8())]
+            ("GroupQueryAttention, shared buffer, with the tree's bias", c.gqa(True)), ("int8 past, MatMulInteger", c.int8()),
+            ("past in the products' layouts, scores concatenated", c.split())]
     print(f"past {a.past}, rows {a.rows}, {a.layers} layers, {a.threads} threads: median of {a.runs} Runs")
     # Interleaved rounds, so that a change in the host's load touches every method alike.
     times = {name: [] for name, _ in rows}
