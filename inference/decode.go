@@ -712,15 +712,21 @@ type beam struct {
 	score   float64
 	toks    []int32 // every token since the route began, end included once finished
 	fed     []int32 // cache positions of the tokens already fed, in order
-	pending int     // how many trailing toks are not fed yet
+	pending int     // how many trailing toks are not fed yet (an owed end token aside)
+	owed    int     // vocab scoring: how many trailing toks (a forced chain) are not charged yet
+	ended   bool    // the last of toks is the end token, reached on a forced chain (never fed)
 }
 
 // parametricRoute runs width-W beam search over the global trie, with forced single-child chains
-// taken at no cost and fed together with the next branching token (jump-forward). Beams scoring below floor
-// are dropped (the caller's bound on what can still enter the answer).
+// fed together with the next branching token (jump-forward). Scored by the trie, a chain costs nothing;
+// scored by the vocabulary, its tokens are owed until that Run, which reads a logits row per fed token and
+// charges each of the chain's tokens from its predecessor's row (a chain ending at a title's end is fed for
+// that alone). Beams scoring below floor are dropped (the caller's bound on what can still enter the answer);
+// an owed chain only lowers a score, so the bounds taken before it is charged stay bounds.
 func (d *decoding) parametricRoute(ctx context.Context, z0 []float32, lse0, floor float64) ([]Beam, error) {
 	W := d.opts.BeamWidth
 	g := d.e.global
+	vocab := d.opts.Scoring == ScoringVocab
 	toks, kids := g.Children(0)
 	live := make([]*beam, 0, len(toks))
 	for j, tok := range toks {
@@ -734,22 +740,26 @@ func (d *decoding) parametricRoute(ctx context.Context, z0 []float32, lse0, floo
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("parametric route: %w", err)
 		}
-		// Follow forced chains (scored by the trie: at no cost).
+		// Follow forced chains.
 		next := live[:0]
 		for _, b := range live {
-			for d.opts.Scoring != ScoringVocab {
+			for {
 				ct, ck := g.Children(b.node)
 				if len(ct) != 1 {
 					break
 				}
 				b.toks = append(b.toks, ct[0])
 				b.node = ck[0]
+				if vocab {
+					b.owed++
+				}
 				if int64(ct[0]) == d.e.man.EndTokenID {
+					b.ended = true
 					break
 				}
 				b.pending++
 			}
-			if g.Doc(b.node) >= 0 {
+			if g.Doc(b.node) >= 0 && b.owed == 0 {
 				finished = append(finished, b)
 			} else {
 				next = append(next, b)
@@ -759,14 +769,36 @@ func (d *decoding) parametricRoute(ctx context.Context, z0 []float32, lse0, floo
 		if len(live) == 0 || (len(finished) >= W && live[0].score <= kthScore(finished, func(b *beam) float64 { return b.score }, W)) {
 			break
 		}
-		logits, err := d.feedBeams(ctx, live)
+		logits, last, err := d.feedBeams(ctx, live, vocab)
 		if err != nil {
 			return nil, fmt.Errorf("parametric route: %w", err)
 		}
 		v := d.e.man.VocabSize
+		row := func(r int) []float32 { return logits[r*v : (r+1)*v] }
 		var pool []*beam
 		for i, b := range live {
-			z := logits[i*v : (i+1)*v]
+			if b.owed > 0 {
+				// The chain is the last owed of toks; each of its tokens is scored from its predecessor's row.
+				// The predecessors were fed in this Run, the last fed token (before an end token, which is
+				// never fed) at row last[i] and each earlier one a row before.
+				n, lastFed := len(b.toks), len(b.toks)-1
+				if b.ended {
+					lastFed--
+				}
+				for j := n - b.owed; j < n; j++ {
+					z := row(last[i] - (lastFed - (j - 1)))
+					b.score += float64(z[b.toks[j]]) - d.normaliser(z, nil)
+				}
+				b.owed = 0
+				if b.score < floor {
+					continue
+				}
+				if g.Doc(b.node) >= 0 {
+					finished = append(finished, b)
+					continue
+				}
+			}
+			z := row(last[i])
 			ct, ck := g.Children(b.node)
 			lse := d.normaliser(z, ct)
 			for j, tok := range ct {
@@ -797,8 +829,9 @@ func (d *decoding) parametricRoute(ctx context.Context, z0 []float32, lse0, floo
 }
 
 // feedBeams feeds every live beam's pending tokens in one Run (each attends to the prompt, its fed
-// ancestors and its own pending tokens) and returns one logits row per beam.
-func (d *decoding) feedBeams(ctx context.Context, live []*beam) ([]float32, error) {
+// ancestors and its own pending tokens) and returns the logits rows and, per beam, the row of its last fed
+// token: one row per beam, or with every a row per fed token (a beam's rows then end at its last).
+func (d *decoding) feedBeams(ctx context.Context, live []*beam, every bool) ([]float32, []int, error) {
 	n := 0
 	for _, b := range live {
 		n += b.pending
@@ -807,10 +840,14 @@ func (d *decoding) feedBeams(ctx context.Context, live []*beam) ([]float32, erro
 	ids, pos := d.w.buffers(n)
 	mask := d.w.maskBuf(n, past)
 	want := d.w.out[:0]
+	last := make([]int, len(live))
 	k := 0
-	for _, b := range live {
+	for i, b := range live {
 		first := k
 		depth0 := len(b.toks) - b.pending
+		if b.ended {
+			depth0--
+		}
 		for j := range b.pending {
 			ids[k] = int64(b.toks[depth0+j])
 			pos[k] = int64(d.p + d.shift + depth0 + j)
@@ -819,6 +856,9 @@ func (d *decoding) feedBeams(ctx context.Context, live []*beam) ([]float32, erro
 				row[a] = 0
 			}
 			clear(row[past+first : past+k+1])
+			if every {
+				want = append(want, int64(k))
+			}
 			k++
 		}
 		fed := make([]int32, len(b.fed), len(b.fed)+b.pending)
@@ -827,10 +867,14 @@ func (d *decoding) feedBeams(ctx context.Context, live []*beam) ([]float32, erro
 			fed = append(fed, int32(past+first+j))
 		}
 		b.fed, b.pending = fed, 0
-		want = append(want, int64(k-1))
+		if !every {
+			want = append(want, int64(k-1))
+		}
+		last[i] = len(want) - 1
 	}
 	d.w.out = want
-	return d.forward(ctx, Step{IDs: ids, Positions: pos, Mask: mask, LogitsIndex: want})
+	logits, err := d.forward(ctx, Step{IDs: ids, Positions: pos, Mask: mask, LogitsIndex: want})
+	return logits, last, err
 }
 
 // forward runs one model step and keeps the counters.

@@ -28,7 +28,8 @@ score and its route (copy on an exact tie); sort by (score desc, docid utf-8 byt
 Scoring "vocab" (the sidecar's decode.scoring: vocab): every step after step 0 is normalised over the whole
 vocabulary instead of the allowed set, z[t] - logsumexp(z), and a node with one child is scored (and run) like any
 other, so every token of a title costs the model's own log-probability (a seen title the trie completes where the
-model was heading for another costs what the model gives it). Step 0 is as above.
+model was heading for another costs what the model gives it). The parametric route still takes a forced chain
+whole at the start of an iteration, now charging each of its tokens. Step 0 is as above.
 
 Prompt budget: decoding starts from prompt_for_decoding, which raises ContextFullError when the header and
 query block alone exceed max_prompt_tokens (the Go engine's inference.ErrContextFull): there is no prompt
@@ -206,9 +207,11 @@ def _parametric(scorer, trie: Trie, logp0: dict, first: list[int], end: int, w: 
         nxt = []
         for s, toks, n in live:
             done = False
-            while len(n.children) == 1 and scoring == "trie":
-                (t, n), = n.children.items()
-                toks = toks + (t,)
+            while len(n.children) == 1:
+                (t, child), = n.children.items()
+                if scoring == "vocab":  # a forced token is charged as it is taken (Go: in the next Run)
+                    s += _renorm(scorer.logits(toks), [t], scoring)[t]
+                n, toks = child, toks + (t,)
                 if t == end:
                     finished.append((s, toks, n))
                     done = True
