@@ -69,6 +69,23 @@ def _qkv_mask(past: int, rows: int) -> list:
             helper.make_tensor_value_info("mask", T.FLOAT, [1, rows, past + rows])]
 
 
+def _new_rows() -> list:
+    """Nodes making "knew" [1,KV,D,rows] and "vnew" [1,KV,rows,D] from the new rows' k and v, and "mask5"."""
+    from onnx import helper
+
+    return [helper.make_node("Reshape", ["k", "s_kv"], ["k4"]), helper.make_node("Transpose", ["k4"], ["knew"], perm=[0, 2, 3, 1]),
+            helper.make_node("Reshape", ["v", "s_kv"], ["v4"]), helper.make_node("Transpose", ["v4"], ["vnew"], perm=[0, 2, 1, 3]),
+            helper.make_node("Reshape", ["mask", "s_mask"], ["mask5"])]
+
+
+def _slices(past: int, rows: int) -> list:
+    """The initializers of a Slice of the last axis into the past's columns and the new rows'."""
+    from onnx import numpy_helper
+
+    return [numpy_helper.from_array(np.array(v, np.int64), n)
+            for n, v in (("ax3", [3]), ("at0", [0]), ("atp", [past]), ("atm", [past + rows]))]
+
+
 def _grouped(x: str, p: str) -> list:
     """Nodes making p+"qg" [1,KV,rep*rows,D] from the query x: heads grouped by the key/value head they read."""
     from onnx import helper
@@ -153,14 +170,10 @@ def int8_graph(past: int, rows: int, layers: int):
     from onnx import helper, numpy_helper
 
     arr = lambda name, a: numpy_helper.from_array(np.array(a), name)  # noqa: E731
-    inits = _shapes(past, rows) + [
-        arr("z_u8", np.uint8(0)), arr("z_i8", np.int8(0)), arr("inv255", np.float32(1 / 255)),
-        arr("ax3", np.array([3], np.int64)), arr("at0", np.array([0], np.int64)), arr("atp", np.array([past], np.int64)),
-        arr("atm", np.array([past + rows], np.int64))]
+    inits = _shapes(past, rows) + _slices(past, rows) + [
+        arr("z_u8", np.uint8(0)), arr("z_i8", np.int8(0)), arr("inv255", np.float32(1 / 255))]
     inputs = _qkv_mask(past, rows)
-    nodes = [helper.make_node("Reshape", ["k", "s_kv"], ["k4"]), helper.make_node("Transpose", ["k4"], ["knew"], perm=[0, 2, 3, 1]),
-             helper.make_node("Reshape", ["v", "s_kv"], ["v4"]), helper.make_node("Transpose", ["v4"], ["vnew"], perm=[0, 2, 1, 3]),
-             helper.make_node("Reshape", ["mask", "s_mask"], ["mask5"])]
+    nodes = _new_rows()
     x = "q"
     for l in range(layers):
         p = f"l{l}_"
@@ -200,14 +213,11 @@ def split_graph(past: int, rows: int, layers: int):
     """The past in the products' layouts: inputs q, k, v, mask as step_graph's, p{l}kt [1,KV,D,past] and p{l}vt
     [1,KV,past,D]; output y [1,rows,H*D]."""
     from onnx import TensorProto as T
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
-    arr = lambda name, a: numpy_helper.from_array(np.array(a, np.int64), name)  # noqa: E731
-    inits = _shapes(past, rows) + [arr("ax3", [3]), arr("at0", [0]), arr("atp", [past]), arr("atm", [past + rows])]
+    inits = _shapes(past, rows) + _slices(past, rows)
     inputs = _qkv_mask(past, rows)
-    nodes = [helper.make_node("Reshape", ["k", "s_kv"], ["k4"]), helper.make_node("Transpose", ["k4"], ["knew"], perm=[0, 2, 3, 1]),
-             helper.make_node("Reshape", ["v", "s_kv"], ["v4"]), helper.make_node("Transpose", ["v4"], ["vnew"], perm=[0, 2, 1, 3]),
-             helper.make_node("Reshape", ["mask", "s_mask"], ["mask5"])]
+    nodes = _new_rows()
     x = "q"
     for l in range(layers):
         p = f"l{l}_"
