@@ -166,10 +166,8 @@ func serve(ctx context.Context, args []string) error {
 		MaxBodyBytes: cfg.Server.MaxBodyBytes, RequestTimeout: cfg.Server.RequestTimeout,
 		ESBudgetFraction: cfg.Server.ESBudgetFraction, MaxQueryChars: cfg.Server.MaxQueryChars,
 		MaxHits: cfg.Server.MaxHits, MaxCandidates: cfg.Decode.MaxCandidates, SnippetChars: cfg.Decode.SnippetChars, FirstStage: stage,
-		Fields: plugin.SourceFields{DocID: cfg.Fields.DocID, Title: cfg.Fields.Title, Summary: cfg.Fields.Summary},
-		Decode: inference.Options{BeamWidth: cfg.Decode.BeamWidth, MaxPromptTokens: cfg.Decode.MaxPromptTokens,
-			MaxSummaryTokens: cfg.Decode.MaxSummaryTokens, TitleOnly: cfg.Decode.TitleOnly, SummaryCandidates: cfg.Decode.SummaryCandidates,
-			Scoring: cfg.Decode.Scoring, CopyLogPrior: cfg.Decode.CopyLogPrior},
+		Fields:      plugin.SourceFields{DocID: cfg.Fields.DocID, Title: cfg.Fields.Title, Summary: cfg.Fields.Summary},
+		Decode:      decodeOptions(cfg.Decode),
 		MaxInflight: cfg.Concurrency.MaxInflight, QueueSize: cfg.Concurrency.QueueSize, QueueTimeout: cfg.Concurrency.QueueTimeout,
 		MetricsPath: cfg.Metrics.Path, MetricsOff: !cfg.Metrics.Enabled,
 		ConsecutiveFailures: cfg.Breaker.ConsecutiveFailures, OpenTimeout: cfg.Breaker.OpenTimeout,
@@ -296,6 +294,13 @@ func openBlockStore(dir string, d config.Decode, log *slog.Logger) (*inference.B
 	return s, nil
 }
 
+// decodeOptions are the engine's per-request options from the decode section: what requests run with and what
+// a model is warmed up with.
+func decodeOptions(d config.Decode) inference.Options {
+	return inference.Options{BeamWidth: d.BeamWidth, MaxPromptTokens: d.MaxPromptTokens, MaxSummaryTokens: d.MaxSummaryTokens,
+		TitleOnly: d.TitleOnly, SummaryCandidates: d.SummaryCandidates, Scoring: d.Scoring, CopyLogPrior: d.CopyLogPrior}
+}
+
 // openModel opens a model directory with plan's sessions and threads and times a full-size warm-up run
 // (the cost model's first estimate, and /v1/model's run section); ONNX Runtime is initialised once, before.
 func openModel(dir string, c config.Model, plan runPlan, d config.Decode, fillFrom *adapter.Adapter, log *slog.Logger) (plugin.LoadedModel, error) {
@@ -313,9 +318,7 @@ func openModel(dir string, c config.Model, plan runPlan, d config.Decode, fillFr
 	}
 	closeModel := func() error { return errors.Join(m.Close(), blocks.Close()) }
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	opts := inference.Options{BeamWidth: d.BeamWidth, MaxPromptTokens: d.MaxPromptTokens, MaxSummaryTokens: d.MaxSummaryTokens,
-		TitleOnly: d.TitleOnly, SummaryCandidates: d.SummaryCandidates, Scoring: d.Scoring,
-		CopyLogPrior: d.CopyLogPrior}
+	opts := decodeOptions(d)
 	tokens, took, err := m.Engine.WarmUp(ctx, opts)
 	cancel()
 	if err != nil {
