@@ -24,6 +24,10 @@ if [[ ${1:-} == --dry-run ]]; then dry=1; shift; fi
 job_args() {
   local m=${ICICLE_GPU_MINUTES:-15}
   case $1 in
+    # session 26's next: r24e continued from its shipped delta (stage.sh --init models/r24e/delta.safetensors) at
+    # twice the memory's share: r24e and r24d read better than r24a but lost its memory (seen 0.39 -> 0.27-0.29 at
+    # --seen 0.15 --index 0.05, before the delta's cut)
+    r24g) echo "$(job_args r24e) --seen 0.3 --index 0.1" ;;
     # r24d reading summaries of 64 tokens instead of 24 (the dense encoder on the sidecar's candidates: 0.776 right
     # from 24 tokens, 0.864 from 64; r24a zero-shot at 64 through the sidecar: nq_qed new 0.860 -> 0.890)
     r24e) echo "$(job_args r24d) --summary-tokens 64 --budget 1024" ;;
@@ -48,7 +52,7 @@ job_args() {
     # 0.15, 329 CPU steps of 8), kept new (0.808) and got seen to 0.30: this job has that share. A full run decides.
     r24f) echo "$(job_args r24d) --snippets true" ;;
     dry) echo "--init backbone --steps 2 --batch 2 --n 3 5 --eval-n 2 --save-every 1 --device cpu --bf16 false" ;;
-    *) echo "job.sh: unknown job $1 (r24e r26e r24f r24d r24a r24b r24c r26a r26b r26c dry)" >&2; return 2 ;;
+    *) echo "job.sh: unknown job $1 (r24g r24e r26e r24f r24d r24a r24b r24c r26a r26b r26c dry)" >&2; return 2 ;;
   esac
 }
 
