@@ -25,8 +25,8 @@ job_args() {
   local m=${ICICLE_GPU_MINUTES:-15}
   case $1 in
     # session 26's next: r24e continued from its shipped delta (stage.sh --init models/r24e/delta.safetensors) at
-    # twice the memory's share: r24e and r24d read better than r24a but lost its memory (seen 0.39 -> 0.27-0.29 at
-    # --seen 0.15 --index 0.05, before the delta's cut)
+    # twice the memory's share: r24e reads better than r24a, but r24e and r24d lost memory in their own runs (seen
+    # 0.39 -> 0.27-0.29 at --seen 0.15 --index 0.05, before the delta's cut)
     r24g) echo "$(job_args r24e) --seen 0.3 --index 0.1" ;;
     # r24d reading summaries of 64 tokens instead of 24 (the dense encoder on the sidecar's candidates: 0.776 right
     # from 24 tokens, 0.864 from 64; r24a zero-shot at 64 through the sidecar: nq_qed new 0.860 -> 0.890)
