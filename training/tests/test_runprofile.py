@@ -1,5 +1,6 @@
 """lab.runprofile on a small exported decoder: the Run's inputs follow the step contract, and the profile names
-the attention's operators and grows with the past."""
+the attention's operators and times them. No timing is compared (the host is shared: a 4,000-token past once
+profiled faster than none on this tiny graph, session 26's CI)."""
 import numpy as np
 import torch
 
@@ -22,5 +23,5 @@ def test_runprofile(tmp_path):
     assert f["position_ids"].tolist() == [list(range(50, 56))]
     short, long = profile(path, past=0, rows=6, runs=2), profile(path, past=4000, rows=6, runs=2)
     assert {"MatMul", "Softmax"} <= set(long["ops_ms"])
-    assert long["ops_total_ms"] > short["ops_total_ms"] > 0
+    assert short["ops_total_ms"] > 0 and long["ops_total_ms"] > 0
     assert np.isfinite(long["run_ms_median"])
