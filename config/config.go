@@ -305,6 +305,12 @@ type Policy struct {
 	// answer the first stage's order, so the model is not run and the request costs what policy bm25
 	// costs (the gate section says why).
 	RunModelWhenGateNever bool `yaml:"run_model_when_gate_never"`
+	// RouteByFirstStage settles the model's choice between its routes with the first stage's ranking over
+	// the whole index: of the model's best copied answer and its best answer from memory, the one the first
+	// stage ranks higher goes first (plugin/route.go). The router alone loses seen-document questions whose
+	// answer the memory has (docs/evaluation.md, "Routing by the first stage"). It applies wherever the model
+	// runs; a model with no memory route (models/reader135) answers as without it. Default false.
+	RouteByFirstStage bool `yaml:"route_by_first_stage"`
 }
 
 // Concurrency is the admission control in front of the model (plugin/admission.go): a request waits

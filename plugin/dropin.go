@@ -65,6 +65,8 @@ type DropinInfo struct {
 	Snippets            int  `json:"snippets,omitempty"`
 	// RouterProb is p([COPY]) at the first decoding step; absent when the model did not run.
 	RouterProb *float64 `json:"router_prob,omitempty"`
+	// Rerouted: policy.route_by_first_stage put the model's other route's answer first.
+	Rerouted bool `json:"rerouted,omitempty"`
 	// Unresolved counts parametric docids that were not found in the index and so are not among the hits.
 	Unresolved int `json:"unresolved,omitempty"`
 	// RankWindowSize is how many of Elasticsearch's top hits were reranked (once) to cut this page from;
@@ -200,7 +202,7 @@ func (s *Server) dropinSearch(c *gin.Context, index string) {
 				placed, unresolved = placeHits(resp.Results, raw, recalled, plan.fetch)
 				info.Mode, info.Reason, info.Timings = resp.Mode, resp.FallbackReason, resp.Timings
 				info.CandidatesInContext, info.CandidatesTruncated = resp.CandidatesInContext, resp.CandidatesTruncated
-				info.TitleOnlyCandidates, info.RouterProb, info.Unresolved = resp.TitleOnlyCandidates, resp.RouterProb, unresolved
+				info.TitleOnlyCandidates, info.RouterProb, info.Rerouted, info.Unresolved = resp.TitleOnlyCandidates, resp.RouterProb, resp.Rerouted, unresolved
 				info.Snippets = resp.Snippets
 			}
 		}

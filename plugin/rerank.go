@@ -344,6 +344,9 @@ func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapte
 	}
 	s.metrics.inContext.Observe(float64(res.InContext))
 	resp.RouterProb = &res.PCopy
+	if s.opts.RouteByFirstStage {
+		res.Beams, resp.Rerouted = routeByFirstStage(res.Beams, base)
+	}
 	if len(res.Beams) == 0 || res.PCopy < s.opts.MinCopyProb && res.Beams[0].Route == inference.RouteCopy || res.Beams[0].Score < s.opts.MinTopScore {
 		return fallback(ReasonLowConfidence)
 	}

@@ -199,6 +199,9 @@ type Options struct {
 	// RunModelWhenGateNever runs the model under policy gate although the gate never promotes
 	// (config's policy.run_model_when_gate_never); without it such a request does not run the model.
 	RunModelWhenGateNever bool
+	// RouteByFirstStage puts first the model's answer, of its best copied and its best remembered, that the
+	// first stage ranks higher (config's policy.route_by_first_stage; route.go).
+	RouteByFirstStage bool
 	// MinCopyProb and MinTopScore make the response fall back to BM25 on doubt.
 	MinCopyProb float64
 	MinTopScore float64

@@ -167,9 +167,12 @@ type Response struct {
 	Snippets int `json:"snippets,omitempty"`
 	// RouterProb is p([COPY]) at the first decoding step; absent when the model did not run.
 	RouterProb *float64 `json:"router_prob,omitempty"`
-	Results    []Result `json:"results"`
-	Timings    Timings  `json:"timings"`
-	Model      string   `json:"model,omitempty"`
+	// Rerouted is true when policy.route_by_first_stage put the model's other route's answer first: the
+	// first stage ranks it above the router's choice.
+	Rerouted bool     `json:"rerouted,omitempty"`
+	Results  []Result `json:"results"`
+	Timings  Timings  `json:"timings"`
+	Model    string   `json:"model,omitempty"`
 	// AB says which arm of the A/B experiment answered; absent when the experiment is off.
 	AB *ABInfo `json:"ab,omitempty"`
 
