@@ -38,6 +38,19 @@ type stack struct {
 	// config is the model's training configuration (manifest "config"); ingested lists every docid indexed.
 	config   string
 	ingested []string
+	// opts are the sidecar's options at url; withOptions serves the same index and engine under others.
+	opts plugin.Options
+}
+
+// withOptions serves the stack's index and engine from another sidecar whose options are the stack's changed
+// by mod; it returns that sidecar's URL.
+func (s *stack) withOptions(t *testing.T, mod func(*plugin.Options)) string {
+	t.Helper()
+	o := s.opts
+	mod(&o)
+	hs := httptest.NewServer(plugin.New(s.es, s.fault, o).Handler())
+	t.Cleanup(hs.Close)
+	return hs.URL
 }
 
 // defaultModelDir is the model the integration tests run: $ICICLE_MODEL_DIR, else models/small (the model
@@ -122,17 +135,18 @@ func newStack(t *testing.T, newDocs int) *stack {
 	require.Equal(t, len(seen), n, "every seen docid of the model is in the corpus and marked seen")
 
 	fault := &faultyReranker{inner: engine}
-	srv := plugin.New(es, fault, plugin.Options{MaxBodyBytes: 4 << 20, RequestTimeout: 30 * time.Second,
+	opts := plugin.Options{MaxBodyBytes: 4 << 20, RequestTimeout: 30 * time.Second,
 		ESBudgetFraction: 0.3, MaxQueryChars: 1024, MaxHits: 1000, MaxCandidates: 100, Decode: inference.Options{BeamWidth: 10},
 		MaxInflight: 1, QueueSize: 4, ConsecutiveFailures: 2, OpenTimeout: 300 * time.Millisecond, MinTopScore: -1e9,
-		Model: plugin.ModelInfo{Name: man.Name}})
+		Model: plugin.ModelInfo{Name: man.Name}}
+	srv := plugin.New(es, fault, opts)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	ids := make([]string, len(docs))
 	for i, d := range docs {
 		ids[i] = d.DocID
 	}
-	return &stack{es: es, engine: engine, fault: fault, url: hs.URL, seen: seen, config: man.Config, ingested: ids}
+	return &stack{es: es, engine: engine, fault: fault, url: hs.URL, seen: seen, config: man.Config, ingested: ids, opts: opts}
 }
 
 func mustReq(t *testing.T, method, url string) *http.Request {
@@ -143,9 +157,15 @@ func mustReq(t *testing.T, method, url string) *http.Request {
 
 func (s *stack) post(t *testing.T, path string, body any) (int, plugin.Response) {
 	t.Helper()
+	return postTo(t, s.url, path, body)
+}
+
+// postTo posts body as JSON to the sidecar at url and decodes its response.
+func postTo(t *testing.T, url, path string, body any) (int, plugin.Response) {
+	t.Helper()
 	b, err := json.Marshal(body)
 	require.NoError(t, err)
-	res, err := http.Post(s.url+path, "application/json", bytes.NewReader(b))
+	res, err := http.Post(url+path, "application/json", bytes.NewReader(b))
 	require.NoError(t, err)
 	defer res.Body.Close()
 	var out plugin.Response

@@ -86,6 +86,11 @@ func TestRoutes(t *testing.T) {
 	}
 	const perRoute = 40
 	var got = map[string][2]int{} // route -> {right at rank 1, asked}
+	type asked struct {
+		q   labelledQuery
+		top plugin.Result
+	}
+	var all []asked
 	for _, q := range devQueries(t) {
 		if !inIndex[q.docid] {
 			continue
@@ -102,6 +107,7 @@ func TestRoutes(t *testing.T) {
 		require.Equal(t, http.StatusOK, code)
 		require.Equal(t, plugin.ModeReranked, resp.Mode, resp.FallbackReason)
 		c[1]++
+		all = append(all, asked{q, resp.Results[0]})
 		if top := resp.Results[0]; top.DocID == q.docid && string(top.Provenance) == route {
 			c[0]++
 			require.True(t, top.Resolved, "rank 1 %q resolves to its stored document", top.DocID)
@@ -117,4 +123,40 @@ func TestRoutes(t *testing.T) {
 		require.Equal(t, perRoute, c[1], "%s: not enough dev queries of indexed documents", route)
 		require.GreaterOrEqual(t, float64(c[0])/float64(c[1]), routeFloor[route], "%s route", route)
 	}
+
+	// The same queries with policy.route_by_first_stage: of the model's best answer from each route, the one
+	// BM25 over the whole index ranks higher comes first, and the response says rerouted exactly where that
+	// changed the router's first (the engine is deterministic, so the beams are the ones above).
+	routed := s.withOptions(t, func(o *plugin.Options) { o.RouteByFirstStage = true })
+	rank := func(r plugin.Result) int {
+		if r.FirstStageRank == nil {
+			return 1 << 30
+		}
+		return *r.FirstStageRank
+	}
+	rerouted, right, alone := 0, 0, 0
+	for _, a := range all {
+		if a.top.DocID == a.q.docid {
+			alone++
+		}
+		code, resp := postTo(t, routed, "/v1/search", plugin.SearchRequest{Query: a.q.query, Size: 10})
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, plugin.ModeReranked, resp.Mode, resp.FallbackReason)
+		top := resp.Results[0]
+		require.Equal(t, resp.Rerouted, top.DocID != a.top.DocID, "%q: rerouted says whether the first changed (%q, router alone %q)", a.q.query, top.DocID, a.top.DocID)
+		if resp.Rerouted {
+			rerouted++
+			require.NotEqual(t, a.top.Provenance, top.Provenance, "%q: rerouting puts the other route's answer first", a.q.query)
+		}
+		for _, r := range resp.Results[1:] {
+			if r.Provenance != top.Provenance {
+				require.LessOrEqual(t, rank(top), rank(r), "%q: the first, %q, is the route the first stage ranks higher (the other's best %q)", a.q.query, top.DocID, r.DocID)
+				break
+			}
+		}
+		if top.DocID == a.q.docid {
+			right++
+		}
+	}
+	t.Logf("route_by_first_stage: %d of %d answers rerouted; %d right at rank 1 (the router alone: %d)", rerouted, len(all), right, alone)
 }
