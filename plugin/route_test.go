@@ -14,7 +14,9 @@ import (
 func TestRouteByFirstStage(t *testing.T) {
 	base := []adapter.Hit{{DocID: "Seen A"}, {DocID: "New B"}, {DocID: "New C"}, {DocID: "Seen D"}}
 	cp := func(d string) inference.Beam { return inference.Beam{DocID: d, Route: inference.RouteCopy} }
-	mem := func(d string) inference.Beam { return inference.Beam{DocID: d, Route: inference.RouteParametric, Candidate: -1} }
+	mem := func(d string) inference.Beam {
+		return inference.Beam{DocID: d, Route: inference.RouteParametric, Candidate: -1}
+	}
 	tests := []struct {
 		name    string
 		beams   []inference.Beam

@@ -97,6 +97,11 @@ type ModelInfo struct {
 	Dir          string `json:"dir"`
 	// Gate describes the model's gate (policy gate); absent when the caller did not say.
 	Gate *GateInfo `json:"gate,omitempty"`
+	// Serving lists the settings that shape the model's answer ("decode.scoring": "vocab", ...): what
+	// `icicle calibrate` records in the gate it fits, and a gate fitted under others is not applied. Absent
+	// when the caller did not say. (A pointer keeps ModelInfo comparable: the seen-corpus diff is kept per
+	// loaded model.)
+	Serving *Settings `json:"serving,omitempty"`
 	// Run is how the model runs on this machine, measured when it was loaded; absent when the caller did
 	// not say.
 	Run *RunInfo `json:"run,omitempty"`
@@ -107,6 +112,9 @@ type ModelInfo struct {
 	BlockStore  *inference.BlockStore `json:"-"`
 	BlockLayout string                `json:"-"`
 }
+
+// Settings are configuration settings by their YAML path ("decode.scoring") with their values as text.
+type Settings map[string]string
 
 // BlocksInfo describes the block store of a model that reads by blocks (inference/blocks.go): its layout
 // and what it holds and served since the model was loaded (each model has its own, empty at load).

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,10 +83,14 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 		var ss []gate.Sample
 		perSubset := map[string]int{}
 		model := ""
-		for _, r := range rows {
+		for i, r := range rows {
 			ss = append(ss, r.Sample())
 			perSubset[r.Subset]++
 			model = r.Model
+			if !maps.Equal(r.Serving, rows[0].Serving) {
+				return fmt.Errorf("samples %s: line %d was answered under other settings than line 1 (serving %v, not %v): fit each setting's samples on their own",
+					f.samplesIn, i+1, r.Serving, rows[0].Serving)
+			}
 		}
 		// The runs the samples came from (a file may join several, e.g. new- and seen-document runs).
 		var runs []string
@@ -98,7 +103,11 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 		if len(runs) > 0 {
 			data = strings.Join(runs, " | ") + "; " + data
 		}
-		return fitAndWrite(ss, data, model, f, outDir, out)
+		var serving map[string]string
+		if len(rows) > 0 {
+			serving = rows[0].Serving
+		}
+		return fitAndWrite(ss, data, model, serving, f, outDir, out)
 	}
 	all, _, err := f.read(dir)
 	if err != nil {
@@ -148,6 +157,10 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 		return fmt.Errorf("sidecar %s not answering (start it with `icicle serve`, policy.mode gate): %w", f.sidecar, err)
 	}
 
+	var serving map[string]string // nil from a sidecar that does not say
+	if model.Serving != nil {
+		serving = *model.Serving
+	}
 	start := time.Now()
 	samples := make([]*gate.Sample, len(qs))
 	errs := make([]error, len(qs))
@@ -188,7 +201,7 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 			continue
 		}
 		ss = append(ss, *s)
-		rows = append(rows, sampleRow{QueryID: qs[i].ID, Subset: qs[i].Subset, Model: model.Name, Features: s.Features,
+		rows = append(rows, sampleRow{QueryID: qs[i].ID, Subset: qs[i].Subset, Model: model.Name, Serving: serving, Features: s.Features,
 			ModelRight: s.ModelRight, BM25Right: s.BM25Right})
 		perSubset[qs[i].Subset]++
 	}
@@ -207,12 +220,12 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 			return err
 		}
 	}
-	return fitAndWrite(ss, data, model.Name, f, outDir, out)
+	return fitAndWrite(ss, data, model.Name, serving, f, outDir, out)
 }
 
 // fitAndWrite fits the gate, prints what it found and writes gate.json into outDir.
-func fitAndWrite(ss []gate.Sample, data, model string, f calibrateFlags, outDir string, out io.Writer) error {
-	g, err := gate.Fit(ss, gate.FitOptions{Folds: f.folds, Info: gate.FitInfo{Data: data, Model: model}})
+func fitAndWrite(ss []gate.Sample, data, model string, serving map[string]string, f calibrateFlags, outDir string, out io.Writer) error {
+	g, err := gate.Fit(ss, gate.FitOptions{Folds: f.folds, Info: gate.FitInfo{Data: data, Model: model, Serving: serving}})
 	if err != nil {
 		return fmt.Errorf("fit the gate: %w", err)
 	}
@@ -240,13 +253,15 @@ func fitAndWrite(ss []gate.Sample, data, model string, f calibrateFlags, outDir 
 
 // sampleRow is one line of a -samples-out file.
 type sampleRow struct {
-	QueryID    string        `json:"qid"`
-	Subset     string        `json:"subset"`
-	Model      string        `json:"model"`
-	Data       string        `json:"data"`
-	Features   gate.Features `json:"features"`
-	ModelRight bool          `json:"model_right"`
-	BM25Right  bool          `json:"bm25_right"`
+	QueryID string `json:"qid"`
+	Subset  string `json:"subset"`
+	Model   string `json:"model"`
+	Data    string `json:"data"`
+	// Serving is the sidecar's serving section (/v1/model) when the query was answered.
+	Serving    map[string]string `json:"serving,omitempty"`
+	Features   gate.Features     `json:"features"`
+	ModelRight bool              `json:"model_right"`
+	BM25Right  bool              `json:"bm25_right"`
 }
 
 func (r sampleRow) Sample() gate.Sample {

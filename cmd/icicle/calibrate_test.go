@@ -33,7 +33,7 @@ func fakeGateSidecar(t *testing.T, answer string, asked *sync.Map) *httptest.Ser
 	weak := gate.Compute(0.4, []gate.Beam{{DocID: "x", Copy: true, Score: -2.5}, {DocID: "y", Copy: true, Score: -2.6}}, []string{"b", "c"}, []float64{10, 3}, nil)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/model" {
-			_ = json.NewEncoder(w).Encode(plugin.ModelInfo{Name: "fake-model"})
+			_ = json.NewEncoder(w).Encode(plugin.ModelInfo{Name: "fake-model", Serving: &plugin.Settings{"decode.scoring": "vocab"}})
 			return
 		}
 		var req plugin.SearchRequest
@@ -95,6 +95,7 @@ func TestCalibrate(t *testing.T) {
 		require.Equal(t, 40, g.Fit.N)
 		require.Equal(t, 20, g.Fit.Positives)
 		require.Equal(t, "fake-model", g.Fit.Model)
+		require.Equal(t, map[string]string{"decode.scoring": "vocab"}, g.Fit.Serving, "the settings the answers came under")
 		require.Contains(t, g.Fit.Data, `split "train"`)
 		require.Greater(t, g.Fit.CVGain, 0)
 		asked.Range(func(q, _ any) bool {
@@ -110,6 +111,17 @@ func TestCalibrate(t *testing.T) {
 		require.Equal(t, g.Threshold, again.Threshold)
 		require.Equal(t, g.Weights, again.Weights)
 		require.True(t, strings.HasPrefix(again.Fit.Data, g.Fit.Data+"; refitted from "+f.samplesOut), "the refit names the run and the file: %q", again.Fit.Data)
+		require.Equal(t, g.Fit.Serving, again.Fit.Serving)
+
+		// Samples answered under two settings are not fitted together; nothing is written.
+		b, err := os.ReadFile(f.samplesOut)
+		require.NoError(t, err)
+		lines := strings.SplitAfter(strings.TrimSpace(string(b)), "\n")
+		lines[3] = strings.Replace(lines[3], `"decode.scoring":"vocab"`, `"decode.scoring":"trie"`, 1)
+		f.samplesIn, f.outDir = write("mixed.jsonl", strings.Join(lines, "")), filepath.Join(dir, "mixed")
+		require.ErrorContains(t, runCalibrate(context.Background(), f, io.Discard, io.Discard), "line 4 was answered under other settings")
+		_, statErr := os.Stat(filepath.Join(f.outDir, gate.FileName))
+		require.True(t, os.IsNotExist(statErr), "nothing written")
 	})
 	for _, tt := range []struct{ name, answer, want string }{
 		{"a sidecar not in policy gate is an error naming the policy", fakeFused, "policy.mode gate"},

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -102,7 +103,7 @@ func serve(ctx context.Context, args []string) error {
 		fillFrom = es
 	}
 	open := func(dir string) (plugin.LoadedModel, error) {
-		return openModel(dir, cfg.Model, plan, cfg.Decode, fillFrom, log)
+		return openModel(dir, cfg.Model, plan, cfg.Decode, servingSettings(cfg), fillFrom, log)
 	}
 	first, err := open(cfg.Model.Dir)
 	if err != nil {
@@ -304,7 +305,22 @@ func decodeOptions(d config.Decode) inference.Options {
 
 // openModel opens a model directory with plan's sessions and threads and times a full-size warm-up run
 // (the cost model's first estimate, and /v1/model's run section); ONNX Runtime is initialised once, before.
-func openModel(dir string, c config.Model, plan runPlan, d config.Decode, fillFrom *adapter.Adapter, log *slog.Logger) (plugin.LoadedModel, error) {
+// servingSettings are the settings that shape the model's answer, as /v1/model reports them and a gate's fit
+// records them (`icicle calibrate`): a gate fitted under others is not applied (openModel).
+func servingSettings(cfg config.Config) plugin.Settings {
+	d := cfg.Decode
+	return plugin.Settings{
+		"decode.beam_width": strconv.Itoa(d.BeamWidth), "decode.max_candidates": strconv.Itoa(d.MaxCandidates),
+		"decode.max_summary_tokens": strconv.Itoa(d.MaxSummaryTokens), "decode.max_prompt_tokens": strconv.Itoa(d.MaxPromptTokens),
+		"decode.title_only": strconv.FormatBool(d.TitleOnly), "decode.summary_candidates": strconv.Itoa(d.SummaryCandidates),
+		"decode.snippet_chars": strconv.Itoa(d.SnippetChars), "decode.scoring": d.Scoring,
+		"decode.copy_log_prior": strconv.FormatFloat(d.CopyLogPrior, 'g', -1, 64), "decode.block_reading": d.BlockReading,
+		"decode.block_precision": d.BlockPrecision, "model.quantized": strconv.FormatBool(cfg.Model.Quantized),
+		"policy.route_by_first_stage": strconv.FormatBool(cfg.Policy.RouteByFirstStage),
+	}
+}
+
+func openModel(dir string, c config.Model, plan runPlan, d config.Decode, serving plugin.Settings, fillFrom *adapter.Adapter, log *slog.Logger) (plugin.LoadedModel, error) {
 	// Each model its own store: a swapped model starts empty (or with its own file) and fills as it serves.
 	blocks, err := openBlockStore(dir, d, log)
 	if err != nil {
@@ -333,8 +349,13 @@ func openModel(dir string, c config.Model, plan runPlan, d config.Decode, fillFr
 		_ = closeModel()
 		return plugin.LoadedModel{}, err
 	}
+	if why := g.ServingMismatch(serving); len(why) > 0 && !g.Never {
+		log.Warn("model gate fitted under other settings: not applied, policy gate answers the first stage's order (refit with scripts/calibrate.sh under these settings)",
+			"gate", g.Source, "differences", why)
+		g = g.Unfitted(why)
+	}
 	info := plugin.ModelInfo{Name: man.Name, Config: man.Config, Backbone: man.Backbone, ModelVersion: man.ModelVersion,
-		DataVersion: man.DataVersion, SeenDocIDs: len(m.Seen), Dir: dir, Gate: plugin.NewGateInfo(g),
+		DataVersion: man.DataVersion, SeenDocIDs: len(m.Seen), Dir: dir, Gate: plugin.NewGateInfo(g), Serving: &serving,
 		Run: &plugin.RunInfo{Sessions: plan.sessions, IntraOpThreads: plan.threads, Chosen: plan.chosen,
 			WarmPromptTokens: tokens, WarmRunMS: float64(took.Microseconds()) / 1000},
 		BlockStore: blocks, BlockLayout: d.BlockReading}

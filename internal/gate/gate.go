@@ -8,10 +8,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -152,6 +154,35 @@ type FitInfo struct {
 	FoldGains []int `json:"fold_gains"`
 	// Note is free text (why Never, for example).
 	Note string `json:"note,omitempty"`
+	// Serving records the sidecar's settings that shape the model's answer (`/v1/model`'s serving section:
+	// decode.scoring, policy.route_by_first_stage, ...) when the calibration queries were answered: the
+	// features were those settings' answers. Absent in gates fitted before it was recorded.
+	Serving map[string]string `json:"serving,omitempty"`
+}
+
+// ServingMismatch lists, one per setting, where now differs from the settings the gate was fitted under
+// ("decode.scoring: fitted under vocab, now trie"), in the settings' order; none when they agree or the fit
+// recorded none. A setting the fit did not record is not compared.
+func (g *Gate) ServingMismatch(now map[string]string) []string {
+	if g == nil || g.Fit == nil {
+		return nil
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(g.Fit.Serving)) {
+		if v, ok := now[k]; ok && v != g.Fit.Serving[k] {
+			out = append(out, fmt.Sprintf("%s: fitted under %s, now %s", k, g.Fit.Serving[k], v))
+		}
+	}
+	return out
+}
+
+// Unfitted returns a copy of g that never promotes, saying why in its source: a gate fitted under other
+// settings than the sidecar's (ServingMismatch) describes answers the model no longer gives.
+func (g *Gate) Unfitted(why []string) *Gate {
+	c := *g
+	c.Never = true
+	c.Source = fmt.Sprintf("%s, not applied: fitted under other settings (%s)", g.Source, strings.Join(why, "; "))
+	return &c
 }
 
 // Default is the gate of a model directory without gate.json: it never overrides BM25.

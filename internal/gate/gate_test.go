@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -222,5 +223,28 @@ func TestLoadVersion1(t *testing.T) {
 	on.BM25TopInContext = 1
 	if g.Prob(on) != g.Prob(off) || math.Abs(g.Prob(f)-1/(1+math.Exp(-1))) > 1e-12 {
 		t.Errorf("Prob = %v / %v, want sigmoid(1) for both", g.Prob(on), g.Prob(off))
+	}
+}
+
+func TestServingMismatch(t *testing.T) {
+	g := &Gate{Version: Version, Threshold: 0.6, Source: "models/x/gate.json",
+		Fit: &FitInfo{Serving: map[string]string{"decode.scoring": "vocab", "policy.route_by_first_stage": "true"}}}
+	if why := g.ServingMismatch(map[string]string{"decode.scoring": "vocab", "policy.route_by_first_stage": "true", "decode.beam_width": "10"}); len(why) != 0 {
+		t.Fatalf("the same settings, and one the fit did not record: %q", why)
+	}
+	why := g.ServingMismatch(map[string]string{"decode.scoring": "trie", "policy.route_by_first_stage": "false"})
+	want := []string{"decode.scoring: fitted under vocab, now trie", "policy.route_by_first_stage: fitted under true, now false"}
+	if !slices.Equal(why, want) {
+		t.Fatalf("mismatch %q, want %q", why, want)
+	}
+	if why := (&Gate{}).ServingMismatch(map[string]string{"decode.scoring": "trie"}); len(why) != 0 {
+		t.Fatalf("a fit that recorded no settings is not compared: %q", why)
+	}
+	u := g.Unfitted(want)
+	if !u.Never || g.Never {
+		t.Fatalf("the copy never promotes (%v), the gate itself is left as it was (%v)", u.Never, g.Never)
+	}
+	if !strings.Contains(u.Source, "models/x/gate.json, not applied: fitted under other settings (decode.scoring: fitted under vocab, now trie;") {
+		t.Fatalf("source %q does not say why", u.Source)
 	}
 }
