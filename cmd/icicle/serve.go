@@ -173,10 +173,9 @@ func serve(ctx context.Context, args []string) error {
 		MetricsPath: cfg.Metrics.Path, MetricsOff: !cfg.Metrics.Enabled,
 		ConsecutiveFailures: cfg.Breaker.ConsecutiveFailures, OpenTimeout: cfg.Breaker.OpenTimeout,
 		HalfOpenMaxRequests: cfg.Breaker.HalfOpenMaxRequests, BreakerCountInterval: cfg.Breaker.Interval,
-		Policy: cfg.Policy.Mode, FusionK: cfg.Policy.FusionK,
+		Policy: cfg.Policy.Mode, FusionK: cfg.Policy.FusionK, RouteByFirstStage: cfg.Policy.RouteByFirstStage,
 		MinCopyProb: cfg.Policy.MinCopyProb, MinTopScore: cfg.Policy.MinTopScore, RunModelWhenGateNever: cfg.Policy.RunModelWhenGateNever,
-		RouteByFirstStage: cfg.Policy.RouteByFirstStage,
-		Model:             info, Logger: log, Registry: reg, Ingester: es, Compressor: comp, CompressWorkers: compWorkers,
+		Model: info, Logger: log, Registry: reg, Ingester: es, Compressor: comp, CompressWorkers: compWorkers,
 		AB: plugin.ABOptions{Enabled: cfg.AB.Enabled, Mode: cfg.AB.Mode, SplitB: cfg.AB.SplitB, KeyHeader: cfg.AB.KeyHeader,
 			Experiment: cfg.AB.Experiment},
 		Impressions: impressions, AdminToken: cfg.Server.AdminToken,
@@ -303,8 +302,6 @@ func decodeOptions(d config.Decode) inference.Options {
 		TitleOnly: d.TitleOnly, SummaryCandidates: d.SummaryCandidates, Scoring: d.Scoring, CopyLogPrior: d.CopyLogPrior}
 }
 
-// openModel opens a model directory with plan's sessions and threads and times a full-size warm-up run
-// (the cost model's first estimate, and /v1/model's run section); ONNX Runtime is initialised once, before.
 // servingSettings are the settings that shape the model's answer, as /v1/model reports them and a gate's fit
 // records them (`icicle calibrate`): a gate fitted under others is not applied (openModel).
 func servingSettings(cfg config.Config) plugin.Settings {
@@ -320,6 +317,9 @@ func servingSettings(cfg config.Config) plugin.Settings {
 	}
 }
 
+// openModel opens a model directory with plan's sessions and threads and times a full-size warm-up run
+// (the cost model's first estimate, and /v1/model's run section); ONNX Runtime is initialised once, before.
+// serving are the sidecar's settings (servingSettings): the model's gate applies only if fitted under them.
 func openModel(dir string, c config.Model, plan runPlan, d config.Decode, serving plugin.Settings, fillFrom *adapter.Adapter, log *slog.Logger) (plugin.LoadedModel, error) {
 	// Each model its own store: a swapped model starts empty (or with its own file) and fills as it serves.
 	blocks, err := openBlockStore(dir, d, log)
