@@ -99,7 +99,8 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 				runs = append(runs, r.Data)
 			}
 		}
-		data := fmt.Sprintf("refitted from %s (new %d, seen %d)", f.samplesIn, perSubset[eval.SubsetNew], perSubset[eval.SubsetSeen])
+		// the file's name, not its path (as -docids): gate.json is committed with the model and read on other machines
+		data := fmt.Sprintf("refitted from %s (new %d, seen %d)", filepath.Base(f.samplesIn), perSubset[eval.SubsetNew], perSubset[eval.SubsetSeen])
 		if len(runs) > 0 {
 			data = strings.Join(runs, " | ") + "; " + data
 		}

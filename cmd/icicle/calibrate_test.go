@@ -110,7 +110,7 @@ func TestCalibrate(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, g.Threshold, again.Threshold)
 		require.Equal(t, g.Weights, again.Weights)
-		require.True(t, strings.HasPrefix(again.Fit.Data, g.Fit.Data+"; refitted from "+f.samplesOut), "the refit names the run and the file: %q", again.Fit.Data)
+		require.True(t, strings.HasPrefix(again.Fit.Data, g.Fit.Data+"; refitted from "+filepath.Base(f.samplesOut)+" "), "the refit names the run and the file, not its path: %q", again.Fit.Data)
 		require.Equal(t, g.Fit.Serving, again.Fit.Serving)
 
 		// Samples answered under two settings are not fitted together; nothing is written.
