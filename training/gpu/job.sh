@@ -5,7 +5,7 @@
 #   bash training/gpu/job.sh start NAME            # start queue job NAME in the background (setsid), log in /tmp/gpu
 #   bash training/gpu/job.sh wait NAME SECONDS     # until NAME ends or SECONDS pass; prints the log's tail
 #   bash training/gpu/job.sh collect NAME          # pack NAME's delta and copy what comes back into $OUT
-#   bash training/gpu/job.sh evaldelta NAME        # the held-out views of NAME's packed delta, into $OUT
+#   bash training/gpu/job.sh evaldelta NAME [RANK] # the held-out views of NAME's packed delta (recut to RANK), into $OUT
 #   bash training/gpu/job.sh --dry-run all         # every step on the CPU with the tiny job (CI: tests/test_gpu_queue.py)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -24,6 +24,10 @@ if [[ ${1:-} == --dry-run ]]; then dry=1; shift; fi
 job_args() {
   local m=${ICICLE_GPU_MINUTES:-15}
   case $1 in
+    # r26e again, from r24e's shipped delta (stage.sh --init models/r24e/delta.safetensors) and packed at rank 128
+    # (job_rank): r26e's rank-64 delta reads its run's own held-out view 0.61 / copy pick 0.63 on a CPU, where
+    # the run's weights read 0.72 / 0.84 (session 28); evaldelta says what rank 128 keeps, recut what 64 would
+    r26f) echo "$(job_args r24e) --blocks shared" ;;
     # session 26's next: r24e continued from its shipped delta (stage.sh --init models/r24e/delta.safetensors) at
     # twice the memory's share: r24e reads better than r24a, but r24e and r24d lost memory in their own runs (seen
     # 0.39 -> 0.27-0.29 at --seen 0.15 --index 0.05, before the delta's cut)
@@ -52,7 +56,18 @@ job_args() {
     # 0.15, 329 CPU steps of 8), kept new (0.808) and got seen to 0.30: this job has that share. A full run decides.
     r24f) echo "$(job_args r24d) --snippets true" ;;
     dry) echo "--init backbone --steps 2 --batch 2 --n 3 5 --eval-n 2 --save-every 1 --device cpu --bf16 false" ;;
-    *) echo "job.sh: unknown job $1 (r24g r24e r26e r24f r24d r24a r24b r24c r26a r26b r26c dry)" >&2; return 2 ;;
+    *) echo "job.sh: unknown job $1 (r26f r24g r24e r26e r24f r24d r24a r24b r24c r26a r26b r26c dry)" >&2; return 2 ;;
+  esac
+}
+
+# The rank a job's delta is packed at (ICICLE_DELTA_RANK overrides): 64, the shipped readers' cut; 128 for block
+# readers, whose reading the rank-64 cut lost (r26e, session 28: training/gpu/README.md). 128 doubles the delta
+# (47 MB, four 15 MiB pieces: with the log, run.json, the tail and the checksum, eight files come back, the most a
+# call brings).
+job_rank() {
+  case $1 in
+    r26*) echo "${ICICLE_DELTA_RANK:-128}" ;;
+    *) echo "${ICICLE_DELTA_RANK:-64}" ;;
   esac
 }
 
@@ -102,9 +117,9 @@ collect() {
   env_for
   [[ -f $w/stage3.pt ]] || { echo "job.sh: $w/stage3.pt missing: the run has not finished (job.sh wait $name)" >&2; exit 1; }
   mkdir -p "$OUT"
-  # ICICLE_DELTA_RANK: the memory route is rank-hungry (r24a's delta re-cut to 32 and 16: seen 0.30 -> 0.25 -> 0.20);
-  # 128 doubles the delta (four 15 MiB pieces: eight files come back, the most a call brings)
-  local rank=${ICICLE_DELTA_RANK:-64}; [[ $dry == 1 ]] && rank=4
+  # job_rank: the memory route is rank-hungry (r24a's delta re-cut to 32 and 16: seen 0.30 -> 0.25 -> 0.20), and
+  # block reading more so (r26e)
+  local rank; rank=$(job_rank "$name"); [[ $dry == 1 ]] && rank=4
   (cd "$root/training" && "$PY" -m icicle.delta pack --work "$w" --config reader135 --rank "$rank" --out "$RUN/$name/delta.safetensors")
   # at most 16 MiB per file comes back: the delta in 15 MiB pieces, joined by land.sh
   split -b 15M -d -a 1 "$RUN/$name/delta.safetensors" "$OUT/$name.delta.part"
@@ -115,19 +130,25 @@ collect() {
   ls -la "$OUT"
 }
 
-# What the rank-64 delta costs against the weights it was packed from (their evaluation is the run's last in
+# What the delta's cut costs against the weights it was packed from (their evaluation is the run's last in
 # log.jsonl): the held-out views of the rebuilt model, the job's own reading flags. The memory route is the suspect:
 # r24a's run ended at seen 0.39 on the card, its delta gives 0.30 on a CPU (fp32; the two differ in precision too).
+# With RANK, the delta recut to that lower rank first (icicle.delta recut: what packing at RANK would have kept),
+# into NAME.delta_eval_rRANK.json: what a smaller file would cost, from the one run.
 evaldelta() {
-  local name=$1 args n=100; args=$(job_args "$name")
+  local name=$1 rank=${2:-} args n=100 delta="$RUN/$1/delta.safetensors" tag=""; args=$(job_args "$name")
   env_for
-  [[ -f $RUN/$name/delta.safetensors ]] || { echo "job.sh: no $RUN/$name/delta.safetensors (job.sh collect $name first)" >&2; exit 1; }
+  [[ -f $delta ]] || { echo "job.sh: no $delta (job.sh collect $name first)" >&2; exit 1; }
   [[ $dry == 1 ]] && n=2
   mkdir -p "$OUT"
+  if [[ -n $rank ]]; then
+    (cd "$root/training" && "$PY" -m icicle.delta recut --delta "$delta" --rank "$rank" --out "$RUN/$name/delta.r$rank.safetensors")
+    delta="$RUN/$name/delta.r$rank.safetensors" tag="_r$rank"
+  fi
   # shellcheck disable=SC2086  # the job's arguments, word-split as `start` does; the later --init and --eval-n win
   (cd "$root/training" && "$PY" -m icicle.reader eval --set "$GR/set/readerset.json.gz" $args \
-     --init "$RUN/$name/delta.safetensors" --eval-n "$n" >"$OUT/$name.delta_eval.json")
-  head -c 2000 "$OUT/$name.delta_eval.json"
+     --init "$delta" --eval-n "$n" >"$OUT/$name.delta_eval$tag.json")
+  head -c 2000 "$OUT/$name.delta_eval$tag.json"
 }
 
 case ${1:-} in
@@ -135,8 +156,8 @@ case ${1:-} in
   start) start "$2" ;;
   wait) wait_for "$2" "${3:-540}" ;;
   collect) collect "$2" ;;
-  evaldelta) evaldelta "$2" ;;
+  evaldelta) evaldelta "$2" "${3:-}" ;;
   all)  # the dry run: every step in order with the tiny job, here
-    setup; start dry; wait_for dry 1800; collect dry; evaldelta dry ;;
-  *) echo "usage: job.sh [--dry-run] setup | start NAME | wait NAME SECONDS | collect NAME | evaldelta NAME | all" >&2; exit 2 ;;
+    setup; start dry; wait_for dry 1800; collect dry; evaldelta dry; evaldelta dry 2 ;;
+  *) echo "usage: job.sh [--dry-run] setup | start NAME | wait NAME SECONDS | collect NAME | evaldelta NAME [RANK] | all" >&2; exit 2 ;;
 esac

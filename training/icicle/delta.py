@@ -7,6 +7,7 @@ difference keeps what was learnt and the wheel (installed by scripts/pyenv.sh) g
 
     python -m icicle.delta pack --work out/r15 --config reader135 --rank 64 --out ../models/reader135/delta.safetensors
     python -m icicle.delta build --delta ../models/reader135/delta.safetensors --out ../models/reader135
+    python -m icicle.delta recut --delta R128.safetensors --rank 64 --out R64.safetensors   # what a rank costs
 
 `build` rebuilds WORK/stage3.pt (base + A @ B) and runs the pipeline's export on it (`--from stage3`), so the
 directory, its parity check and golden vectors are made exactly as for a trained model. Into a directory that
@@ -58,9 +59,14 @@ def pack(tuned: dict[str, torch.Tensor], base: dict[str, torch.Tensor], rank: in
     between the factors); for each vector, NAME.d in fp16."""
     if set(tuned) != set(base):
         raise ValueError(f"tuned and base weights differ in names: {sorted(set(tuned) ^ set(base))[:5]}")
+    return _cut({k: tuned[k].float() - base[k].float() for k in tuned}, rank)
+
+
+def _cut(diffs: dict[str, torch.Tensor], rank: int) -> dict[str, torch.Tensor]:
+    """pack's tensors for the differences diffs."""
     out: dict[str, torch.Tensor] = {}
-    for k in sorted(tuned):
-        d = tuned[k].float() - base[k].float()
+    for k in sorted(diffs):
+        d = diffs[k]
         if d.ndim != 2:
             out[f"{k}.d"] = d.half()
             continue
@@ -70,6 +76,16 @@ def pack(tuned: dict[str, torch.Tensor], base: dict[str, torch.Tensor], rank: in
         (out[f"{k}.a"], out[f"{k}.a_scale"]) = _q8(u[:, :r] * root)
         (out[f"{k}.b"], out[f"{k}.b_scale"]) = _q8(root[:, None] * vh[:r])
     return out
+
+
+def recut(delta: dict[str, torch.Tensor], rank: int) -> dict[str, torch.Tensor]:
+    """A delta cut again to a lower rank: what `pack --rank rank` would have stored, from the delta alone (the best
+    rank-r approximation of a rank-R cut is that of the weights it was cut from: the directions are nested), so
+    that what a rank costs can be measured on a CPU from the one delta a GPU run brought back."""
+    names = {k.rsplit(".", 1)[0] for k in delta}
+    return _cut({k: delta[f"{k}.d"].float() if f"{k}.d" in delta else
+                 _dq8(delta[f"{k}.a"], delta[f"{k}.a_scale"]) @ _dq8(delta[f"{k}.b"], delta[f"{k}.b_scale"])
+                 for k in names}, rank)
 
 
 def unpack(delta: dict[str, torch.Tensor], base: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -103,6 +119,21 @@ def cmd_pack(a) -> None:
                                       "base_gguf_sha256": _sha256(gguf_path()),
                                       "train_metrics": json.dumps(metrics)})
     print(f"wrote {a.out}: {os.path.getsize(a.out) / 1e6:.1f} MB, rank {a.rank}, {len(delta)} tensors")
+
+
+def cmd_recut(a) -> None:
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    with safe_open(a.delta, "pt") as f:
+        meta = dict(f.metadata() or {})
+    if meta.get("format") != FORMAT:
+        raise SystemExit(f"{a.delta}: format is {meta.get('format')!r}, want {FORMAT!r}")
+    if a.rank >= int(meta.get("rank", 0)):
+        raise SystemExit(f"--rank {a.rank}: {a.delta} holds rank {meta.get('rank')}; a recut only lowers it")
+    delta = recut(load_file(a.delta), a.rank)
+    save_file(delta, a.out, metadata={**meta, "rank": str(a.rank), "recut_from": meta["rank"]})
+    print(f"wrote {a.out}: {os.path.getsize(a.out) / 1e6:.1f} MB, rank {a.rank} (from {meta['rank']})")
 
 
 def reader_caps(metrics: dict, cfg) -> list[str]:
@@ -173,14 +204,18 @@ def main(argv=None) -> None:
     p.add_argument("--config", required=True, help="the training config the model is exported with")
     p.add_argument("--rank", type=int, default=64)
     p.add_argument("--out", required=True)
+    r = sub.add_parser("recut", help="a delta file -> the same cut to a lower rank")
+    r.add_argument("--delta", required=True)
+    r.add_argument("--rank", type=int, required=True)
+    r.add_argument("--out", required=True)
     b = sub.add_parser("build", help="a delta file -> a model directory (the pipeline's export)")
     b.add_argument("--delta", required=True)
     b.add_argument("--out", required=True, help="model directory to write")
     b.add_argument("--work", default=None, help="where the rebuilt stage3.pt goes (default training/out/<config>-delta)")
     a = ap.parse_args(argv)
-    if a.cmd == "pack" and a.rank < 1:
+    if a.cmd in ("pack", "recut") and a.rank < 1:
         ap.error(f"--rank must be at least 1, got {a.rank}")
-    (cmd_pack if a.cmd == "pack" else cmd_build)(a)
+    {"pack": cmd_pack, "recut": cmd_recut, "build": cmd_build}[a.cmd](a)
 
 
 if __name__ == "__main__":

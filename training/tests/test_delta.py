@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from icicle.delta import pack, unpack
+from icicle.delta import pack, recut, unpack
 
 
 def _weights(seed: int) -> dict[str, torch.Tensor]:
@@ -39,6 +39,40 @@ def test_the_rank_cut_keeps_the_largest_directions():
     back = unpack(pack(tuned, base, rank=1), base)
     left = back["layers.0.mlp.up_proj.weight"] - tuned["layers.0.mlp.up_proj.weight"]
     assert 0.005 < left.norm() < 0.02  # only the small direction is lost
+
+
+def test_a_recut_is_the_lower_rank_pack():
+    base = _weights(0)
+    g = torch.Generator().manual_seed(3)
+    tuned = {k: w.clone() for k, w in base.items()}
+    tuned["layers.0.mlp.up_proj.weight"] += torch.randn(48, 32, generator=g) * 0.01
+    tuned["norm.weight"] += 0.25
+    wide, narrow = pack(tuned, base, rank=8), pack(tuned, base, rank=3)
+    again = recut(wide, 3)
+    assert again["layers.0.mlp.up_proj.weight.a"].shape == (48, 3) and set(again) == set(narrow)
+    w = "layers.0.mlp.up_proj.weight"
+    a, b = unpack(again, base)[w], unpack(narrow, base)[w]
+    cut = (unpack(narrow, base)[w] - tuned[w]).norm()
+    assert (a - b).norm() < 0.05 * cut  # the same three directions, up to the int8 factors
+    assert (unpack(recut(wide, 1), base)[w] - tuned[w]).norm() > cut  # fewer directions lose more
+    assert torch.equal(unpack(again, base)["norm.weight"], tuned["norm.weight"])
+
+
+def test_recut_only_lowers_the_rank(tmp_path):
+    from safetensors.torch import save_file
+
+    from icicle.delta import FORMAT, main
+
+    base = _weights(0)
+    src = tmp_path / "d.safetensors"
+    save_file(pack(base, base, rank=4), str(src), metadata={"format": FORMAT, "rank": "4", "config": "reader135"})
+    with pytest.raises(SystemExit, match="only lowers"):
+        main(["recut", "--delta", str(src), "--rank", "4", "--out", str(tmp_path / "o.safetensors")])
+    main(["recut", "--delta", str(src), "--rank", "2", "--out", str(tmp_path / "o.safetensors")])
+    from safetensors import safe_open
+    with safe_open(str(tmp_path / "o.safetensors"), "pt") as f:
+        assert f.metadata()["rank"] == "2" and f.metadata()["recut_from"] == "4"
+        assert f.get_tensor("layers.0.mlp.up_proj.weight.a").shape == (48, 2)
 
 
 def test_names_must_match():

@@ -215,6 +215,8 @@ def test_gpu_queue_dry_run(rset, tmp_path):
     assert final and set(final[-1]["eval"]) == {"heldout", "heldout_shuffled", "seen_heldout"}
     # evaldelta: the packed delta's own held-out views, beside the run's last (what the rank-64 cut costs)
     assert set(json.load(open(out / "dry.delta_eval.json"))) == {"heldout", "heldout_shuffled", "seen_heldout"}
+    # evaldelta NAME RANK: the same views of the delta recut to a lower rank (what a smaller file would keep)
+    assert set(json.load(open(out / "dry.delta_eval_r2.json"))) == {"heldout", "heldout_shuffled", "seen_heldout"}
     p = _run(["bash", "gpu/land.sh", "--check-only", "dry", str(out)], env)
     assert "the delta applies" in p.stdout
     # a job that continues a shipped model (r24d): stage.sh --init carries its delta, --init FILE starts from it
@@ -274,6 +276,23 @@ def test_every_gpu_queue_job_parses():
         assert cmd == "train" and (a.minutes or a.steps), name
     _, a = reader.parse(["train", "--set", "s", "--work", "w", *_job_args("r26e")])
     assert (a.init, a.blocks, a.summary_tokens, a.budget, a.decay) == ("G/init/delta.safetensors", "shared", 64, 1024, "linear")
+    assert _job_args("r26f") == _job_args("r26e")  # r26e's run; stage.sh --init picks the delta it continues
+
+
+def _job_rank(name: str, override: str = "") -> str:
+    """job.sh's delta rank of queue job NAME (its job_rank function alone), ICICLE_DELTA_RANK=override if given."""
+    env = {k: v for k, v in os.environ.items() if k != "ICICLE_DELTA_RANK"}
+    if override:
+        env["ICICLE_DELTA_RANK"] = override
+    p = subprocess.run(["bash", "-c", 'source <(sed -n "/^job_rank()/,/^}/p" gpu/job.sh); job_rank "$1"', "-", name],
+                       cwd=os.path.join(REPO, "training"), capture_output=True, text=True, check=True, env=env)
+    return p.stdout.strip()
+
+
+def test_block_readers_are_packed_at_a_higher_rank():
+    """r26e's rank-64 delta lost its run's block reading (0.84 -> 0.63 copy pick held out): block jobs pack at 128."""
+    assert (_job_rank("r26f"), _job_rank("r26e"), _job_rank("r24g")) == ("128", "128", "64")
+    assert _job_rank("r24g", "32") == "32"
 
 
 def test_snippet_request_is_the_sidecars():
