@@ -82,10 +82,15 @@ def recut(delta: dict[str, torch.Tensor], rank: int) -> dict[str, torch.Tensor]:
     """A delta cut again to a lower rank: what `pack --rank rank` would have stored, from the delta alone (the best
     rank-r approximation of a rank-R cut is that of the weights it was cut from: the directions are nested), so
     that what a rank costs can be measured on a CPU from the one delta a GPU run brought back."""
+    return _cut(differences(delta), rank)
+
+
+def differences(delta: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The stored difference of every weight: A @ B from its int8 factors, or the vector whole."""
     names = {k.rsplit(".", 1)[0] for k in delta}
-    return _cut({k: delta[f"{k}.d"].float() if f"{k}.d" in delta else
-                 _dq8(delta[f"{k}.a"], delta[f"{k}.a_scale"]) @ _dq8(delta[f"{k}.b"], delta[f"{k}.b_scale"])
-                 for k in names}, rank)
+    return {k: delta[f"{k}.d"].float() if f"{k}.d" in delta else
+            _dq8(delta[f"{k}.a"], delta[f"{k}.a_scale"]) @ _dq8(delta[f"{k}.b"], delta[f"{k}.b_scale"])
+            for k in names}
 
 
 def unpack(delta: dict[str, torch.Tensor], base: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -93,13 +98,8 @@ def unpack(delta: dict[str, torch.Tensor], base: dict[str, torch.Tensor]) -> dic
     names = {k.rsplit(".", 1)[0] for k in delta}
     if names != set(base):
         raise ValueError(f"delta and base weights differ in names: {sorted(names ^ set(base))[:5]}")
-    sd = {}
-    for k, w in base.items():
-        if f"{k}.d" in delta:
-            sd[k] = w + delta[f"{k}.d"].float()
-        else:
-            sd[k] = w + _dq8(delta[f"{k}.a"], delta[f"{k}.a_scale"]) @ _dq8(delta[f"{k}.b"], delta[f"{k}.b_scale"])
-    return sd
+    diffs = differences(delta)
+    return {k: w + diffs[k] for k, w in base.items()}
 
 
 def _sha256(path: str) -> str:

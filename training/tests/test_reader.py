@@ -259,11 +259,16 @@ def test_bad_decay_and_init_are_refused(rset, tmp_path):
 
 
 
+def _job_sh(fn: str, name: str, env: dict | None = None) -> str:
+    """What job.sh's function fn (job_args, job_rank; sourced alone, GR=G) prints for queue job NAME."""
+    p = subprocess.run(["bash", "-c", f'source <(sed -n "/^{fn}()/,/^}}/p" gpu/job.sh); GR=G; {fn} "$1"', "-", name],
+                       cwd=os.path.join(REPO, "training"), capture_output=True, text=True, check=True, env=env)
+    return p.stdout
+
+
 def _job_args(name: str) -> list[str]:
-    """job.sh's arguments of queue job NAME (its job_args function alone, GR=G)."""
-    p = subprocess.run(["bash", "-c", 'source <(sed -n "/^job_args()/,/^}/p" gpu/job.sh); GR=G; job_args "$1"', "-", name],
-                       cwd=os.path.join(REPO, "training"), capture_output=True, text=True, check=True)
-    return p.stdout.split()
+    """job.sh's arguments of queue job NAME."""
+    return _job_sh("job_args", name).split()
 
 
 def test_every_gpu_queue_job_parses():
@@ -280,13 +285,11 @@ def test_every_gpu_queue_job_parses():
 
 
 def _job_rank(name: str, override: str = "") -> str:
-    """job.sh's delta rank of queue job NAME (its job_rank function alone), ICICLE_DELTA_RANK=override if given."""
+    """job.sh's delta rank of queue job NAME, ICICLE_DELTA_RANK=override if given."""
     env = {k: v for k, v in os.environ.items() if k != "ICICLE_DELTA_RANK"}
     if override:
         env["ICICLE_DELTA_RANK"] = override
-    p = subprocess.run(["bash", "-c", 'source <(sed -n "/^job_rank()/,/^}/p" gpu/job.sh); job_rank "$1"', "-", name],
-                       cwd=os.path.join(REPO, "training"), capture_output=True, text=True, check=True, env=env)
-    return p.stdout.strip()
+    return _job_sh("job_rank", name, env).strip()
 
 
 def test_block_readers_are_packed_at_a_higher_rank():
