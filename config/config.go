@@ -209,6 +209,11 @@ type Decode struct {
 	// the memory route's: negative leans to the memory route, positive to copying (the router's calibration,
 	// chosen on held-out questions; docs/evaluation.md, "Scoring titles by the vocabulary"). -20..20; default 0.
 	CopyLogPrior float64 `yaml:"copy_log_prior"`
+	// CopyRankPrior lowers each copied title's score by this weight x ln(its candidate's place in the first
+	// stage's list): the list's order as a prior over the copy route's pick, for a reader that cannot see the
+	// order (by blocks with shared positions) or leans on it less than it should (docs/evaluation.md, "The first
+	// stage's order as a prior over the copy"). 0..20; default 0 (the model's scores alone).
+	CopyRankPrior float64 `yaml:"copy_rank_prior"`
 	// (issue 26) BlockReading reads each candidate's block on its own and keeps it for later requests
 	// (inference/blocks.go): "off", "contiguous" (Block-Attention: a block sees itself, every token keeps its
 	// place) or "shared" (BlockRank: a block sees the header and itself, all blocks at the same positions).

@@ -145,7 +145,7 @@ func TestLoadGood(t *testing.T) {
 			}
 			c.Decode = Decode{BeamWidth: 20, MaxCandidates: 50, MaxSummaryTokens: 128, MaxPromptTokens: 4096, TitleOnly: true,
 				BlockReading: BlockReadingOff, BlockStoreMB: 1024, BlockPrecision: BlockPrecisionFloat32, BlockFill: true, BlockDir: "",
-				Scoring: ScoringVocab, CopyLogPrior: -1.5}
+				Scoring: ScoringVocab, CopyLogPrior: -1.5, CopyRankPrior: 2}
 			c.Breaker = Breaker{ConsecutiveFailures: 3, Interval: 0, OpenTimeout: time.Minute, HalfOpenMaxRequests: 2}
 			c.Policy = Policy{Mode: PolicyFusion, MinCopyProb: 0.2, MinTopScore: -12.5, FusionK: 10}
 			c.Concurrency = Concurrency{MaxInflight: 4, QueueSize: 0, QueueTimeout: 100 * time.Millisecond}
@@ -199,7 +199,7 @@ func TestLoadBad(t *testing.T) {
 			"elasticsearch.index", "elasticsearch.max_retries",
 			"model.provider",
 			"decode.beam_width", "decode.max_candidates", "decode.summary_candidates", "decode.block_reading", "decode.block_store_mb", "decode.block_precision",
-			"decode.scoring", "decode.copy_log_prior",
+			"decode.scoring", "decode.copy_log_prior", "decode.copy_rank_prior",
 			"breaker.consecutive_failures", "breaker.open_timeout",
 			"policy.mode", "policy.min_copy_prob", "policy.min_top_score",
 			"concurrency.max_inflight",

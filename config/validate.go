@@ -116,6 +116,9 @@ func (c Config) Validate() error {
 	if !(d.CopyLogPrior >= -20 && d.CopyLogPrior <= 20) {
 		v.add("decode.copy_log_prior", "must be between -20 and 20 (a log-probability shift), got %v", d.CopyLogPrior)
 	}
+	if !(d.CopyRankPrior >= 0 && d.CopyRankPrior <= 20) {
+		v.add("decode.copy_rank_prior", "must be between 0 and 20 (a weight on ln of the candidate's place), got %v", d.CopyRankPrior)
+	}
 
 	b := c.Breaker
 	v.atLeast("breaker.consecutive_failures", int64(b.ConsecutiveFailures), 1)

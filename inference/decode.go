@@ -102,6 +102,12 @@ type Options struct {
 	// route's (the router's calibration: negative leans to memory, positive to copying). It moves every copied
 	// title's score alike; Result.PCopy stays the model's. Default 0.
 	CopyLogPrior float64
+	// CopyRankPrior lowers each copied title's score by CopyRankPrior x ln(k), k its candidate's place in the
+	// list (1 for the first): the first stage's order as a prior over the copy route's pick, a fusion of the
+	// model's reading with the list's order. A reader by blocks with shared positions cannot see the order (every
+	// block sits at the same positions); this gives it back. It moves copied titles only, so a large weight
+	// also leans the router to memory for a pick below the first. 0 (default): the model's scores alone.
+	CopyRankPrior float64
 	// Admit, if set, is called once the prompt is built and a session is free, before the first forward
 	// pass, with the prompt's length in tokens; an error ends the call without running the model (returned
 	// wrapped). The server's admission control uses it to refuse a run its cost model says cannot end
@@ -428,6 +434,7 @@ func (d *decoding) run(ctx context.Context) (Result, error) {
 			return Result{}, err
 		}
 		for i, s := range copied {
+			s -= d.opts.CopyRankPrior * math.Log(float64(ctxCand[i]+1))
 			beams = append(beams, Beam{DocID: ctxDocs[i], Route: RouteCopy, Score: s, Candidate: ctxCand[i]})
 		}
 		d.w.cache.Truncate(d.p)

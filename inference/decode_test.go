@@ -61,12 +61,16 @@ func bruteNorm(z []float32, toks []int32, scoring string) float64 {
 func TestRankMatchesBruteForce(t *testing.T) {
 	for _, scoring := range []string{ScoringTrie, ScoringVocab} {
 		for _, prior := range []float64{0, -1.5, 2} {
-			t.Run(fmt.Sprintf("%s/prior=%g", scoring, prior), func(t *testing.T) { testRankMatchesBruteForce(t, scoring, prior) })
+			t.Run(fmt.Sprintf("%s/prior=%g", scoring, prior), func(t *testing.T) { testRankMatchesBruteForce(t, scoring, prior, 0) })
+		}
+		// The rank prior moves each copied title by its own candidate's place; with a copy prior beside it.
+		for _, rank := range []float64{1.5, 20} {
+			t.Run(fmt.Sprintf("%s/rank_prior=%g", scoring, rank), func(t *testing.T) { testRankMatchesBruteForce(t, scoring, -1.5, rank) })
 		}
 	}
 }
 
-func testRankMatchesBruteForce(t *testing.T, scoring string, prior float64) {
+func testRankMatchesBruteForce(t *testing.T, scoring string, prior, rankPrior float64) {
 	seen := []string{"Paris", "Parma", "Lyon", "Lyons", "Oslo", "Porto"}
 	for _, tc := range []struct {
 		name  string
@@ -78,11 +82,13 @@ func testRankMatchesBruteForce(t *testing.T, scoring string, prior float64) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, _ := newTestEngine(t, seen, hashLogits)
-			res, err := e.Rank(t.Context(), "which city", tc.cands, Options{BeamWidth: 20, Scoring: scoring, CopyLogPrior: prior})
+			opts := Options{BeamWidth: 20, Scoring: scoring, CopyLogPrior: prior, CopyRankPrior: rankPrior}
+			res, err := e.Rank(t.Context(), "which city", tc.cands, opts)
 			require.NoError(t, err)
 			// Width 2: the copied docids' second score bounds the parametric route (it drops beams below it);
 			// the answer is still the exact top 2.
-			top2, err := e.Rank(t.Context(), "which city", tc.cands, Options{BeamWidth: 2, Scoring: scoring, CopyLogPrior: prior})
+			opts.BeamWidth = 2
+			top2, err := e.Rank(t.Context(), "which city", tc.cands, opts)
 			require.NoError(t, err)
 
 			prompt, err := e.prompts.Build("which city", tc.cands, PromptOptions{MaxTokens: 4096, MaxSummaryTokens: 256})
@@ -97,6 +103,10 @@ func testRankMatchesBruteForce(t *testing.T, scoring string, prior float64) {
 			rootToks, _ := e.global.Children(0)
 			lse0 := logSumExp(z0, append(slices.Clone(rootToks), fakeCopy))
 			want := bruteScores(t, hashLogits, append(slices.Clone(prompt.IDs), fakeCopy), ctxDocs, float64(z0[fakeCopy])-lse0+prior, scoring)
+			for _, d := range ctxDocs {
+				// A title repeated among the hits is credited to its first candidate, and so takes its place.
+				want[d] -= rankPrior * math.Log(float64(slices.IndexFunc(tc.cands, func(c Candidate) bool { return c.Title == d })+1))
+			}
 			// Parametric scores: the first token is scored against the step-0 set, the rest as scoring says.
 			param := bruteScores(t, hashLogits, prompt.IDs, seen, 0, scoring)
 			seqs, _ := docidSeqs(fakeTokenizer{}, seen, fakeEnd)

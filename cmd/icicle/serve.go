@@ -299,7 +299,8 @@ func openBlockStore(dir string, d config.Decode, log *slog.Logger) (*inference.B
 // a model is warmed up with.
 func decodeOptions(d config.Decode) inference.Options {
 	return inference.Options{BeamWidth: d.BeamWidth, MaxPromptTokens: d.MaxPromptTokens, MaxSummaryTokens: d.MaxSummaryTokens,
-		TitleOnly: d.TitleOnly, SummaryCandidates: d.SummaryCandidates, Scoring: d.Scoring, CopyLogPrior: d.CopyLogPrior}
+		TitleOnly: d.TitleOnly, SummaryCandidates: d.SummaryCandidates, Scoring: d.Scoring, CopyLogPrior: d.CopyLogPrior,
+		CopyRankPrior: d.CopyRankPrior}
 }
 
 // servingSettings are the settings that shape the model's answer, as /v1/model reports them and a gate's fit
@@ -311,7 +312,8 @@ func servingSettings(cfg config.Config) plugin.Settings {
 		"decode.max_summary_tokens": strconv.Itoa(d.MaxSummaryTokens), "decode.max_prompt_tokens": strconv.Itoa(d.MaxPromptTokens),
 		"decode.title_only": strconv.FormatBool(d.TitleOnly), "decode.summary_candidates": strconv.Itoa(d.SummaryCandidates),
 		"decode.snippet_chars": strconv.Itoa(d.SnippetChars), "decode.scoring": d.Scoring,
-		"decode.copy_log_prior": strconv.FormatFloat(d.CopyLogPrior, 'g', -1, 64), "decode.block_reading": d.BlockReading,
+		"decode.copy_log_prior":  strconv.FormatFloat(d.CopyLogPrior, 'g', -1, 64),
+		"decode.copy_rank_prior": strconv.FormatFloat(d.CopyRankPrior, 'g', -1, 64), "decode.block_reading": d.BlockReading,
 		"decode.block_precision": d.BlockPrecision, "model.quantized": strconv.FormatBool(cfg.Model.Quantized),
 		"policy.route_by_first_stage": strconv.FormatBool(cfg.Policy.RouteByFirstStage),
 	}
