@@ -9,7 +9,7 @@ Writes DIR/readerset.json.gz (and caches the encoder's vectors under DIR/cache);
 and the GPU queue carries it (training/gpu). Documents: nq_qed's D_train and `data/wiki_intro_pool` (27,638 titles
 that are not nq_qed's); D_new never enters (those documents are the sidecar's new ones, measured through it).
 
-What it holds, per question: the text, the gold, its kind and part, and the first stage's top LIST_DEPTH over the
+What it holds, per question: the text, the gold, its kind and part, and the first stage's top LIST_DEPTH (`--depth`) over the
 question's pool in its fused order, with the dense cosines (the teacher) and the fused scores:
 - kind "nq": NQ train questions of D_train documents (the 6,510 of data.make_split, less the held-out ones);
 - kind "syn": one synthetic question per document, a span of one of its first three sentences (5-16 words, about
@@ -195,7 +195,7 @@ class FirstStage:
         return out
 
 
-def build(out_dir: str, limit_docs: int = 0, threads: int = 2, seed: int = 0, log=print) -> dict:
+def build(out_dir: str, limit_docs: int = 0, threads: int = 2, seed: int = 0, log=print, depth: int = LIST_DEPTH) -> dict:
     t0 = time.time()
     docs, pool, heldout, seen, split = load_docs(limit_docs)
     with open(FIRST_STAGE) as f:
@@ -241,15 +241,15 @@ def build(out_dir: str, limit_docs: int = 0, threads: int = 2, seed: int = 0, lo
     for part, fs, members in (("train", fs_train, pool), ("heldout", fs_held, listed)):
         idx = [i for i, q in enumerate(qs) if (q["part"] == "heldout") == (part == "heldout")]
         t1 = time.time()
-        lists = fs.lists([qs[i]["q"] for i in idx], qvec[idx], LIST_DEPTH + 1)
+        lists = fs.lists([qs[i]["q"] for i in idx], qvec[idx], depth + 1)
         log(f"first stage over {part} ({len(members)} documents): {len(idx)} lists in {time.time() - t1:.0f}s")
         for i, (li, cos, fused) in zip(idx, lists):
             q = qs[i]
             names = [members[j] for j in li]
             if q["kind"] == "seen":
-                keep = [r for r, d in enumerate(names) if d != q["gold"]][:LIST_DEPTH]
+                keep = [r for r, d in enumerate(names) if d != q["gold"]][:depth]
             else:
-                keep = list(range(min(LIST_DEPTH, len(names))))
+                keep = list(range(min(depth, len(names))))
             q["list"], q["cos"], q["fused"] = [names[r] for r in keep], [cos[r] for r in keep], [fused[r] for r in keep]
     kept = []
     dropped = 0
@@ -268,7 +268,7 @@ def build(out_dir: str, limit_docs: int = 0, threads: int = 2, seed: int = 0, lo
     from .compress import extractive
 
     out = {"format": FORMAT, "encoder": man["name"], "first_stage": {k: params[k] for k in ("method", "dense_weight", "depth", "knn")},
-           "list_depth": LIST_DEPTH, "seen": seen, "heldout_docs": heldout,
+           "list_depth": depth, "seen": seen, "heldout_docs": heldout,
            "docs": {d: [docs[d].title, " ".join(extractive(docs[d].text).split()[:SUMMARY_WORDS])] for d in used},
            "questions": kept}
     stats = {"documents": {"pool": len(pool), "heldout": len(heldout), "heldout_lists_over": len(listed),
@@ -422,6 +422,9 @@ def main(argv=None) -> None:
     b.add_argument("--limit-docs", type=int, default=0, help="a small set (tests, the GPU queue's dry run)")
     b.add_argument("--threads", type=int, default=2)
     b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--depth", type=int, default=LIST_DEPTH,
+                   help=f"candidates a list holds (default {LIST_DEPTH}; the sidecar reads up to 100: a reader trained on "
+                        "20 loses its reading at 100, docs/evaluation.md)")
     h = sub.add_parser("seen-heldout", help="write the set's held-out seen questions as nq_qed query lines "
                                             "(a model directory's seen_heldout_queries.jsonl)")
     h.add_argument("--set", required=True, help="readerset.json.gz")
@@ -443,7 +446,9 @@ def main(argv=None) -> None:
             f.writelines(json.dumps(q) + "\n" for q in lines)
         print(f"readerdata: {len(lines)} held-out seen questions -> {a.out}")
         return
-    build(a.out, a.limit_docs, a.threads, a.seed)
+    if not 1 <= a.depth <= 100:
+        ap.error(f"--depth: must be between 1 and 100 (the first stage's BM25 depth), got {a.depth}")
+    build(a.out, a.limit_docs, a.threads, a.seed, depth=a.depth)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,19 @@ def rd(rset):
     return reader.Reader(readerdata.load(rset), Tok(build_tokenizer()), a)
 
 
+def test_a_shallower_set_holds_the_first_places_of_the_same_lists(rset, tmp_path):
+    """--depth cuts each list of the first stage's order: the same question's list is a prefix of the deeper one's."""
+    readerdata.build(str(tmp_path), limit_docs=300, threads=2, log=lambda *_: None, depth=6)
+    short, deep = readerdata.load(str(tmp_path / "readerset.json.gz")), readerdata.load(rset)
+    assert short["list_depth"] == 6 and deep["list_depth"] == readerdata.LIST_DEPTH
+    by_q = {(q["q"], q["gold"], q["part"]): q for q in deep["questions"]}
+    same = [(q, by_q[k]) for q in short["questions"] if (k := (q["q"], q["gold"], q["part"])) in by_q]
+    assert len(same) > 100
+    assert max(len(q["list"]) for q, _ in same) == 6
+    for q, d in same:
+        assert q["list"] == d["list"][: len(q["list"])] and len(q["list"]) == min(6, len(d["list"]))
+
+
 def test_set_parts_never_mix(rset):
     from icicle.data import make_split
 
