@@ -32,6 +32,11 @@ job_args() {
     # twice the memory's share: r24e reads better than r24a, but r24e and r24d lost memory in their own runs (seen
     # 0.39 -> 0.27-0.29 at --seen 0.15 --index 0.05, before the delta's cut)
     r24g) echo "$(job_args r24e) --seen 0.3 --index 0.1" ;;
+    # issue 26's 100 candidates: r26e's reading falls with the list (served with decode.copy_rank_prior 4, dev new
+    # 0.92 at 10, 0.84 at about 52, 0.73 at 100; its top copied score -4.2 nats at 10, -19.6 at 100: session 29),
+    # trained on lists of at most 20. Lists to 100 (stage.sh --set a set of readerdata build --depth 100), the
+    # prompt room for them, micro-batches of 8 (the mask is [B, t, t]), held out at 10 and at 100 candidates
+    r26g) echo "$(job_args r26f) --n 10 20 50 100 --budget 8192 --micro 8 --eval-cands 10 100" ;;
     # r24d reading summaries of 64 tokens instead of 24 (the dense encoder on the sidecar's candidates: 0.776 right
     # from 24 tokens, 0.864 from 64; r24a zero-shot at 64 through the sidecar: nq_qed new 0.860 -> 0.890)
     r24e) echo "$(job_args r24d) --summary-tokens 64 --budget 1024" ;;
@@ -55,8 +60,8 @@ job_args() {
     # them, got seen back (0.35) and lost new (0.769): the router leant to memory. s2, the same at r24a's share (seen
     # 0.15, 329 CPU steps of 8), kept new (0.808) and got seen to 0.30: this job has that share. A full run decides.
     r24f) echo "$(job_args r24d) --snippets true" ;;
-    dry) echo "--init backbone --steps 2 --batch 2 --n 3 5 --eval-n 2 --save-every 1 --device cpu --bf16 false" ;;
-    *) echo "job.sh: unknown job $1 (r26f r24g r24e r26e r24f r24d r24a r24b r24c r26a r26b r26c dry)" >&2; return 2 ;;
+    dry) echo "--init backbone --steps 2 --batch 2 --n 3 5 --eval-n 2 --eval-cands 10 4 --save-every 1 --device cpu --bf16 false" ;;
+    *) echo "job.sh: unknown job $1 (r26f r24g r26g r24e r26e r24f r24d r24a r24b r24c r26a r26b r26c dry)" >&2; return 2 ;;
   esac
 }
 

@@ -89,6 +89,10 @@ class Args:
     seed: int = 0
     threads: int = 2
     eval_n: int = 100
+    # the held-out view is read at 10 candidates (the sidecar's default); each further K here adds "heldout_nK",
+    # the same questions with their first K candidates in order (issue 26's 100 needs --budget 8192 at 64 tokens and
+    # a set built that deep: readerdata build --depth)
+    eval_cands: tuple[int, ...] = (10,)
     eval_every: int = 0  # steps; 0 = only at the end
     save_every: int = 25
     bf16: bool = True
@@ -242,6 +246,16 @@ class Reader:
                                     queries=queries, layout=self.a.blocks,
                                     query_summary=lambda qt, d: texts[qt].get(d, self.docs[d].text),
                                     scoring=self.a.scoring)["n10"]
+        qs = [q for q in self.rs["questions"] if q["part"] == "heldout"][:n]
+        for k in sorted(set(self.a.eval_cands) - {10}):
+            texts = {q["q"]: self.texts(q) or {} for q in qs}
+            out[f"heldout_n{k}"] = serve_table(step, empty, tok.encode, tok.end_id, tok.copy_id, gtrie, view, self.build,
+                                               n, (k,), contexts=_Lists({q["q"]: q["list"] for q in qs}),
+                                               summary=lambda d: self.docs[d].text,
+                                               queries=[Query(f"heldout{i}", q["q"], q["gold"], "train") for i, q in enumerate(qs)],
+                                               layout=self.a.blocks,
+                                               query_summary=lambda qt, d: texts[qt].get(d, self.docs[d].text),
+                                               scoring=self.a.scoring)[f"n{k}"]
         return out
 
 
@@ -341,7 +355,7 @@ def _same_run(work: str, a: Args) -> None:
         return
     old = json.load(open(path))["args"]
     fixed = {k: v for k, v in asdict(a).items() if k not in ("minutes", "steps", "eval_every", "save_every", "threads",
-                                                              "device", "eval_n", "micro", "scoring")}
+                                                              "device", "eval_n", "eval_cands", "micro", "scoring")}
     # An argument added after the run began counts as its default there.
     default = asdict(Args(set="", work=""))
     was = {k: old.get(k, json.loads(json.dumps(default[k]))) for k in fixed}
@@ -480,8 +494,10 @@ def parse(argv=None) -> tuple[str, Args]:
                 p.add_argument(flag, type=type(v), default=v)
     ns = vars(ap.parse_args(argv))
     cmd = ns.pop("cmd")
-    ns["n"] = tuple(ns["n"])
+    ns["n"], ns["eval_cands"] = tuple(ns["n"]), tuple(ns["eval_cands"])
     a = Args(**ns)
+    if min(a.eval_cands) < 1 or max(a.eval_cands) > 100:
+        raise SystemExit(f"--eval-cands {' '.join(map(str, a.eval_cands))}: want 1 to 100 candidates each")
     if a.blocks and a.blocks not in BLOCK_LAYOUTS:
         raise SystemExit(f"--blocks {a.blocks!r}: want one of {BLOCK_LAYOUTS} (or nothing: causal reading)")
     if a.summary_tokens < 1:

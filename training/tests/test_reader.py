@@ -225,11 +225,11 @@ def test_gpu_queue_dry_run(rset, tmp_path):
     assert "dry.delta.sha256" in got and "dry.log.jsonl" in got and any(f.startswith("dry.delta.part") for f in got)
     assert all(os.path.getsize(out / f) <= 16 << 20 for f in got)  # what the device tool brings back
     final = [json.loads(x) for x in open(out / "dry.log.jsonl") if '"final"' in x]
-    assert final and set(final[-1]["eval"]) == {"heldout", "heldout_shuffled", "seen_heldout"}
+    assert final and set(final[-1]["eval"]) == {"heldout", "heldout_shuffled", "seen_heldout", "heldout_n4"}
     # evaldelta: the packed delta's own held-out views, beside the run's last (what the rank-64 cut costs)
-    assert set(json.load(open(out / "dry.delta_eval.json"))) == {"heldout", "heldout_shuffled", "seen_heldout"}
+    assert set(json.load(open(out / "dry.delta_eval.json"))) == {"heldout", "heldout_shuffled", "seen_heldout", "heldout_n4"}
     # evaldelta NAME RANK: the same views of the delta recut to a lower rank (what a smaller file would keep)
-    assert set(json.load(open(out / "dry.delta_eval_r2.json"))) == {"heldout", "heldout_shuffled", "seen_heldout"}
+    assert set(json.load(open(out / "dry.delta_eval_r2.json"))) == {"heldout", "heldout_shuffled", "seen_heldout", "heldout_n4"}
     p = _run(["bash", "gpu/land.sh", "--check-only", "dry", str(out)], env)
     assert "the delta applies" in p.stdout
     # a job that continues a shipped model (r24d): stage.sh --init carries its delta, --init FILE starts from it
@@ -295,6 +295,8 @@ def test_every_gpu_queue_job_parses():
     _, a = reader.parse(["train", "--set", "s", "--work", "w", *_job_args("r26e")])
     assert (a.init, a.blocks, a.summary_tokens, a.budget, a.decay) == ("G/init/delta.safetensors", "shared", 64, 1024, "linear")
     assert _job_args("r26f") == _job_args("r26e")  # r26e's run; stage.sh --init picks the delta it continues
+    _, a = reader.parse(["train", "--set", "s", "--work", "w", *_job_args("r26g")])
+    assert (a.blocks, a.n[-1], a.budget, a.eval_cands) == ("shared", 100, 8192, (10, 100))  # issue 26's 100 candidates
 
 
 def _job_rank(name: str, override: str = "") -> str:
