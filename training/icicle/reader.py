@@ -232,30 +232,25 @@ class Reader:
         view = type("View", (), {})()
         view.docs = self.docs
         out = {}
-        for name, part, shuffled in (("heldout", "heldout", False), ("heldout_shuffled", "heldout", True),
-                                     ("seen_heldout", "seen_heldout", False)):
+
+        def table(part: str, k: int, shuffled: bool) -> dict:
+            """The first n questions of part, each read with its first k candidates (the first 10 shuffled)."""
             qs = [q for q in self.rs["questions"] if q["part"] == part][:n]
             lists = {q["q"]: (random.Random(q["q"]).sample(q["list"][:10], len(q["list"][:10])) if shuffled
                               else q["list"]) for q in qs}
-            ctx = _Lists(lists)
             queries = [Query(f"{part}{i}", q["q"], q["gold"], "train") for i, q in enumerate(qs)]
             texts = {q["q"]: self.texts(q) or {} for q in qs}
-            out[name] = serve_table(step, empty, tok.encode, tok.end_id, tok.copy_id, gtrie, view,
-                                    self.build,
-                                    n, (10,), contexts=ctx, summary=lambda d: self.docs[d].text,
-                                    queries=queries, layout=self.a.blocks,
-                                    query_summary=lambda qt, d: texts[qt].get(d, self.docs[d].text),
-                                    scoring=self.a.scoring)["n10"]
-        qs = [q for q in self.rs["questions"] if q["part"] == "heldout"][:n]
+            return serve_table(step, empty, tok.encode, tok.end_id, tok.copy_id, gtrie, view, self.build,
+                               n, (k,), contexts=_Lists(lists), summary=lambda d: self.docs[d].text,
+                               queries=queries, layout=self.a.blocks,
+                               query_summary=lambda qt, d: texts[qt].get(d, self.docs[d].text),
+                               scoring=self.a.scoring)[f"n{k}"]
+
+        for name, part, shuffled in (("heldout", "heldout", False), ("heldout_shuffled", "heldout", True),
+                                     ("seen_heldout", "seen_heldout", False)):
+            out[name] = table(part, 10, shuffled)
         for k in sorted(set(self.a.eval_cands) - {10}):
-            texts = {q["q"]: self.texts(q) or {} for q in qs}
-            out[f"heldout_n{k}"] = serve_table(step, empty, tok.encode, tok.end_id, tok.copy_id, gtrie, view, self.build,
-                                               n, (k,), contexts=_Lists({q["q"]: q["list"] for q in qs}),
-                                               summary=lambda d: self.docs[d].text,
-                                               queries=[Query(f"heldout{i}", q["q"], q["gold"], "train") for i, q in enumerate(qs)],
-                                               layout=self.a.blocks,
-                                               query_summary=lambda qt, d: texts[qt].get(d, self.docs[d].text),
-                                               scoring=self.a.scoring)[f"n{k}"]
+            out[f"heldout_n{k}"] = table("heldout", k, False)
         return out
 
 
