@@ -9,8 +9,8 @@ Writes DIR/readerset.json.gz (and caches the encoder's vectors under DIR/cache);
 and the GPU queue carries it (training/gpu). Documents: nq_qed's D_train and `data/wiki_intro_pool` (27,638 titles
 that are not nq_qed's); D_new never enters (those documents are the sidecar's new ones, measured through it).
 
-What it holds, per question: the text, the gold, its kind and part, and the first stage's top LIST_DEPTH (`--depth`) over the
-question's pool in its fused order, with the dense cosines (the teacher) and the fused scores:
+What it holds, per question: the text, the gold, its kind and part, and the first stage's top LIST_DEPTH (`--depth`)
+over the question's pool in its fused order, with the dense cosines (the teacher) and the fused scores:
 - kind "nq": NQ train questions of D_train documents (the 6,510 of data.make_split, less the held-out ones);
 - kind "syn": one synthetic question per document, a span of one of its first three sentences (5-16 words, about
   one word in five dropped), kept only when the dense encoder ranks its document first or second within the list

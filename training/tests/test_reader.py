@@ -225,11 +225,12 @@ def test_gpu_queue_dry_run(rset, tmp_path):
     assert "dry.delta.sha256" in got and "dry.log.jsonl" in got and any(f.startswith("dry.delta.part") for f in got)
     assert all(os.path.getsize(out / f) <= 16 << 20 for f in got)  # what the device tool brings back
     final = [json.loads(x) for x in open(out / "dry.log.jsonl") if '"final"' in x]
-    assert final and set(final[-1]["eval"]) == {"heldout", "heldout_shuffled", "seen_heldout", "heldout_n4"}
+    views = {"heldout", "heldout_shuffled", "seen_heldout", "heldout_n4"}  # the dry job's --eval-cands 10 4 adds n4
+    assert final and set(final[-1]["eval"]) == views
     # evaldelta: the packed delta's own held-out views, beside the run's last (what the rank-64 cut costs)
-    assert set(json.load(open(out / "dry.delta_eval.json"))) == {"heldout", "heldout_shuffled", "seen_heldout", "heldout_n4"}
+    assert set(json.load(open(out / "dry.delta_eval.json"))) == views
     # evaldelta NAME RANK: the same views of the delta recut to a lower rank (what a smaller file would keep)
-    assert set(json.load(open(out / "dry.delta_eval_r2.json"))) == {"heldout", "heldout_shuffled", "seen_heldout", "heldout_n4"}
+    assert set(json.load(open(out / "dry.delta_eval_r2.json"))) == views
     p = _run(["bash", "gpu/land.sh", "--check-only", "dry", str(out)], env)
     assert "the delta applies" in p.stdout
     # a job that continues a shipped model (r24d): stage.sh --init carries its delta, --init FILE starts from it
