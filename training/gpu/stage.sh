@@ -75,8 +75,21 @@ if [[ $keep == 0 ]]; then
     if [[ -e $p ]]; then mkdir -p "$held/$(dirname "$p")" && mv "$p" "$held/$p"; fi
   done
 fi
-tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1 || true)  # removed files: du fails on them
+# the tree that travels: the tracked files but those moved aside (also with --keep-tree, which moves nothing)
+tree=$(git ls-files -z -- . "${aside[@]/#/:!}" | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1 || true)  # removed files: du fails on them
 echo "stage.sh: $dir ready: set $(du -b "$dir/set/readerset.json.gz" | cut -f1) B, backbone $size B in $parts parts of $chunk B, tree $tree B"
-for ((i = 0; i < parts; i++)); do
-  echo "  call $((i + 1)) carries $dir/p$i$( [[ $i == 0 ]] && echo " $dir/set $dir/whl")$( [[ -n $init && $i == 1 ]] && echo " $dir/init")"
-done
+# the calls: what travels packed first-fit, largest first, into the device tool's 64 MiB a call less the tree and
+# 1 MiB of room (a 100-deep set, 43 MB, does not fit beside a piece of the backbone)
+room=$(( 64 * 1024 * 1024 - tree - 1024 * 1024 ))
+pieces=("$dir/set $dir/whl")
+for ((i = 0; i < parts; i++)); do pieces+=("$dir/p$i"); done
+[[ -n $init ]] && pieces+=("$dir/init")
+for piece in "${pieces[@]}"; do
+  # shellcheck disable=SC2086 # a piece is one or two paths
+  echo "$(du -cb $piece | tail -1 | cut -f1) $piece"
+done | sort -rn | awk -v room="$room" '
+  { placed = 0
+    for (c = 1; c <= n; c++) if (used[c] + $1 <= room) { used[c] += $1; what[c] = what[c] " " substr($0, index($0, " ") + 1); placed = 1; break }
+    if (!placed) { if ($1 > room) { print "stage.sh: " $2 " alone is over a call (" $1 " B): use more --parts" > "/dev/stderr"; bad = 1 }
+                   n++; used[n] = $1; what[n] = " " substr($0, index($0, " ") + 1) } }
+  END { for (c = 1; c <= n; c++) printf "  call %d carries%s (%.1f MB)\n", c, what[c], used[c] / 1e6; exit bad }'

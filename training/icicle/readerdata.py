@@ -195,12 +195,15 @@ class FirstStage:
         return out
 
 
-def build(out_dir: str, limit_docs: int = 0, threads: int = 2, seed: int = 0, log=print, depth: int = LIST_DEPTH) -> dict:
+def build(out_dir: str, limit_docs: int = 0, threads: int = 2, seed: int = 0, log=print, depth: int = LIST_DEPTH,
+          cache: str = "") -> dict:
+    """cache: the encoder's vectors' folder (default OUT/cache); another set's folder reuses its vectors, which are
+    the same for the same documents and questions at any depth."""
     t0 = time.time()
     docs, pool, heldout, seen, split = load_docs(limit_docs)
     with open(FIRST_STAGE) as f:
         params = json.load(f)
-    emb = Embedder(os.path.join(out_dir, "cache"), threads, log)
+    emb = Embedder(cache or os.path.join(out_dir, "cache"), threads, log)
     man = emb.man
     passage = lambda d: f"{docs[d].title}\n{docs[d].text}"
     pvec = emb.vectors([passage(d) for d in pool], man["passage_prefix"], PASSAGE_TOKENS, "pool")
@@ -425,6 +428,9 @@ def main(argv=None) -> None:
     b.add_argument("--depth", type=int, default=LIST_DEPTH,
                    help=f"candidates a list holds (default {LIST_DEPTH}; the sidecar reads up to 100: a reader trained on "
                         "20 loses its reading at 100, docs/evaluation.md)")
+    b.add_argument("--cache", default="",
+                   help="the encoder's vectors' folder (default OUT/cache): another set's, e.g. "
+                        "~/.cache/icicle/readerset/cache, reuses its vectors (a set 100 deep then builds in minutes)")
     h = sub.add_parser("seen-heldout", help="write the set's held-out seen questions as nq_qed query lines "
                                             "(a model directory's seen_heldout_queries.jsonl)")
     h.add_argument("--set", required=True, help="readerset.json.gz")
@@ -448,7 +454,7 @@ def main(argv=None) -> None:
         return
     if not 1 <= a.depth <= 100:
         ap.error(f"--depth: must be between 1 and 100 (the first stage's BM25 depth), got {a.depth}")
-    build(a.out, a.limit_docs, a.threads, a.seed, depth=a.depth)
+    build(a.out, a.limit_docs, a.threads, a.seed, depth=a.depth, cache=a.cache)
 
 
 if __name__ == "__main__":

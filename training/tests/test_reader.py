@@ -9,6 +9,7 @@ import random
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -36,8 +37,12 @@ def rd(rset):
 
 
 def test_a_shallower_set_holds_the_first_places_of_the_same_lists(rset, tmp_path):
-    """--depth cuts each list of the first stage's order: the same question's list is a prefix of the deeper one's."""
-    readerdata.build(str(tmp_path), limit_docs=300, threads=2, log=lambda *_: None, depth=6)
+    """--depth cuts each list of the first stage's order: the same question's list is a prefix of the deeper one's;
+    --cache reads the deeper set's vectors (nothing embedded again: no vector written under the new set)."""
+    logged = []
+    readerdata.build(str(tmp_path), limit_docs=300, threads=2, log=logged.append, depth=6,
+                     cache=os.path.join(os.path.dirname(rset), "cache"))
+    assert not os.path.exists(tmp_path / "cache") and not [m for m in logged if m.startswith("embed")]
     short, deep = readerdata.load(str(tmp_path / "readerset.json.gz")), readerdata.load(rset)
     assert short["list_depth"] == 6 and deep["list_depth"] == readerdata.LIST_DEPTH
     by_q = {(q["q"], q["gold"], q["part"]): q for q in deep["questions"]}
@@ -211,8 +216,13 @@ def test_gpu_queue_dry_run(rset, tmp_path):
     g, run, out = tmp_path / "gpu", tmp_path / "run", tmp_path / "out"
     env = {"ICICLE_GPU_DIR": str(g), "ICICLE_GPU_RUN": str(run), "OUT": str(out), "ICICLE_GPU_PYTHON": sys.executable,
            "ICICLE_VENV": os.path.dirname(os.path.dirname(sys.executable))}
-    _run(["bash", "gpu/stage.sh", "--dir", str(g), "--keep-tree", "--set", rset, "--parts", "3"], env)
+    p = _run(["bash", "gpu/stage.sh", "--dir", str(g), "--keep-tree", "--set", rset, "--parts", "3"], env)
     assert sorted(os.listdir(g)) == ["p0", "p1", "p2", "set", "whl"]
+    # the calls it prints carry every piece once, each call within the device tool's 64 MiB
+    calls = [ln.split(" carries ")[1].rsplit(" (", 1)[0].split() for ln in p.stdout.splitlines() if " carries " in ln]
+    assert sorted(x for c in calls for x in c) == sorted(str(g / x) for x in ["p0", "p1", "p2", "set", "whl"])
+    for c in calls:
+        assert sum(f.stat().st_size for x in c for f in [Path(x)] + list(Path(x).rglob("*")) if f.is_file()) < 64 << 20
     assert {w.split("-")[0] for w in os.listdir(g / "whl")} == {"gguf", "bm25s"}
     # A setsid that forks and exits at once (a fake, as the device's behaved in session 23): `wait` must still wait
     # for the job itself, or `collect` finds no finished run.
