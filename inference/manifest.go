@@ -72,6 +72,11 @@ type Manifest struct {
 	// RopeTheta is the rotary embedding's base (the positions' frequencies theta^(-2j/head_dim)). Optional;
 	// block reading (EngineOptions.Blocks) needs it to move a stored block's keys to another place.
 	RopeTheta float64 `json:"rope_theta,omitempty"`
+	// AttentionLengthRef records that the graph scales each row's attention logits by
+	// max(1, ln(visible positions) / ln(AttentionLengthRef)) (`python -m icicle.delta lengthscale`): a
+	// reader trained on short candidate lists reading 100 blocks. The graph does it; the engine only
+	// reports it. Optional: 0 (absent) means none.
+	AttentionLengthRef int `json:"attention_length_ref,omitempty"`
 	// Routes are the decoding routes the model was trained for: "copy" (a title of the candidates, after
 	// [COPY]) and "parametric" (a docid of the seen corpus from memory). Optional: absent means both. The
 	// engine offers only these at step 0, so that a model never trained to recall the seen corpus does not
@@ -164,6 +169,9 @@ func (m *Manifest) validate() error {
 	}
 	if m.MaxPromptTokens < 0 || m.MaxPromptTokens > m.MaxContextTokens {
 		bad("max_prompt_tokens", "must be in [1, max_context_tokens=%d] or absent, got %d", m.MaxContextTokens, m.MaxPromptTokens)
+	}
+	if m.AttentionLengthRef < 0 || m.AttentionLengthRef == 1 {
+		bad("attention_length_ref", "must be at least 2 positions or absent, got %d", m.AttentionLengthRef)
 	}
 	if m.RopeTheta < 0 {
 		bad("rope_theta", "must be positive or absent, got %g", m.RopeTheta)

@@ -62,6 +62,7 @@ func TestLoadManifest(t *testing.T) {
 		{"unknown field", func(m map[string]any) { m["vocab"] = 3 }, []string{`unknown field "vocab"`}},
 		{"negative summary cap", func(m map[string]any) { m["max_summary_tokens"] = -1 }, []string{`"max_summary_tokens": must be positive or absent`}},
 		{"prompt cap past the context", func(m map[string]any) { m["max_prompt_tokens"] = 1 << 20 }, []string{`"max_prompt_tokens": must be in [1, max_context_tokens=`}},
+		{"length ref of one position", func(m map[string]any) { m["attention_length_ref"] = 1 }, []string{`"attention_length_ref": must be at least 2 positions or absent, got 1`}},
 		{"same copy and end token", func(m map[string]any) { m["end_token_id"] = 9 }, []string{`"end_token_id": equals copy_token_id`}},
 		{"unknown route", func(m map[string]any) { m["routes"] = []string{"copy", "memory"} }, []string{`"routes": entry 1 is "memory", want "copy" or "parametric"`}},
 		{"no route", func(m map[string]any) { m["routes"] = []string{} }, []string{`"routes": must name at least one`}},

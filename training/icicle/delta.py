@@ -8,6 +8,7 @@ difference keeps what was learnt and the wheel (installed by scripts/pyenv.sh) g
     python -m icicle.delta pack --work out/r15 --config reader135 --rank 64 --out ../models/reader135/delta.safetensors
     python -m icicle.delta build --delta ../models/reader135/delta.safetensors --out ../models/reader135
     python -m icicle.delta recut --delta R128.safetensors --rank 64 --out R64.safetensors   # what a rank costs
+    python -m icicle.delta lengthscale --model DIR --ref 800 --out DIR-len800   # issue 26: a length-scaled graph
 
 `build` rebuilds WORK/stage3.pt (base + A @ B) and runs the pipeline's export on it (`--from stage3`), so the
 directory, its parity check and golden vectors are made exactly as for a trained model. Into a directory that
@@ -177,6 +178,49 @@ def cmd_build(a) -> None:
         print(f"{a.out}/model.onnx rebuilt; its golden decodes match the committed ones")
 
 
+# what a length-scaled copy of a model directory does not take from it: its graphs (an int8 file would keep the
+# unscaled attention; `python -m icicle.export int8` writes one for the new graph) and what names the old graph
+LENGTH_SCALE_SKIP = ("model.onnx", "model.int8.onnx", "model.onnx.delta-sha256", "golden", "manifest.json")
+
+
+def cmd_lengthscale(a) -> None:
+    """Issue 26: OUT, model directory MODEL's files (linked) with a graph that scales each row's attention logits by
+    max(1, ln(visible) / ln(ref)) (model.Decoder.set_length_ref): a reader trained on lists of 20 candidates served
+    100 by blocks. Rows that see ref positions or fewer (a stored block's own, a short prompt's) compute what
+    MODEL's graph computes, so its stored blocks stay right (the block store still keys by the graph's bytes). The
+    manifest records attention_length_ref and names no int8 file."""
+    from safetensors.torch import load_file
+
+    from .export import export_onnx
+    from .model import Decoder
+
+    if a.ref < 2:
+        raise SystemExit(f"lengthscale --ref {a.ref}: want at least 2 positions (a training prompt's length, about)")
+    delta = os.path.join(a.model, "delta.safetensors")
+    if not os.path.exists(delta):
+        raise SystemExit(f"lengthscale --model {a.model}: no delta.safetensors to rebuild the model from")
+    with open(os.path.join(a.model, "manifest.json")) as f:
+        man = json.load(f)
+    cfg = get_config(man["config"])
+    model = Decoder(cfg.model)
+    model.load_state_dict(unpack(load_file(delta), base_state_dict(cfg)))
+    model.set_length_ref(a.ref)
+    os.makedirs(a.out, exist_ok=True)
+    export_onnx(model, os.path.join(a.out, "model.onnx"))
+    for name in sorted(os.listdir(a.model)):
+        if name not in LENGTH_SCALE_SKIP:
+            dst = os.path.join(a.out, name)
+            if os.path.lexists(dst):
+                os.remove(dst)
+            os.symlink(os.path.realpath(os.path.join(a.model, name)), dst)
+    for k in ("onnx_quantized", "int8_weight_bits"):
+        man.pop(k, None)
+    man["attention_length_ref"] = a.ref
+    with open(os.path.join(a.out, "manifest.json"), "w") as f:
+        json.dump(man, f, indent=2)
+    print(f"{a.out}: {man['name']} with attention_length_ref {a.ref}")
+
+
 def same_decodes(fresh: str, committed: str, atol: float = 1e-3) -> None:
     """Raises SystemExit unless every golden decode case gives the same beams (docids, routes) with scores
     within atol: the rebuilt model is the one the committed directory was made from."""
@@ -212,10 +256,15 @@ def main(argv=None) -> None:
     b.add_argument("--delta", required=True)
     b.add_argument("--out", required=True, help="model directory to write")
     b.add_argument("--work", default=None, help="where the rebuilt stage3.pt goes (default training/out/<config>-delta)")
+    ls = sub.add_parser("lengthscale", help="a model directory -> a copy whose graph's attention scales with the "
+                                            "positions a row sees (issue 26: 100 candidates for a reader trained on 20)")
+    ls.add_argument("--model", required=True, help="model directory with its delta.safetensors")
+    ls.add_argument("--ref", type=int, required=True, help="positions a row saw in training (a 20-candidate prompt's)")
+    ls.add_argument("--out", required=True, help="model directory to write (links to MODEL's files, a new graph)")
     a = ap.parse_args(argv)
     if a.cmd in ("pack", "recut") and a.rank < 1:
         ap.error(f"--rank must be at least 1, got {a.rank}")
-    {"pack": cmd_pack, "recut": cmd_recut, "build": cmd_build}[a.cmd](a)
+    {"pack": cmd_pack, "recut": cmd_recut, "build": cmd_build, "lengthscale": cmd_lengthscale}[a.cmd](a)
 
 
 if __name__ == "__main__":

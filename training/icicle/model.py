@@ -63,6 +63,8 @@ class Attention(nn.Module):
         if c.qk_norm:
             self.q_norm = RMSNorm(c.head_dim, c.rms_eps)
             self.k_norm = RMSNorm(c.head_dim, c.rms_eps)
+        # issue 26: a length scale over the step's attention (Decoder.set_length_ref); 0 = none
+        self.length_ref = 0.0
 
     def forward(self, x, cos, sin, mask, past_k, past_v):
         # x [B,n,H]; cos/sin [B,n,hd]; mask additive [B,n,past+n]; past_* [B,past,kvh,hd]
@@ -95,7 +97,14 @@ class Attention(nn.Module):
         m = kk.shape[-1]
         qg = q.view(b, n, c.kv_heads, rep, c.head_dim).permute(0, 2, 3, 1, 4).reshape(b, c.kv_heads, rep * n, c.head_dim)
         att = torch.matmul(qg, kk) / math.sqrt(c.head_dim)  # [B,kvh,rep*n,past+n]
-        att = att.view(b, c.kv_heads, rep, n, m) + mask.view(b, 1, 1, n, m)
+        att = att.view(b, c.kv_heads, rep, n, m)
+        if self.length_ref:
+            # a row that sees more positions than training showed attends as sharply as one that saw ref
+            # (log-length scaling): its logits times ln(visible) / ln(ref), never below 1
+            seen = (mask > -1e8).sum(-1, dtype=torch.float32)  # [B,n] positions the row may attend to
+            s = torch.clamp(torch.log(seen) / math.log(self.length_ref), min=1.0)
+            att = att * s.view(b, 1, 1, n, 1)
+        att = att + mask.view(b, 1, 1, n, m)
         w = torch.softmax(att, dim=-1).view(b, c.kv_heads, rep * n, m)
         o = torch.matmul(w, vv)  # [B,kvh,rep*n,hd]
         o = o.view(b, c.kv_heads, rep, n, c.head_dim).permute(0, 3, 1, 2, 4).reshape(b, n, c.heads * c.head_dim)
@@ -174,6 +183,16 @@ class Decoder(nn.Module):
         return (self._lm_head(h), *presents)
 
     forward = step
+
+    def set_length_ref(self, ref: float) -> None:
+        """Issue 26: the step's attention scales each row's logits by max(1, ln(visible) / ln(ref)), visible the
+        positions its mask lets it see, so that a row reading far more cached positions than the model was trained
+        with (100 candidate blocks against 20) keeps training's sharpness; rows that see ref positions or fewer (a
+        stored block's, a short prompt's) are unchanged. 0 turns it off. Training's forward ignores it."""
+        if ref and ref <= 1:
+            raise ValueError(f"length ref {ref}: want more than 1 position (or 0: off)")
+        for layer in self.layers:
+            layer.self_attn.length_ref = float(ref)
 
     def empty_past(self, batch: int = 1) -> list[torch.Tensor]:
         z = torch.zeros(batch, 0, self.c.kv_heads, self.c.head_dim, device=self.embed_tokens.weight.device)

@@ -132,3 +132,13 @@ def test_the_pipeline_refuses_negative_caps(tmp_path):
 
     with pytest.raises(SystemExit, match="--summary-tokens and --prompt-tokens"):
         pipeline.main(["--config", "tiny", "--out", str(tmp_path / "m"), "--summary-tokens", "-1"])
+
+
+def test_lengthscale_refuses_a_ref_below_two_and_a_directory_without_its_delta(tmp_path):
+    from icicle.delta import main
+
+    with pytest.raises(SystemExit, match="--ref 1: want at least 2 positions"):
+        main(["lengthscale", "--model", str(tmp_path), "--ref", "1", "--out", str(tmp_path / "o")])
+    with pytest.raises(SystemExit, match="no delta.safetensors"):
+        main(["lengthscale", "--model", str(tmp_path), "--ref", "800", "--out", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()  # nothing written

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from icicle.decode import CachedPromptScorer, Trie, decode, ort_step, torch_step
+from icicle.decode import CachedPromptScorer, Trie, causal_mask_np, decode, ort_step, torch_step
 from icicle.export import FP32_ATOL, check_parity, export_onnx, io_names, ort_session, quantize_int8
 from icicle.model import Decoder, ModelConfig
 
@@ -166,3 +166,38 @@ def test_int8_refuses_a_directory_without_its_graph(tmp_path):
     with pytest.raises(SystemExit, match="manifest field onnx names model.onnx, which does not exist"):
         add_int8(str(tmp_path))
     assert not (tmp_path / "model.int8.onnx").exists()
+
+
+def test_length_scale_leaves_short_rows_and_sharpens_long_ones_in_the_graph_too(tmp_path):
+    """Decoder.set_length_ref (issue 26): rows that see at most ref positions compute exactly what the unscaled
+    model computes (a stored block stays right); rows that see more differ; the exported graph does the same."""
+    torch.manual_seed(1)
+    m = Decoder(SMALL).eval()
+    rng = np.random.default_rng(1)
+    past_len, n = 40, 3
+    past = [torch.from_numpy(rng.standard_normal((1, past_len, 2, 8)).astype(np.float32)) for _ in range(4)]
+    ids = torch.tensor([[5, 6, 7]])
+    pos = torch.tensor([[past_len, past_len + 1, past_len + 2]])
+    idx = torch.tensor([0, 1, 2])
+    mask = torch.from_numpy(causal_mask_np(past_len, n))
+    mask[0, 0, :30] = -1e9  # row 0 sees 11 positions, rows 1 and 2 see 42 and 43
+
+    def logits(ref):
+        m.set_length_ref(ref)
+        with torch.no_grad():
+            return m.step(ids, pos, mask, idx, *past)[0][0].numpy()
+
+    base, scaled = logits(0), logits(20)
+    assert np.array_equal(base[0], scaled[0])  # 11 <= 20 positions: scale 1, bit for bit
+    assert np.abs(base[1:] - scaled[1:]).max() > 1e-3  # 42 and 43 > 20: ln(42)/ln(20) = 1.25
+    assert np.array_equal(logits(50), base)  # every row within 50
+    with pytest.raises(ValueError, match="length ref 1"):
+        m.set_length_ref(1)
+    m.set_length_ref(20)
+    fp = str(tmp_path / "scaled.onnx")
+    export_onnx(m, fp)
+    m.set_length_ref(0)
+    got, _ = ort_step(ort_session(fp), SMALL.layers)(ids.numpy(), pos.numpy(), mask.numpy(), idx.numpy(),
+                                                   [p.numpy() for p in past])
+    assert np.abs(got[0] - scaled).max() <= FP32_ATOL
+    assert np.abs(got[0][1:] - base[1:]).max() > 1e-3
