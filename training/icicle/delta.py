@@ -259,7 +259,8 @@ def main(argv=None) -> None:
     ls = sub.add_parser("lengthscale", help="a model directory -> a copy whose graph's attention scales with the "
                                             "positions a row sees (issue 26: 100 candidates for a reader trained on 20)")
     ls.add_argument("--model", required=True, help="model directory with its delta.safetensors")
-    ls.add_argument("--ref", type=int, required=True, help="about the positions a row saw in training (800: a 10-candidate prompt at 64-token summaries)")
+    ls.add_argument("--ref", type=int, required=True,
+                    help="about the positions a row saw in training (800: a 10-candidate prompt at 64-token summaries)")
     ls.add_argument("--out", required=True, help="model directory to write (links to MODEL's files, a new graph)")
     a = ap.parse_args(argv)
     if a.cmd in ("pack", "recut") and a.rank < 1:
