@@ -63,11 +63,10 @@ class Attention(nn.Module):
         if c.qk_norm:
             self.q_norm = RMSNorm(c.head_dim, c.rms_eps)
             self.k_norm = RMSNorm(c.head_dim, c.rms_eps)
-        # issue 26: a length scale over the step's attention (Decoder.set_length_ref); 0 = none
-        self.length_ref = 0.0
 
-    def forward(self, x, cos, sin, mask, past_k, past_v):
-        # x [B,n,H]; cos/sin [B,n,hd]; mask additive [B,n,past+n]; past_* [B,past,kvh,hd]
+    def forward(self, x, cos, sin, mask, past_k, past_v, scale=None):
+        # x [B,n,H]; cos/sin [B,n,hd]; mask additive [B,n,past+n]; past_* [B,past,kvh,hd]; scale [B,n] or None: each
+        # row's attention logits times it (Decoder.set_length_ref)
         c = self.c
         b, n, _ = x.shape
         q = self.q_proj(x).view(b, n, c.heads, c.head_dim)
@@ -98,12 +97,8 @@ class Attention(nn.Module):
         qg = q.view(b, n, c.kv_heads, rep, c.head_dim).permute(0, 2, 3, 1, 4).reshape(b, c.kv_heads, rep * n, c.head_dim)
         att = torch.matmul(qg, kk) / math.sqrt(c.head_dim)  # [B,kvh,rep*n,past+n]
         att = att.view(b, c.kv_heads, rep, n, m)
-        if self.length_ref:
-            # a row that sees more positions than training showed attends as sharply as one that saw ref
-            # (log-length scaling): its logits times ln(visible) / ln(ref), never below 1
-            seen = (mask > -1e8).sum(-1, dtype=torch.float32)  # [B,n] positions the row may attend to
-            s = torch.clamp(torch.log(seen) / math.log(self.length_ref), min=1.0)
-            att = att * s.view(b, 1, 1, n, 1)
+        if scale is not None:
+            att = att * scale.view(b, 1, 1, n, 1)
         att = att + mask.view(b, 1, 1, n, m)
         w = torch.softmax(att, dim=-1).view(b, c.kv_heads, rep * n, m)
         o = torch.matmul(w, vv)  # [B,kvh,rep*n,hd]
@@ -130,8 +125,8 @@ class Layer(nn.Module):
         self.post_attention_layernorm = RMSNorm(c.hidden, c.rms_eps)
         self.mlp = MLP(c)
 
-    def forward(self, x, cos, sin, mask, past_k, past_v):
-        a, k, v = self.self_attn(self.input_layernorm(x), cos, sin, mask, past_k, past_v)
+    def forward(self, x, cos, sin, mask, past_k, past_v, scale=None):
+        a, k, v = self.self_attn(self.input_layernorm(x), cos, sin, mask, past_k, past_v, scale)
         x = x + a
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x, k, v
@@ -150,6 +145,7 @@ class Decoder(nn.Module):
         self.norm = RMSNorm(c.hidden, c.rms_eps)
         inv = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.float32) / c.head_dim))
         self.register_buffer("inv_freq", inv, persistent=False)
+        self.length_ref = 0.0  # issue 26: set_length_ref; 0 = the step's attention unscaled
         self.apply(self._init)
 
     @staticmethod
@@ -162,12 +158,12 @@ class Decoder(nn.Module):
         e = torch.cat([f, f], dim=-1)
         return e.cos(), e.sin()
 
-    def _hidden(self, input_ids, position_ids, mask, past):
+    def _hidden(self, input_ids, position_ids, mask, past, scale=None):
         x = self.embed_tokens(input_ids)
         cos, sin = self._rope(position_ids)
         presents = []
         for i, layer in enumerate(self.layers):
-            x, k, v = layer(x, cos, sin, mask, past[2 * i], past[2 * i + 1])
+            x, k, v = layer(x, cos, sin, mask, past[2 * i], past[2 * i + 1], scale)
             presents += [k, v]
         return self.norm(x), presents
 
@@ -178,7 +174,13 @@ class Decoder(nn.Module):
 
     def step(self, input_ids, position_ids, attention_mask, logits_index, *past):
         """One contract step: returns (logits [1,m,V], present.0.key, present.0.value, ...)."""
-        h, presents = self._hidden(input_ids, position_ids, attention_mask, list(past))
+        scale = None
+        if self.length_ref:
+            # a row that sees more positions than training showed attends as sharply as one that saw ref
+            # (log-length scaling): its logits times ln(visible) / ln(ref), never below 1; once for every layer
+            seen = (attention_mask > -1e8).sum(-1, dtype=torch.float32)  # [B,n] positions the row may attend to
+            scale = torch.clamp(torch.log(seen) / math.log(self.length_ref), min=1.0)
+        h, presents = self._hidden(input_ids, position_ids, attention_mask, list(past), scale)
         h = torch.index_select(h, 1, logits_index)
         return (self._lm_head(h), *presents)
 
@@ -191,8 +193,7 @@ class Decoder(nn.Module):
         stored block's, a short prompt's) are unchanged. 0 turns it off. Training's forward ignores it."""
         if ref and ref <= 1:
             raise ValueError(f"length ref {ref}: want more than 1 position (or 0: off)")
-        for layer in self.layers:
-            layer.self_attn.length_ref = float(ref)
+        self.length_ref = float(ref)
 
     def empty_past(self, batch: int = 1) -> list[torch.Tensor]:
         z = torch.zeros(batch, 0, self.c.kv_heads, self.c.head_dim, device=self.embed_tokens.weight.device)
