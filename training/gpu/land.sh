@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Here, after a GPU queue job's `collect` came back: joins the delta's pieces, checks them, keeps the run's log in
-# training/results/reader/, and builds a servable model directory from the delta (icicle.delta build: export,
-# parity, golden decodes; then its int8 file, icicle.export int8) unless --check-only.
+# training/results/reader/ with the delta itself (commit them), and builds a servable model directory from the
+# delta (icicle.delta build: export, parity, golden decodes; then its int8 file, icicle.export int8) unless
+# --check-only.
 #
 #   training/gpu/land.sh NAME FILES_DIR [MODEL_DIR]      # MODEL_DIR default models/NAME
 #   training/gpu/land.sh --check-only NAME FILES_DIR     # join, sha256, and the delta applies to the backbone
@@ -29,6 +30,9 @@ res="$root/training/results/reader"
 mkdir -p "$res" "$dest"
 cp "$from/$name.log.jsonl" "$res/$name.log.jsonl"
 cp "$from/$name.run.json" "$res/$name.run.json"
+# The delta itself beside its log, to be committed: it is the loan's only product, and nothing outside git survives
+# to the next session's machine (r26e, landed in session 26 into .run/ only, was lost so).
+cp "$work/$name.delta.safetensors" "$res/$name.delta.safetensors"
 (cd "$root/training" && HF_HUB_OFFLINE=1 "$venv/bin/python" -m icicle.delta build --delta "$work/$name.delta.safetensors" --out "$dest")
 # The manifest names the run, not its config (icicle-reader135 otherwise): what /readyz, A/B reports and gates show.
 (cd "$root/training" && "$venv/bin/python" -c "
@@ -48,4 +52,5 @@ sha256sum <"$dest/delta.safetensors" | cut -d' ' -f1 >"$dest/model.onnx.delta-sh
 set_file=${ICICLE_READERSET:-$HOME/.cache/icicle/readerset/readerset.json.gz}
 (cd "$root/training" && "$venv/bin/python" -m icicle.readerdata seen-heldout --set "$set_file" \
   --data "$root/data/nq_qed" --out "$dest/seen_heldout_queries.jsonl")
+echo "land.sh: commit $res/$name.delta.safetensors with its log: nothing outside git outlives this machine" >&2
 echo "land.sh: $dest built; next: scripts/calibrate.sh $dest, then the sidecar's eval (training/gpu/README.md)"
