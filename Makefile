@@ -8,10 +8,13 @@ SHELL := /bin/bash
 export ICICLE_CACHE ?= $(HOME)/.cache/icicle
 TAGS := ort tokenizers
 
-.PHONY: demo test bootstrap build serve stop es-start es-stop test-go test-native test-python test-integration model-tiny model-small model-reader135 calibrate model-gpu eval-model clean
+.PHONY: demo demo-blocks test bootstrap build serve stop es-start es-stop test-go test-native test-python test-integration model-tiny model-small model-reader135 calibrate model-gpu eval-model clean
 
 demo: ## bootstrap, start ES, ingest the demo corpus, start the sidecar, compare with BM25
 	scripts/demo.sh
+
+demo-blocks: ## make demo with models/b6 reading 100 candidates by blocks (config/blocks100.yaml; its blocks fill in the background, about 3 minutes, 2.8 GB in .run/blocks)
+	ICICLE_MODEL_DIR=models/b6 DEMO_CONFIG=config/blocks100.yaml scripts/demo.sh
 
 test: ## the whole test suite (what CI runs)
 	scripts/test.sh

@@ -217,9 +217,9 @@ type Decode struct {
 	// (issue 26) BlockReading reads each candidate's block on its own and keeps it for later requests
 	// (inference/blocks.go): "off", "contiguous" (Block-Attention: a block sees itself, every token keeps its
 	// place) or "shared" (BlockRank: a block sees the header and itself, all blocks at the same positions).
-	// Only the query and the decoding then run per request. A model reads as it was trained: the shipped
-	// models were trained on causal prompts, where block reading loses accuracy (docs/evaluation.md). Default
-	// "off".
+	// Only the query and the decoding then run per request. A model reads as it was trained: models/b6 was
+	// trained by blocks (config/blocks100.yaml), the other shipped models on causal prompts, where block
+	// reading loses accuracy (docs/evaluation.md). Default "off".
 	BlockReading string `yaml:"block_reading"`
 	// BlockStoreMB bounds the blocks kept in memory (float32 keys and values, 46 KB per token for
 	// models/reader135), least recently used out first, or in the file with BlockDir (which then keeps what it

@@ -120,6 +120,19 @@ func TestExampleIsDefault(t *testing.T) {
 	require.Equal(t, keyPaths(t, marshal(t, Default())), keyPaths(t, data), "example.yaml must show every key")
 }
 
+// TestBlocks100 loads the shipped block-reading profile (config/blocks100.yaml, make demo-blocks): it must
+// validate and set what issue 26 measured, with everything else at the defaults.
+func TestBlocks100(t *testing.T) {
+	cfg, err := Load("blocks100.yaml", nil)
+	require.NoError(t, err)
+	want := Default()
+	want.Model.Dir, want.Model.Quantized = "models/b6", true
+	want.Decode.MaxCandidates, want.Decode.CopyRankPrior = 100, 4
+	want.Decode.BlockReading, want.Decode.BlockPrecision = BlockReadingShared, "int8"
+	want.Decode.BlockStoreMB, want.Decode.BlockDir = 6144, ".run/blocks"
+	require.Equal(t, want, cfg)
+}
+
 func TestLoadGood(t *testing.T) {
 	want := map[string]func(c *Config){
 		"full.good.yaml": func(c *Config) {

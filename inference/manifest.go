@@ -51,7 +51,10 @@ type Manifest struct {
 	// Int8WeightBits is how many bits the int8 file's weights use: 7 (ONNX Runtime's reduce_range, right on
 	// every x86 CPU) or 8 (also absent: files written before the field), which CPUs without VNNI multiply
 	// with saturating kernels. Only with onnx_quantized.
-	Int8WeightBits   int    `json:"int8_weight_bits,omitempty"`
+	Int8WeightBits int `json:"int8_weight_bits,omitempty"`
+	// Int8Head says the int8 file's tied output head is int8 too (`python -m icicle.int8 --head`): how
+	// scripts/model.sh remakes the file for a directory shipped without it. Only with onnx_quantized.
+	Int8Head         bool   `json:"int8_head,omitempty"`
 	Tokenizer        string `json:"tokenizer"`
 	SeenDocIDs       string `json:"seen_docids"`
 	VocabSize        int    `json:"vocab_size"`
@@ -153,6 +156,9 @@ func (m *Manifest) validate() error {
 		bad("int8_weight_bits", "must be 7 or 8, got %d", m.Int8WeightBits)
 	case m.Int8WeightBits != 0 && m.ONNXQuantized == "":
 		bad("int8_weight_bits", "is set but onnx_quantized names no int8 file")
+	}
+	if m.Int8Head && m.ONNXQuantized == "" {
+		bad("int8_head", "is set but onnx_quantized names no int8 file")
 	}
 	sizes := []struct {
 		field string

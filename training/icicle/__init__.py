@@ -8,7 +8,7 @@ The pipeline, in the order of the recipe:
     contexts, negatives, compress           in-context candidates and their summaries
     model, backbone, gguf_weights, decode   the decoder, pretrained weights, routed trie-constrained beam search
     configs, device, train, align, stages   stage 0 and 1 (train), 2 and 3 (align), one stage per command (stages)
-    export, delta, graft                    ONNX, int8, manifest; a model as a delta from its backbone
+    export, int8, delta, graft              ONNX, int8 (torch-free), manifest; a model as a delta from its backbone
     golden, encoder                         parity vectors for the Go side
     evaluate, serve_eval                    Hits@1 over N-shot conditions; the serve-like evaluation
     pipeline                                all of it in one command

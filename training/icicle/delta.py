@@ -9,6 +9,7 @@ difference keeps what was learnt and the wheel (installed by scripts/pyenv.sh) g
     python -m icicle.delta build --delta ../models/reader135/delta.safetensors --out ../models/reader135
     python -m icicle.delta recut --delta R128.safetensors --rank 64 --out R64.safetensors   # what a rank costs
     python -m icicle.delta lengthscale --model DIR --ref 800 --out DIR-len800   # issue 26: a length-scaled graph
+    python -m icicle.delta golden --model ../models/b6   # golden/ for the directory's own manifest and graph
 
 `build` rebuilds WORK/stage3.pt (base + A @ B) and runs the pipeline's export on it (`--from stage3`), so the
 directory, its parity check and golden vectors are made exactly as for a trained model. Into a directory that
@@ -221,6 +222,42 @@ def cmd_lengthscale(a) -> None:
     print(f"{a.out}: {man['name']} with attention_length_ref {a.ref}")
 
 
+def cmd_golden(a) -> None:
+    """Rewrites MODEL/golden (MODEL_FORMAT.md) for MODEL's own manifest: its template (a block reader's has no
+    "[{i}] "), its routes (copy only: no memory decodes) and its attention_length_ref (one long case then), from
+    MODEL/model.onnx through ONNX Runtime, checked against PyTorch's model rebuilt from MODEL/delta.safetensors.
+    For a directory that block-model.sh or lengthscale made from another, whose golden vectors were the other's."""
+    from safetensors.torch import load_file
+
+    from .data import make_split
+    from .export import ort_session
+    from .golden import write_golden
+    from .model import Decoder
+    from .tokenizer import Tok, build_tokenizer
+
+    man_path, onnx_path = os.path.join(a.model, "manifest.json"), os.path.join(a.model, "model.onnx")
+    for path in (man_path, onnx_path, os.path.join(a.model, "delta.safetensors")):
+        if not os.path.exists(path):
+            raise SystemExit(f"golden --model {a.model}: no {os.path.basename(path)}")
+    with open(man_path) as f:
+        man = json.load(f)
+    cfg = get_config(man["config"])
+    model = Decoder(cfg.model)
+    model.load_state_dict(unpack(load_file(os.path.join(a.model, "delta.safetensors")), base_state_dict(cfg)))
+    ref = man.get("attention_length_ref", 0)
+    if ref:
+        model.set_length_ref(ref)
+    model.eval()
+    with open(os.path.join(a.model, man["seen_docids"])) as f:
+        seen = [line.rstrip("\n") for line in f if line.strip()]
+    routes = man.get("routes") or ["copy", "parametric"]
+    out = write_golden(a.model, Tok(build_tokenizer()), make_split(), seen, ort_session(onnx_path), model,
+                       man.get("max_summary_tokens", 0), man.get("prompt_format", 1), template=man["template"],
+                       recall=seen if "parametric" in routes else [],
+                       long_budget=min(2048, man.get("max_prompt_tokens") or 2048) if ref else 0)
+    print(json.dumps({"golden": out, "routes": routes, "attention_length_ref": ref}))
+
+
 def same_decodes(fresh: str, committed: str, atol: float = 1e-3) -> None:
     """Raises SystemExit unless every golden decode case gives the same beams (docids, routes) with scores
     within atol: the rebuilt model is the one the committed directory was made from."""
@@ -262,10 +299,14 @@ def main(argv=None) -> None:
     ls.add_argument("--ref", type=int, required=True,
                     help="about the positions a row saw in training (800: a 10-candidate prompt at 64-token summaries)")
     ls.add_argument("--out", required=True, help="model directory to write (links to MODEL's files, a new graph)")
+    g = sub.add_parser("golden", help="a model directory's golden/ for its own manifest (template, routes, length "
+                                      "scale), from its model.onnx, checked against PyTorch")
+    g.add_argument("--model", required=True, help="model directory with manifest.json, model.onnx, delta.safetensors")
     a = ap.parse_args(argv)
     if a.cmd in ("pack", "recut") and a.rank < 1:
         ap.error(f"--rank must be at least 1, got {a.rank}")
-    {"pack": cmd_pack, "recut": cmd_recut, "build": cmd_build, "lengthscale": cmd_lengthscale}[a.cmd](a)
+    {"pack": cmd_pack, "recut": cmd_recut, "build": cmd_build, "lengthscale": cmd_lengthscale,
+     "golden": cmd_golden}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ import numpy as np
 import torch
 
 from .decode import causal_mask_np, ort_step, torch_step
+# the int8 file (torch-free, for scripts/model.sh's light venv); callers import it from here as before
+from .int8 import (HEAD_NODE, KEEP_FP32, add_arguments, add_int8, quantize_int8,  # noqa: F401
+                   quantize_weights, untie_head)
 from .model import Decoder
 
 OPSET = 17
@@ -64,121 +67,6 @@ def export_onnx(model: Decoder, path: str) -> None:
     with torch.no_grad():
         torch.onnx.export(model, args, path, input_names=ins, output_names=outs, dynamic_axes=dyn,
                           opset_version=OPSET, do_constant_folding=True, dynamo=False)
-
-
-def quantize_int8(src: str, dst: str) -> None:
-    """Writes the int8 dynamically quantised variant (MatMul and Gather weights, one scale per output channel)
-    of src to dst. Per-channel scales matter for the tied 49k-row output head: on the small model, per-tensor
-    int8 agreed with fp32 on the top-1 token in 0.42 of the parity probes, per-channel in 0.75 (same probes).
-    7-bit weights (reduce_range), right on every x86 CPU (add_int8); write_manifest states them."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    quantize_dynamic(src, dst, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gather"],
-                     per_channel=True, reduce_range=True)
-
-
-# The MatMuls left in fp32 by quantize_weights: the MLP's down projection reads SiLU(gate) x up, whose few very
-# large activations leave one per-tensor int8 scale no resolution for the rest (b3, 4 golden prompts, 982
-# positions: next-token agreement with fp32 0.60 with every weight MatMul in int8, 0.81 with down_proj kept).
-KEEP_FP32 = ("down_proj",)
-
-
-HEAD_NODE = "/MatMul"  # the tied output head: MatMul(embedding, Transpose(hidden)), then Transpose to logits
-
-
-def untie_head(model) -> bool:
-    """Rewrites model's tied output head, MatMul(embed_tokens.weight, hidden^T) between two Transposes, as
-    MatMul(hidden, W) with W a constant copy of the embedding transposed (576 x vocab), so that the head is a weight
-    MatMul that quantize_weights can make int8 (one scale per vocabulary row); the embedding's Gather keeps the
-    original. The logits are the same numbers. Returns False when the graph has no such head."""
-    import onnx
-    from onnx import numpy_helper
-
-    g = model.graph
-    by_out = {o: n for n in g.node for o in n.output}
-    head = next((n for n in g.node if n.name == HEAD_NODE and n.op_type == "MatMul"), None)
-    if head is None:
-        return False
-    users = [n for n in g.node if head.output[0] in n.input]
-    pre, post = by_out.get(head.input[1]), users[0] if len(users) == 1 else None
-    emb = next((i for i in g.initializer if i.name == head.input[0]), None)
-    if pre is None or post is None or emb is None or pre.op_type != "Transpose" or post.op_type != "Transpose":
-        return False
-    if sum(pre.output[0] in n.input for n in g.node) != 1:
-        return False  # the transposed hidden state feeds something else too: leave the graph as it is
-    w = numpy_helper.from_array(np.ascontiguousarray(numpy_helper.to_array(emb).T), "lm_head.weight_t")
-    g.initializer.append(w)
-    node = onnx.helper.make_node("MatMul", [pre.input[0], w.name], [post.output[0]], name="/lm_head/MatMul")
-    at = list(g.node).index(pre)  # where the hidden state is ready
-    for n in (pre, head, post):
-        g.node.remove(n)
-    g.node.insert(at, node)
-    return True
-
-
-def quantize_weights(src: str, dst: str, keep: tuple[str, ...] = KEEP_FP32, head: bool = False,
-                     reduce_range: bool = False) -> list[str]:
-    """Writes src with its weight MatMuls (constant right operand) int8, one scale per output channel, and the
-    activations quantised per Run (ONNX Runtime's dynamic quantisation: MatMulInteger, VNNI on x86); a MatMul
-    whose node name contains one of keep and the attention's activation products stay fp32. The tied output head
-    (the embedding is its left operand) stays fp32 unless head, which makes it a weight MatMul first (untie_head:
-    the largest single read of a short Run, 113 MB in fp32 for the 135M model, 28 MB in int8). reduce_range: the
-    weights in [-64, 64] (7 bits), which x86 CPUs without VNNI multiply without saturating (add_int8). Returns the
-    names of the MatMuls made int8. One file (the int8 graph is about 300 MB for the 135M model, 330 MB with the head,
-    within protobuf's 2 GB)."""
-    import tempfile
-
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    with tempfile.TemporaryDirectory() as tmp:
-        if head:
-            m = onnx.load(src)
-            if not untie_head(m):
-                raise SystemExit(f"{src}: no tied output head ({HEAD_NODE} between two Transposes) to make int8")
-            src = os.path.join(tmp, "untied.onnx")
-            onnx.save(m, src)
-        g = onnx.load(src, load_external_data=False).graph
-        consts = {i.name for i in g.initializer}
-        weights = [n.name for n in g.node if n.op_type == "MatMul" and n.input[1] in consts]
-        kept = [n for n in weights if any(k in n for k in keep)]
-        quantize_dynamic(src, dst, weight_type=QuantType.QInt8, per_channel=True, reduce_range=reduce_range,
-                         op_types_to_quantize=["MatMul"], nodes_to_exclude=kept,
-                         extra_options={"MatMulConstBOnly": True})
-    return [n for n in weights if n not in kept]
-
-
-def add_int8(model_dir: str, keep: tuple[str, ...] = KEEP_FP32, head: bool = False, weight_bits: int = 7) -> dict:
-    """Writes model_dir/model.int8.onnx from model_dir's fp32 graph (quantize_weights) and names it the
-    manifest's onnx_quantized (served with model.quantized: true), with int8_weight_bits. weight_bits 7 (ONNX
-    Runtime's reduce_range) is right on every x86 CPU; 8 only where the CPU has VNNI: without it ONNX Runtime's
-    u8 x s8 kernels add pairs of products into 16 bits and saturate (on an AVX2 host models/r24a's 8-bit file
-    agreed with fp32 on 0.24 of next tokens over nq_qed text, its 7-bit file on 0.86), and the Go loader refuses
-    such a file there. Returns what it did."""
-    if weight_bits not in (7, 8):
-        raise SystemExit(f"weight_bits must be 7 or 8, got {weight_bits}")
-    path = os.path.join(model_dir, "manifest.json")
-    if not os.path.exists(path):
-        raise SystemExit(f"{model_dir}: no manifest.json (not a model directory)")
-    m = json.load(open(path, encoding="utf-8"))
-    src = os.path.join(model_dir, m["onnx"])
-    if not os.path.exists(src):
-        raise SystemExit(f"{model_dir}: manifest field onnx names {m['onnx']}, which does not exist "
-                         "(a delta-built model: run scripts/model.sh or python -m icicle.delta build first)")
-    if m["onnx"] == "model.int8.onnx":
-        raise SystemExit(f"{model_dir}: manifest field onnx is already the int8 file")
-    dst = os.path.join(model_dir, "model.int8.onnx")
-    tmp = dst + ".tmp"
-    quantized = quantize_weights(src, tmp, keep, head, reduce_range=weight_bits == 7)
-    os.replace(tmp, dst)
-    m["onnx_quantized"] = "model.int8.onnx"
-    m["int8_weight_bits"] = weight_bits
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(m, f, indent=2, ensure_ascii=False)
-        f.write("\n")
-    os.replace(path + ".tmp", path)
-    return {"file": dst, "bytes": os.path.getsize(dst), "int8_matmuls": len(quantized), "kept_fp32": list(keep),
-            "int8_head": head, "int8_weight_bits": weight_bits}
 
 
 def next_token_agreement(model_dir: str, int8: str = "", passages: int = 12, tokens: int = 160) -> dict:
@@ -229,14 +117,7 @@ def main(argv=None) -> None:
                                  "its weight MatMuls in int8 (quantize_weights), named by the manifest's "
                                  "onnx_quantized; the sidecar serves it with model.quantized: true.")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("int8", help="write MODEL/model.int8.onnx and set the manifest's onnx_quantized")
-    p.add_argument("--model", required=True, help="model directory with manifest.json and its fp32 graph")
-    p.add_argument("--keep", nargs="*", default=list(KEEP_FP32),
-                   help=f"MatMuls whose node name contains one of these stay fp32 (default {' '.join(KEEP_FP32)})")
-    p.add_argument("--head", action="store_true",
-                   help="the tied output head in int8 too (untie_head; its effect on the scores is the model's to measure)")
-    p.add_argument("--weight-bits", type=int, choices=(7, 8), default=7,
-                   help="7 (default) is right on every x86 CPU; 8 saturates on CPUs without VNNI (add_int8)")
+    add_arguments(sub.add_parser("int8", help="write MODEL/model.int8.onnx and set the manifest's onnx_quantized"))
     g = sub.add_parser("agree", help="next-token agreement of MODEL's int8 file with its fp32 graph on nq_qed text")
     g.add_argument("--model", required=True, help="model directory with both files (onnx and onnx_quantized)")
     a = ap.parse_args(argv)

@@ -58,13 +58,20 @@ def logits_cases(tok: Tok, split: Split, session, num_layers: int, kv_heads: int
 
 def decode_cases(tok: Tok, split: Split, seen: list[str], session, model, num_layers: int, kv_heads: int,
                  head_dim: int, max_summary_tokens: int = DEFAULT_MAX_SUMMARY_TOKENS,
-                 prompt_format: int = 1) -> list[dict]:
+                 prompt_format: int = 1, template: dict | None = None, recall: list[str] | None = None,
+                 long_budget: int = 0) -> list[dict]:
     """~20 cases: real dev queries, 3/10/20 candidates mixing D_new and seen docs, beams 1/4/10, a few small
-    budgets (truncation and dropping), one case without candidates. Checks ORT vs PyTorch on each."""
+    budgets (truncation and dropping), one case without candidates. Checks ORT vs PyTorch on each.
+
+    template: the manifest's (default: the format's own). recall: the titles the parametric route may name
+    (default: seen; [] for a copy-only model, whose engine offers [COPY] alone, so the case without candidates is
+    left out). long_budget: one more case of 60 candidates under that budget (a graph whose attention scales with
+    the positions a row sees, attention_length_ref, changes only past about that many positions)."""
     rng = random.Random(11)
     o_step, t_step = ort_step(session, num_layers), torch_step(model)
     empty = [np.zeros((1, 0, kv_heads, head_dim), np.float32)] * (2 * num_layers)
-    gtrie = Trie.build(seen, tok.encode, tok.end_id)
+    recall = seen if recall is None else recall
+    gtrie = Trie.build(recall, tok.encode, tok.end_id)
     queries = list(split.dev)
     rng.shuffle(queries)
     specs = []
@@ -72,7 +79,10 @@ def decode_cases(tok: Tok, split: Split, seen: list[str], session, model, num_la
                                 (3, 4), (10, 10), (20, 4), (3, 10), (10, 4), (20, 10)]):
         specs.append((k, w, 512))
     specs += [(10, 4, 300), (20, 10, 200), (3, 4, 120), (20, 4, 400), (10, 10, 90)]  # truncation / dropping
-    specs += [(0, 4, 512)]
+    if recall:
+        specs += [(0, 4, 512)]
+    if long_budget:
+        specs += [(60, 4, long_budget)]
     seen_set = set(seen)
     cases = []
     for ci, (k, w, budget) in enumerate(specs):
@@ -85,7 +95,7 @@ def decode_cases(tok: Tok, split: Split, seen: list[str], session, model, num_la
         if k and ci % 5 == 3:
             cands[1] = Candidate(cands[1].title, "")  # a candidate without a summary
         p = build_prompt(tok.encode, q.query, cands, budget, max_summary_tokens=max_summary_tokens,
-                         prompt_format=prompt_format)
+                         prompt_format=prompt_format, template=template)
         ctx = Trie.build([c.title for c in cands[: p.included]], tok.encode, tok.end_id)
         res = decode(CachedPromptScorer(o_step, p.ids, empty), gtrie, ctx, tok.copy_id, tok.end_id, w)
         ref = decode(CachedPromptScorer(t_step, p.ids, empty), gtrie, ctx, tok.copy_id, tok.end_id, w)
@@ -133,16 +143,18 @@ def write_jsonl(path: str, rows: list[dict]) -> None:
 
 
 def write_golden(out_dir: str, tok: Tok, split: Split, seen: list[str], session, model,
-                 max_summary_tokens: int = 0, prompt_format: int = 1) -> dict:
+                 max_summary_tokens: int = 0, prompt_format: int = 1, **decode_kw) -> dict:
     """Writes golden/ into out_dir; max_summary_tokens: the manifest's (0 = not stated, the default 256);
-    prompt_format: the manifest's (decode cases are built in it; Go builds the same ids from the manifest)."""
+    prompt_format: the manifest's (decode cases are built in it; Go builds the same ids from the manifest);
+    decode_kw: decode_cases' template, recall and long_budget."""
     g = os.path.join(out_dir, "golden")
     os.makedirs(g, exist_ok=True)
     c = model.c
     t = tokenize_cases(tok, split, seen)
     lg = logits_cases(tok, split, session, c.layers, c.kv_heads, c.head_dim, prompt_format)
     cap = min(DEFAULT_MAX_SUMMARY_TOKENS, max_summary_tokens) if max_summary_tokens > 0 else DEFAULT_MAX_SUMMARY_TOKENS
-    dc = decode_cases(tok, split, seen, session, model, c.layers, c.kv_heads, c.head_dim, cap, prompt_format)
+    dc = decode_cases(tok, split, seen, session, model, c.layers, c.kv_heads, c.head_dim, cap, prompt_format,
+                      **decode_kw)
     write_jsonl(os.path.join(g, "tokenize.jsonl"), t)
     write_jsonl(os.path.join(g, "logits.jsonl"), lg)
     write_jsonl(os.path.join(g, "decode.jsonl"), dc)
