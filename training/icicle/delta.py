@@ -104,6 +104,18 @@ def unpack(delta: dict[str, torch.Tensor], base: dict[str, torch.Tensor]) -> dic
     return {k: w + diffs[k] for k, w in base.items()}
 
 
+def rebuild(delta_path: str, config: str):
+    """The PyTorch model a delta file describes: config's Decoder with the backbone's weights plus the delta."""
+    from safetensors.torch import load_file
+
+    from .model import Decoder
+
+    cfg = get_config(config)
+    model = Decoder(cfg.model)
+    model.load_state_dict(unpack(load_file(delta_path), base_state_dict(cfg)))
+    return model
+
+
 def _sha256(path: str) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
@@ -190,10 +202,7 @@ def cmd_lengthscale(a) -> None:
     100 by blocks. Rows that see ref positions or fewer (a stored block's own, a short prompt's) compute what
     MODEL's graph computes, so its stored blocks stay right (the block store still keys by the graph's bytes). The
     manifest records attention_length_ref and names no int8 file."""
-    from safetensors.torch import load_file
-
     from .export import export_onnx
-    from .model import Decoder
 
     if a.ref < 2:
         raise SystemExit(f"lengthscale --ref {a.ref}: want at least 2 positions (a training prompt's length, about)")
@@ -202,9 +211,7 @@ def cmd_lengthscale(a) -> None:
         raise SystemExit(f"lengthscale --model {a.model}: no delta.safetensors to rebuild the model from")
     with open(os.path.join(a.model, "manifest.json")) as f:
         man = json.load(f)
-    cfg = get_config(man["config"])
-    model = Decoder(cfg.model)
-    model.load_state_dict(unpack(load_file(delta), base_state_dict(cfg)))
+    model = rebuild(delta, man["config"])
     model.set_length_ref(a.ref)
     os.makedirs(a.out, exist_ok=True)
     export_onnx(model, os.path.join(a.out, "model.onnx"))
@@ -227,12 +234,9 @@ def cmd_golden(a) -> None:
     "[{i}] "), its routes (copy only: no memory decodes) and its attention_length_ref (one long case then), from
     MODEL/model.onnx through ONNX Runtime, checked against PyTorch's model rebuilt from MODEL/delta.safetensors.
     For a directory that block-model.sh or lengthscale made from another, whose golden vectors were the other's."""
-    from safetensors.torch import load_file
-
     from .data import make_split
     from .export import ort_session
     from .golden import write_golden
-    from .model import Decoder
     from .tokenizer import Tok, build_tokenizer
 
     man_path, onnx_path = os.path.join(a.model, "manifest.json"), os.path.join(a.model, "model.onnx")
@@ -241,9 +245,7 @@ def cmd_golden(a) -> None:
             raise SystemExit(f"golden --model {a.model}: no {os.path.basename(path)}")
     with open(man_path) as f:
         man = json.load(f)
-    cfg = get_config(man["config"])
-    model = Decoder(cfg.model)
-    model.load_state_dict(unpack(load_file(os.path.join(a.model, "delta.safetensors")), base_state_dict(cfg)))
+    model = rebuild(os.path.join(a.model, "delta.safetensors"), man["config"])
     ref = man.get("attention_length_ref", 0)
     if ref:
         model.set_length_ref(ref)

@@ -142,3 +142,39 @@ def test_lengthscale_refuses_a_ref_below_two_and_a_directory_without_its_delta(t
     with pytest.raises(SystemExit, match="no delta.safetensors"):
         main(["lengthscale", "--model", str(tmp_path), "--ref", "800", "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()  # nothing written
+
+
+def test_golden_refuses_a_directory_without_its_graph_or_delta(tmp_path):
+    from icicle.delta import main
+
+    (tmp_path / "manifest.json").write_text("{}")
+    with pytest.raises(SystemExit, match="golden --model .*: no model.onnx"):
+        main(["golden", "--model", str(tmp_path)])
+    (tmp_path / "model.onnx").write_bytes(b"")
+    with pytest.raises(SystemExit, match="no delta.safetensors"):
+        main(["golden", "--model", str(tmp_path)])
+    assert not (tmp_path / "golden").exists()  # nothing written
+
+
+def test_rebuild_is_the_committed_delta_on_the_backbone():
+    """models/b6's golden logits (written from its fp32 graph) come back from rebuild(): the PyTorch model that
+    `delta golden` and `delta lengthscale` start from is the delta's."""
+    import json
+    import os
+
+    import numpy as np
+
+    from icicle.decode import causal_mask_np, torch_step
+    from icicle.delta import rebuild
+
+    d = os.path.join(os.path.dirname(__file__), "..", "..", "models", "b6")
+    model = rebuild(os.path.join(d, "delta.safetensors"), "reader135").eval()
+    model.set_length_ref(json.load(open(os.path.join(d, "manifest.json")))["attention_length_ref"])
+    with open(os.path.join(d, "golden", "logits.jsonl")) as f:
+        g = json.loads(f.readline())
+    n = len(g["input_ids"])
+    ids, pos = np.asarray([g["input_ids"]], np.int64), np.arange(n, dtype=np.int64)[None]
+    past = [p.numpy() for p in model.empty_past()]
+    logits = torch_step(model)(ids, pos, causal_mask_np(0, n), np.asarray([n - 1], np.int64), past)[0][0, -1]
+    for tok, val in g["last_logits_top"][:5]:
+        assert abs(float(logits[tok]) - val) < 5e-3
