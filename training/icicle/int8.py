@@ -122,6 +122,10 @@ def add_int8(model_dir: str, keep: tuple[str, ...] = KEEP_FP32, head: bool = Fal
     os.replace(tmp, dst)
     m["onnx_quantized"] = "model.int8.onnx"
     m["int8_weight_bits"] = weight_bits
+    if head:  # the Go manifest's int8_head: the tied output head is int8 too
+        m["int8_head"] = True
+    else:
+        m.pop("int8_head", None)
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(m, f, indent=2, ensure_ascii=False)
         f.write("\n")

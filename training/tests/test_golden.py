@@ -55,4 +55,5 @@ def test_int8_without_torch(tmp_path):
     assert json.loads(out.stdout.strip().splitlines()[-1])["int8_head"] is True
     m = json.loads((d / "manifest.json").read_text())
     assert m["onnx_quantized"] == "model.int8.onnx" and m["int8_weight_bits"] == 7
+    assert m["int8_head"] is True, "the manifest says the head is int8 (the Go manifest's int8_head)"
     assert (d / "model.int8.onnx").stat().st_size > 0
