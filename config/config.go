@@ -214,6 +214,16 @@ type Decode struct {
 	// order (by blocks with shared positions) or leans on it less than it should (docs/evaluation.md, "The first
 	// stage's order as a prior over the copy"). 0..20; default 0 (the model's scores alone).
 	CopyRankPrior float64 `yaml:"copy_rank_prior"`
+	// MemoryScope is what the memory route (a model with the parametric route) recalls from: "seen" (every
+	// title of the seen corpus) or "first_stage" (the seen documents in the first stage's list for the
+	// request: over the whole index on /v1/search, the caller's hits on /v1/rerank), so that the memory
+	// chooses among the seen documents the first stage found instead of a thousand titles (docs/evaluation.md,
+	// "Recalling within the first stage's list"). Default "seen".
+	MemoryScope string `yaml:"memory_scope"`
+	// MemoryRankPrior lowers each remembered title's score by this weight x ln(its place in the first stage's
+	// list over the whole index): the list's order as a prior over the memory route's pick, as copy_rank_prior
+	// is over the copy route's. Needs memory_scope first_stage. 0..20; default 0.
+	MemoryRankPrior float64 `yaml:"memory_rank_prior"`
 	// (issue 26) BlockReading reads each candidate's block on its own and keeps it for later requests
 	// (inference/blocks.go): "off", "contiguous" (Block-Attention: a block sees itself, every token keeps its
 	// place) or "shared" (BlockRank: a block sees the header and itself, all blocks at the same positions).
@@ -244,6 +254,12 @@ type Decode struct {
 const (
 	ScoringTrie  = "trie"
 	ScoringVocab = "vocab"
+)
+
+// Values of Decode.MemoryScope.
+const (
+	MemorySeen       = "seen"
+	MemoryFirstStage = "first_stage"
 )
 
 // Block reading values for Decode.BlockReading.
@@ -312,8 +328,9 @@ type Policy struct {
 	RunModelWhenGateNever bool `yaml:"run_model_when_gate_never"`
 	// RouteByFirstStage settles the model's choice between its routes with the first stage's ranking over
 	// the whole index: of the model's best copied answer and its best answer from memory, the one the first
-	// stage ranks higher goes first (plugin/route.go). The router alone loses seen-document questions whose
-	// answer the memory has (docs/evaluation.md, "Routing by the first stage"). It applies wherever the model
+	// stage ranks higher goes first (plugin/route.go); the engine keeps both in its answer for it, however far
+	// below the top the memory's falls. The router alone loses seen-document questions whose answer the memory
+	// has (docs/evaluation.md, "Routing by the first stage"). It applies wherever the model
 	// runs; a model with no memory route (models/reader135) answers as without it. Default false.
 	RouteByFirstStage bool `yaml:"route_by_first_stage"`
 }
@@ -559,6 +576,7 @@ func Default() Config {
 			BlockStoreMB:     1024,
 			BlockPrecision:   BlockPrecisionFloat32,
 			Scoring:          ScoringTrie,
+			MemoryScope:      MemorySeen,
 			BlockFill:        true,
 			MaxSummaryTokens: 256,
 		},

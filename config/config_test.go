@@ -158,7 +158,7 @@ func TestLoadGood(t *testing.T) {
 			}
 			c.Decode = Decode{BeamWidth: 20, MaxCandidates: 50, MaxSummaryTokens: 128, MaxPromptTokens: 4096, TitleOnly: true,
 				BlockReading: BlockReadingOff, BlockStoreMB: 1024, BlockPrecision: BlockPrecisionFloat32, BlockFill: true, BlockDir: "",
-				Scoring: ScoringVocab, CopyLogPrior: -1.5, CopyRankPrior: 2}
+				Scoring: ScoringVocab, CopyLogPrior: -1.5, CopyRankPrior: 2, MemoryScope: MemoryFirstStage, MemoryRankPrior: 1.5}
 			c.Breaker = Breaker{ConsecutiveFailures: 3, Interval: 0, OpenTimeout: time.Minute, HalfOpenMaxRequests: 2}
 			c.Policy = Policy{Mode: PolicyFusion, MinCopyProb: 0.2, MinTopScore: -12.5, FusionK: 10}
 			c.Concurrency = Concurrency{MaxInflight: 4, QueueSize: 0, QueueTimeout: 100 * time.Millisecond}
@@ -212,7 +212,7 @@ func TestLoadBad(t *testing.T) {
 			"elasticsearch.index", "elasticsearch.max_retries",
 			"model.provider",
 			"decode.beam_width", "decode.max_candidates", "decode.summary_candidates", "decode.block_reading", "decode.block_store_mb", "decode.block_precision",
-			"decode.scoring", "decode.copy_log_prior", "decode.copy_rank_prior",
+			"decode.scoring", "decode.copy_log_prior", "decode.copy_rank_prior", "decode.memory_scope", "decode.memory_rank_prior",
 			"breaker.consecutive_failures", "breaker.open_timeout",
 			"policy.mode", "policy.min_copy_prob", "policy.min_top_score",
 			"concurrency.max_inflight",
@@ -554,6 +554,8 @@ func TestValidate(t *testing.T) {
 			c.Server.WriteToken, c.AB.ImpressionLog, c.AB.ClickLog = "0123456789abcdef", "/tmp/imp.jsonl", "/tmp/clicks.jsonl"
 		}, nil},
 		{"upper-case level", func(c *Config) { c.Log.Level = "INFO" }, []string{"log.level"}},
+		{"memory rank prior without the first stage's scope", func(c *Config) { c.Decode.MemoryRankPrior = 2 }, []string{"decode.memory_rank_prior"}},
+		{"memory rank prior", func(c *Config) { c.Decode.MemoryRankPrior, c.Decode.MemoryScope = 2, MemoryFirstStage }, nil},
 		// Security (issue 13).
 		{"short write token", func(c *Config) { c.Server.WriteToken = "short" }, []string{"server.write_token"}},
 		{"write token of 16 characters", func(c *Config) { c.Server.WriteToken = "0123456789abcdef" }, nil},

@@ -119,6 +119,12 @@ func (c Config) Validate() error {
 	if !(d.CopyRankPrior >= 0 && d.CopyRankPrior <= 20) {
 		v.add("decode.copy_rank_prior", "must be between 0 and 20 (a weight on ln of the candidate's place), got %v", d.CopyRankPrior)
 	}
+	v.oneOf("decode.memory_scope", d.MemoryScope, MemorySeen, MemoryFirstStage)
+	if !(d.MemoryRankPrior >= 0 && d.MemoryRankPrior <= 20) {
+		v.add("decode.memory_rank_prior", "must be between 0 and 20 (a weight on ln of the document's place), got %v", d.MemoryRankPrior)
+	} else if d.MemoryRankPrior > 0 && d.MemoryScope != MemoryFirstStage {
+		v.add("decode.memory_rank_prior", "needs decode.memory_scope %q (the places are the first stage's), got memory_scope %q", MemoryFirstStage, d.MemoryScope)
+	}
 
 	b := c.Breaker
 	v.atLeast("breaker.consecutive_failures", int64(b.ConsecutiveFailures), 1)

@@ -108,6 +108,24 @@ type Options struct {
 	// block sits at the same positions); this gives it back. It moves copied titles only, so a large weight
 	// also leans the router to memory for a pick below the first. 0 (default): the model's scores alone.
 	CopyRankPrior float64
+	// MemoryScope, when not nil, is what the memory route may recall this call: the docids of the seen corpus
+	// among these (others are ignored; none leaves the route out). A reranker's first stage has already found
+	// the seen documents worth considering (every right answer of the memory routed by the first stage was in
+	// its list: docs/evaluation.md, "Routing by the first stage"); recalling among them instead of the whole
+	// seen corpus spares the memory the titles the first stage ruled out. Nil: the whole seen corpus.
+	MemoryScope []string
+	// MemoryRankPrior lowers each remembered title's score by MemoryRankPrior x ln(k), k its place in
+	// MemoryScope (1 for the first): the first stage's order as a prior over the memory route's pick, as
+	// CopyRankPrior is over the copy route's. The route then follows every title of the scope (a beam as wide as
+	// the scope's seen docids), so the answer is the exact best after the prior. Needs MemoryScope; 0 (default):
+	// the model's scores alone.
+	MemoryRankPrior float64
+	// EachRoute keeps each route's best docid in the answer even when it scores below the top BeamWidth (it is
+	// then added after them, so the answer may hold a docid or two more), and the memory route is then not
+	// cut at the BeamWidth-th copied score. With a hundred candidates the copy route alone fills the top
+	// BeamWidth, so without it the memory's best answer is often missing, and a rule that weighs the two routes'
+	// answers against each other (the server's policy.route_by_first_stage) cannot see it. Default false.
+	EachRoute bool
 	// Admit, if set, is called once the prompt is built and a session is free, before the first forward
 	// pass, with the prompt's length in tokens; an error ends the call without running the model (returned
 	// wrapped). The server's admission control uses it to refuse a run its cost model says cannot end
@@ -161,8 +179,11 @@ type Engine struct {
 	prompts *PromptBuilder
 	global  *Trie
 	seen    []string
-	workers chan *worker
-	chunk   int
+	// seenSeqs[i] is seen[i]'s trie sequence (empty without the parametric route); seenAt indexes seen.
+	seenSeqs [][]int64
+	seenAt   map[string]int
+	workers  chan *worker
+	chunk    int
 	// copyMaskBytes is EngineOptions.CopyMaskBytes with its default.
 	copyMaskBytes int64
 	// blocks and freqs serve block reading (EngineOptions.Blocks); blocks is nil without it.
@@ -212,7 +233,11 @@ func NewEngine(man *Manifest, tok Tokenizer, models []Model, seen []string, opts
 	if err != nil {
 		return nil, fmt.Errorf("new engine: %w", err)
 	}
-	e := &Engine{man: man, tok: tok, prompts: prompts, global: global, seen: seen,
+	seenAt := make(map[string]int, len(recall))
+	for i, d := range recall {
+		seenAt[d] = i
+	}
+	e := &Engine{man: man, tok: tok, prompts: prompts, global: global, seen: seen, seenSeqs: seqs, seenAt: seenAt,
 		workers: make(chan *worker, len(models)), chunk: cmp.Or(opts.PrefillChunk, 512),
 		copyMaskBytes: cmp.Or(opts.CopyMaskBytes, DefaultCopyMaskBytes), log: opts.Logger}
 	if e.log == nil {
@@ -360,11 +385,53 @@ type decoding struct {
 	shift int
 	// blockRun is set while blocks are computed (storeBlocks): forward runs the engine's block model.
 	blockRun bool
+	// memory is the trie the memory route recalls from and memDocs its docids: the engine's global trie and
+	// seen corpus, or Options.MemoryScope's part of them.
+	memory  *Trie
+	memDocs []string
+	// memRank[i] is memDocs[i]'s place in Options.MemoryScope, from 1 (nil without a scope).
+	memRank []int
+}
+
+// memoryWidth is the memory route's beam width, and whether Options.MemoryRankPrior applies: then every title
+// of the scope is followed (the prior reorders them after the search), else Options.BeamWidth.
+func (d *decoding) memoryWidth() (int, bool) {
+	if d.opts.MemoryRankPrior > 0 && d.memRank != nil {
+		return max(d.opts.BeamWidth, len(d.memDocs)), true
+	}
+	return d.opts.BeamWidth, false
+}
+
+// memoryScope returns the trie over the seen docids among scope (each once, in scope's order), those docids
+// and their places in scope (from 1); a nil scope: the global trie and the whole seen corpus (no places).
+func (e *Engine) memoryScope(scope []string) (*Trie, []string, []int, error) {
+	if scope == nil {
+		return e.global, e.seen, nil, nil
+	}
+	var docs []string
+	var seqs [][]int64
+	var rank []int
+	took := make(map[int]bool, len(scope))
+	for k, d := range scope {
+		if i, ok := e.seenAt[d]; ok && !took[i] {
+			took[i] = true
+			docs, seqs, rank = append(docs, d), append(seqs, e.seenSeqs[i]), append(rank, k+1)
+		}
+	}
+	t, err := BuildTrie(seqs, e.man.EndTokenID)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("memory scope: %w", err)
+	}
+	return t, docs, rank, nil
 }
 
 func (d *decoding) run(ctx context.Context) (Result, error) {
 	e := d.e
 	d.p = len(d.prompt.IDs)
+	var err error
+	if d.memory, d.memDocs, d.memRank, err = e.memoryScope(d.opts.MemoryScope); err != nil {
+		return Result{}, err
+	}
 	// Context trie over the in-context titles; a title repeated among the hits is one docid, credited
 	// to its first (best BM25) candidate.
 	var ctxDocs []string
@@ -390,7 +457,8 @@ func (d *decoding) run(ctx context.Context) (Result, error) {
 		return Result{}, fmt.Errorf("context titles: %w", err)
 	}
 	// The cache must hold the prompt plus the larger of the copy tree and the parametric beams.
-	need := d.p + max(ctxTrie.Len()+1, d.opts.BeamWidth*e.global.Depth()+1)
+	memW, _ := d.memoryWidth()
+	need := d.p + max(ctxTrie.Len()+1, memW*d.memory.Depth()+1)
 	if d.w.cache.Cap() < need {
 		d.w.cache = NewKVCache(d.w.model.Spec(), need)
 	}
@@ -412,8 +480,8 @@ func (d *decoding) run(ctx context.Context) (Result, error) {
 	d.stats.Prefill = time.Since(start)
 	start = time.Now()
 
-	// Step 0: [COPY] or a first token of the global trie.
-	rootToks, _ := e.global.Children(0)
+	// Step 0: [COPY] or a first token of the memory's trie.
+	rootToks, _ := d.memory.Children(0)
 	allowed := make([]int32, 0, len(rootToks)+1)
 	allowed = append(allowed, rootToks...)
 	copyID := int32(e.man.CopyTokenID)
@@ -444,7 +512,7 @@ func (d *decoding) run(ctx context.Context) (Result, error) {
 		// fall as tokens are added): the route stops following it. Exact, and it spares the route's Runs
 		// when the model copies (reader135's [COPY] probability is near 1).
 		floor := math.Inf(-1)
-		if len(beams) >= d.opts.BeamWidth {
+		if len(beams) >= d.opts.BeamWidth && !d.opts.EachRoute {
 			floor = kthScore(beams, func(b Beam) float64 { return b.Score }, d.opts.BeamWidth)
 		}
 		param, err := d.parametricRoute(ctx, z0, lse0, floor)
@@ -455,6 +523,9 @@ func (d *decoding) run(ctx context.Context) (Result, error) {
 	}
 	d.stats.Decode = time.Since(start)
 	res.Beams = mergeBeams(beams, d.opts.BeamWidth)
+	if d.opts.EachRoute {
+		res.Beams = withEachRoute(res.Beams, beams)
+	}
 	res.Stats = d.stats
 	return res, nil
 }
@@ -724,15 +795,15 @@ type beam struct {
 	ended   bool    // the last of toks is the end token, reached on a forced chain (never fed)
 }
 
-// parametricRoute runs width-W beam search over the global trie, with forced single-child chains
+// parametricRoute runs width-W beam search over the memory's trie (d.memory), with forced single-child chains
 // fed together with the next branching token (jump-forward). Scored by the trie, a chain costs nothing;
 // scored by the vocabulary, its tokens are owed until that Run, which reads a logits row per fed token and
 // charges each of the chain's tokens from its predecessor's row (a chain ending at a title's end is fed for
 // that alone). Beams scoring below floor are dropped (the caller's bound on what can still enter the answer);
 // an owed chain only lowers a score, so the bounds taken before it is charged stay bounds.
 func (d *decoding) parametricRoute(ctx context.Context, z0 []float32, lse0, floor float64) ([]Beam, error) {
-	W := d.opts.BeamWidth
-	g := d.e.global
+	W, prior := d.memoryWidth()
+	g := d.memory
 	vocab := d.opts.Scoring == ScoringVocab
 	toks, kids := g.Children(0)
 	live := make([]*beam, 0, len(toks))
@@ -827,10 +898,15 @@ func (d *decoding) parametricRoute(ctx context.Context, z0 []float32, lse0, floo
 			}
 		}
 	}
-	finished = topBeams(finished, W)
+	if prior {
+		for _, b := range finished {
+			b.score -= d.opts.MemoryRankPrior * math.Log(float64(d.memRank[g.Doc(b.node)]))
+		}
+	}
+	finished = topBeams(finished, d.opts.BeamWidth)
 	out := make([]Beam, len(finished))
 	for i, b := range finished {
-		out[i] = Beam{DocID: d.e.seen[g.Doc(b.node)], Route: RouteParametric, Score: b.score, Candidate: -1}
+		out[i] = Beam{DocID: d.memDocs[g.Doc(b.node)], Route: RouteParametric, Score: b.score, Candidate: -1}
 	}
 	return out, nil
 }
@@ -1046,6 +1122,26 @@ func mergeBeams(bs []Beam, k int) []Beam {
 		return cmp.Compare(a.DocID, b.DocID)
 	})
 	return out[:min(k, len(out))]
+}
+
+// withEachRoute appends to top, for each route of all that top lacks, that route's best docid not in top.
+func withEachRoute(top, all []Beam) []Beam {
+	for _, r := range []Route{RouteCopy, RouteParametric} {
+		if slices.ContainsFunc(top, func(b Beam) bool { return b.Route == r }) {
+			continue
+		}
+		best := -1
+		for i, b := range all {
+			if b.Route == r && (best < 0 || b.Score > all[best].Score) &&
+				!slices.ContainsFunc(top, func(t Beam) bool { return t.DocID == b.DocID }) {
+				best = i
+			}
+		}
+		if best >= 0 {
+			top = append(top, all[best])
+		}
+	}
+	return top
 }
 
 // Sessions returns how many model sessions the engine runs (requests decoded at once).

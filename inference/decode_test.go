@@ -446,3 +446,147 @@ func TestExpNonPositiveMatchesMathExp(t *testing.T) {
 	require.Equal(t, 1.0, expNonPositive(0))
 	require.Zero(t, expNonPositive(-750))
 }
+
+// TestRankMemoryScope: recalling within Options.MemoryScope answers exactly as an engine whose seen corpus is
+// the scope's seen docids (duplicates and unseen docids ignored), on both routes and both scorings; an empty
+// scope leaves the memory route out, and a remembered title outside the scope is not answered.
+func TestRankMemoryScope(t *testing.T) {
+	seen := []string{"Paris", "Parma", "Lyon", "Lyons", "Oslo", "Porto"}
+	cands := []Candidate{{Title: "Berlin", Summary: "capital of Germany"}, {Title: "Bern", Summary: "Swiss city"}, {Title: "Lyon", Summary: "x"}}
+	for _, scoring := range []string{ScoringTrie, ScoringVocab} {
+		for _, tc := range []struct {
+			name         string
+			scope, alone []string
+		}{
+			{"part", []string{"Berlin", "Lyons", "Parma", "Lyons", "Oslo"}, []string{"Oslo", "Parma", "Lyons"}},
+			{"one", []string{"Porto"}, []string{"Porto"}},
+			{"all", seen, seen},
+			{"none", []string{}, nil},
+			{"none seen", []string{"Berlin", "Bern"}, nil},
+		} {
+			t.Run(scoring+"/"+tc.name, func(t *testing.T) {
+				full, _ := newTestEngine(t, seen, hashLogits)
+				got, err := full.Rank(t.Context(), "which city", cands, Options{BeamWidth: 20, Scoring: scoring, CopyLogPrior: -1, MemoryScope: tc.scope})
+				require.NoError(t, err)
+				small, _ := newTestEngine(t, tc.alone, hashLogits)
+				want, err := small.Rank(t.Context(), "which city", cands, Options{BeamWidth: 20, Scoring: scoring, CopyLogPrior: -1})
+				require.NoError(t, err)
+				require.Equal(t, len(want.Beams), len(got.Beams))
+				for i := range want.Beams {
+					require.Equal(t, want.Beams[i].DocID, got.Beams[i].DocID, "beam %d", i)
+					require.Equal(t, want.Beams[i].Route, got.Beams[i].Route, "beam %d", i)
+					require.InDelta(t, want.Beams[i].Score, got.Beams[i].Score, 1e-9, "beam %d", i)
+				}
+				require.InDelta(t, want.PCopy, got.PCopy, 1e-12)
+				for _, b := range got.Beams {
+					if b.Route == RouteParametric {
+						require.Contains(t, tc.alone, b.DocID)
+					}
+				}
+			})
+		}
+	}
+	t.Run("the remembered title outside the scope", func(t *testing.T) {
+		enc := func(s string) []int64 { ids, _ := fakeTokenizer{}.Encode(s); return append(ids, fakeEnd) }
+		e, _ := newTestEngine(t, seen, biased(enc("Oslo")))
+		res, err := e.Rank(t.Context(), "q", cands, Options{BeamWidth: 3})
+		require.NoError(t, err)
+		require.Equal(t, "Oslo", res.Beams[0].DocID)
+		res, err = e.Rank(t.Context(), "q", cands, Options{BeamWidth: 10, MemoryScope: []string{"Paris", "Lyon"}})
+		require.NoError(t, err)
+		for _, b := range res.Beams {
+			require.NotEqual(t, "Oslo", b.DocID)
+			if b.Route == RouteParametric {
+				require.Contains(t, []string{"Paris", "Lyon"}, b.DocID)
+			}
+		}
+	})
+}
+
+// TestRankEachRoute: with a narrow answer the copy route fills it and the memory's best is cut; EachRoute
+// adds it after the top (its score what the full search gives that title), and adds nothing when both routes
+// are in.
+func TestRankEachRoute(t *testing.T) {
+	seen := []string{"Paris", "Parma", "Lyon", "Lyons", "Oslo", "Porto"}
+	cands := []Candidate{{Title: "Berlin", Summary: "a"}, {Title: "Bern", Summary: "b"}, {Title: "Bergen", Summary: "c"}}
+	enc := func(s string) []int64 { ids, _ := fakeTokenizer{}.Encode(s); return append(ids, fakeEnd) }
+	for _, scoring := range []string{ScoringTrie, ScoringVocab} {
+		t.Run(scoring, func(t *testing.T) {
+			e, _ := newTestEngine(t, seen, biased(append([]int64{fakeCopy}, enc("Bern")...)))
+			full, err := e.Rank(t.Context(), "q", cands, Options{BeamWidth: 20, Scoring: scoring})
+			require.NoError(t, err)
+			remembered := make(map[string]float64)
+			for _, b := range full.Beams {
+				if b.Route == RouteParametric {
+					remembered[b.DocID] = b.Score
+				}
+			}
+
+			cut, err := e.Rank(t.Context(), "q", cands, Options{BeamWidth: 1, Scoring: scoring})
+			require.NoError(t, err)
+			require.Len(t, cut.Beams, 1)
+			for _, b := range cut.Beams {
+				require.Equal(t, RouteCopy, b.Route)
+			}
+			each, err := e.Rank(t.Context(), "q", cands, Options{BeamWidth: 1, Scoring: scoring, EachRoute: true})
+			require.NoError(t, err)
+			require.Equal(t, cut.Beams, each.Beams[:1])
+			require.Len(t, each.Beams, 2)
+			// The memory's best at the route's own width (BeamWidth: a beam search, not every title).
+			require.Equal(t, RouteParametric, each.Beams[1].Route)
+			require.Contains(t, remembered, each.Beams[1].DocID)
+			require.InDelta(t, remembered[each.Beams[1].DocID], each.Beams[1].Score, 1e-9)
+
+			wide, err := e.Rank(t.Context(), "q", cands, Options{BeamWidth: 20, Scoring: scoring, EachRoute: true})
+			require.NoError(t, err)
+			require.Equal(t, full.Beams, wide.Beams)
+		})
+	}
+}
+
+// TestRankMemoryRankPrior: each remembered title loses MemoryRankPrior x ln(its place in the scope), and the
+// memory's pick is the exact best after it even at width 1 (the route follows every title of the scope).
+func TestRankMemoryRankPrior(t *testing.T) {
+	seen := []string{"Paris", "Parma", "Lyon", "Lyons", "Oslo", "Porto"}
+	scope := []string{"Berlin", "Lyons", "Parma", "Oslo", "Porto"} // places 2, 3, 4, 5
+	place := map[string]float64{"Lyons": 2, "Parma": 3, "Oslo": 4, "Porto": 5}
+	cands := []Candidate{{Title: "Berlin", Summary: "a"}, {Title: "Bern", Summary: "b"}}
+	for _, scoring := range []string{ScoringTrie, ScoringVocab} {
+		for _, w := range []float64{0.5, 3} {
+			t.Run(fmt.Sprintf("%s/%g", scoring, w), func(t *testing.T) {
+				e, _ := newTestEngine(t, seen, hashLogits)
+				plain, err := e.Rank(t.Context(), "which city", cands, Options{BeamWidth: 20, Scoring: scoring, MemoryScope: scope})
+				require.NoError(t, err)
+				want := make(map[string]float64)
+				for _, b := range plain.Beams {
+					if b.Route == RouteParametric {
+						want[b.DocID] = b.Score - w*math.Log(place[b.DocID])
+					}
+				}
+				require.Len(t, want, 4)
+				res, err := e.Rank(t.Context(), "which city", cands, Options{BeamWidth: 20, Scoring: scoring, MemoryScope: scope, MemoryRankPrior: w})
+				require.NoError(t, err)
+				got := 0
+				for _, b := range res.Beams {
+					if b.Route == RouteParametric {
+						require.InDelta(t, want[b.DocID], b.Score, 1e-9, b.DocID)
+						got++
+					}
+				}
+				require.Equal(t, 4, got)
+				best := ""
+				for d, s := range want {
+					if best == "" || s > want[best] || s == want[best] && d < best {
+						best = d
+					}
+				}
+				one, err := e.Rank(t.Context(), "which city", cands, Options{BeamWidth: 1, Scoring: scoring, MemoryScope: scope, MemoryRankPrior: w, EachRoute: true})
+				require.NoError(t, err)
+				i := slices.IndexFunc(one.Beams, func(b Beam) bool { return b.Route == RouteParametric })
+				require.GreaterOrEqual(t, i, 0)
+				require.Equal(t, best, one.Beams[i].DocID)
+				require.InDelta(t, want[best], one.Beams[i].Score, 1e-9)
+			})
+		}
+	}
+}

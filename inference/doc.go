@@ -2,7 +2,8 @@
 // model: it builds the prompt under a token budget, prefills it once, and runs the routed,
 // trie-constrained search of the paper's Algorithm 1. The router token [COPY] sends decoding to the
 // context trie (the in-context titles, scored exactly with one tree-attention Run); otherwise the
-// global trie of the seen corpus constrains a beam search over the model's parametric memory.
+// global trie of the seen corpus constrains a beam search over the model's parametric memory, or, with
+// Options.MemoryScope, a trie of the seen documents the first stage listed for this request.
 //
 // Files: prompt.go builds the prompt, decode.go is the Engine and the search (prefill, copy route,
 // parametric route), blocks.go the block reading that replaces the prefill when EngineOptions.Blocks is

@@ -275,7 +275,7 @@ var errNoBudget = errors.New("predicted run time exceeds the budget left")
 // explain: runs that had at least twice their predicted time (runBudget before the cost model has
 // samples). A cancellation, a prompt too long for the context, an admission refusal, or a timeout of a
 // run squeezed by load does not count (Server.New's IsSuccessful).
-func (s *Server) runModel(ctx context.Context, query string, in []inference.Candidate) (inference.Result, string, error) {
+func (s *Server) runModel(ctx context.Context, query string, in []inference.Candidate, memory []string) (inference.Result, string, error) {
 	if s.breaker.State() == gobreaker.StateOpen {
 		return inference.Result{}, ReasonBreakerOpen, nil
 	}
@@ -312,6 +312,9 @@ func (s *Server) runModel(ctx context.Context, query string, in []inference.Cand
 		start     time.Time
 	)
 	opts := s.opts.Decode
+	opts.MemoryScope = memory
+	// policy.route_by_first_stage weighs the two routes' best answers: both must be in the answer.
+	opts.EachRoute = s.opts.RouteByFirstStage
 	opts.Admit = func(n int) error {
 		tokens, start = n, time.Now()
 		if p, ok := cost.predict(n, level); ok {

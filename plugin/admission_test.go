@@ -199,7 +199,7 @@ func TestClientCancelIsNotABreakerFailure(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_, reason, err := s.runModel(ctx, "q", []inference.Candidate{{Title: "Alpha"}})
+			_, reason, err := s.runModel(ctx, "q", []inference.Candidate{{Title: "Alpha"}}, nil)
 			require.ErrorIs(t, err, context.Canceled)
 			require.Empty(t, reason)
 		}()
@@ -304,7 +304,7 @@ func TestShortBudgetTimeoutIsNotABreakerFailure(t *testing.T) {
 	in := []inference.Candidate{{Title: "Alpha"}}
 	for range 3 {
 		ctx, cancel := context.WithTimeout(t.Context(), 400*time.Millisecond) // leaves the run ~100ms
-		_, reason, err := s.runModel(ctx, "q", in)
+		_, reason, err := s.runModel(ctx, "q", in, nil)
 		cancel()
 		require.NoError(t, err)
 		require.Equal(t, ReasonModelTimeout, reason)
@@ -312,7 +312,7 @@ func TestShortBudgetTimeoutIsNotABreakerFailure(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second) // the whole budget: ~700ms for the run
 	defer cancel()
-	_, reason, err := s.runModel(ctx, "q", in)
+	_, reason, err := s.runModel(ctx, "q", in, nil)
 	require.NoError(t, err)
 	require.Equal(t, ReasonModelTimeout, reason)
 	require.Equal(t, gobreaker.StateOpen, s.breaker.State(), "a run that had its budget and overran is")
@@ -342,7 +342,7 @@ func TestTimeoutCountsAgainstPredictedCost(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, 400*time.Millisecond, p)
 	in := []inference.Candidate{{Title: "Alpha"}}
-	_, reason, err := s.runModel(t.Context(), "q", in) // a ~700ms budget: less than twice 400ms
+	_, reason, err := s.runModel(t.Context(), "q", in, nil) // a ~700ms budget: less than twice 400ms
 	require.NoError(t, err)
 	require.Equal(t, ReasonModelTimeout, reason)
 	require.Equal(t, gobreaker.StateClosed, s.breaker.State())
@@ -351,7 +351,7 @@ func TestTimeoutCountsAgainstPredictedCost(t *testing.T) {
 	s.cost = newCostModel() // the machine is idle again: runs take 100ms
 	s.costMu.Unlock()
 	seed(s, minCostSamples, 1, 100*time.Millisecond)
-	_, reason, err = s.runModel(t.Context(), "q", in) // ~700ms, over twice 100ms, and still not done: stuck
+	_, reason, err = s.runModel(t.Context(), "q", in, nil) // ~700ms, over twice 100ms, and still not done: stuck
 	require.NoError(t, err)
 	require.Equal(t, ReasonModelTimeout, reason)
 	require.Equal(t, gobreaker.StateOpen, s.breaker.State())
@@ -370,7 +370,7 @@ func TestAdmissionRefusesARunThatCannotFit(t *testing.T) {
 	})
 	seed(s, minCostSamples, 1, 5*time.Second)
 	start := time.Now()
-	_, reason, err := s.runModel(t.Context(), "q", []inference.Candidate{{Title: "Beta"}})
+	_, reason, err := s.runModel(t.Context(), "q", []inference.Candidate{{Title: "Beta"}}, nil)
 	require.NoError(t, err)
 	require.Equal(t, ReasonOverloaded, reason)
 	require.Less(t, time.Since(start), 500*time.Millisecond, "answered at once, not at the deadline")
@@ -413,7 +413,7 @@ func TestContentionLeavesTheBreakerClosed(t *testing.T) {
 			for range 8 {
 				ctx, cancel := context.WithTimeout(t.Context(), s.opts.RequestTimeout)
 				start := time.Now()
-				_, reason, err := s.runModel(ctx, "q", []inference.Candidate{{Title: "Beta"}})
+				_, reason, err := s.runModel(ctx, "q", []inference.Candidate{{Title: "Beta"}}, nil)
 				took := time.Since(start)
 				cancel()
 				require.NoError(t, err)
@@ -431,14 +431,14 @@ func TestContentionLeavesTheBreakerClosed(t *testing.T) {
 
 	failing.Store(true)
 	for range 2 {
-		_, reason, err := s.runModel(t.Context(), "q", []inference.Candidate{{Title: "Beta"}})
+		_, reason, err := s.runModel(t.Context(), "q", []inference.Candidate{{Title: "Beta"}}, nil)
 		require.NoError(t, err)
 		require.Equal(t, ReasonModelError, reason)
 	}
 	require.Equal(t, gobreaker.StateOpen, s.breaker.State(), "real errors open it")
 	failing.Store(false)
 	require.Eventually(t, func() bool {
-		_, reason, _ := s.runModel(t.Context(), "q", []inference.Candidate{{Title: "Beta"}})
+		_, reason, _ := s.runModel(t.Context(), "q", []inference.Candidate{{Title: "Beta"}}, nil)
 		return reason == "" && s.breaker.State() == gobreaker.StateClosed
 	}, 3*time.Second, 50*time.Millisecond, "it heals once the model answers")
 }
@@ -454,12 +454,12 @@ func TestNoWaitForARunThatCannotFinish(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _, _ = s.runModel(t.Context(), "q", []inference.Candidate{{Title: "Alpha"}})
+		_, _, _ = s.runModel(t.Context(), "q", []inference.Candidate{{Title: "Alpha"}}, nil)
 	}()
 	<-fm.started
 	seed(s, minCostSamples, 1, 30*time.Second) // runs take longer than the whole model share
 	start := time.Now()
-	_, reason, err := s.runModel(t.Context(), "q", []inference.Candidate{{Title: "Alpha"}})
+	_, reason, err := s.runModel(t.Context(), "q", []inference.Candidate{{Title: "Alpha"}}, nil)
 	require.NoError(t, err)
 	require.Equal(t, ReasonOverloaded, reason)
 	require.Less(t, time.Since(start), 5*time.Second, "not the queue timeout")

@@ -328,7 +328,14 @@ func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapte
 	baseKind := info.Baseline
 	// Model admission (admission.go): a session within the deadline, or a BM25 answer with the reason.
 	modelStart := time.Now()
-	res, reason, err := s.runModel(ctx, query, in)
+	var memory []string // nil: the whole seen corpus
+	if s.opts.MemoryFromFirstStage {
+		memory = make([]string, len(base))
+		for i, h := range base {
+			memory[i] = h.DocID
+		}
+	}
+	res, reason, err := s.runModel(ctx, query, in, memory)
 	resp.Timings.Model = ms(time.Since(modelStart))
 	if err != nil {
 		return Response{}, err

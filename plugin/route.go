@@ -10,7 +10,8 @@ import (
 // routeByFirstStage settles the model's choice between its two routes with the first stage's evidence
 // (policy.route_by_first_stage): the model's best answer from each route, the copy route's (a candidate in
 // its prompt) and the memory route's (a title it was trained on), goes first by the first stage's rank over
-// the whole index (base), and the router's own order stands where the first stage ranks neither. The
+// the whole index (base), and the router's own order stands where the first stage ranks neither (the server
+// asks the engine to keep each route's best in its answer: inference.Options.EachRoute). The
 // router's choice is what loses the seen-document questions, not the memory: with models/r24e the memory's
 // best answer is right on 0.58-0.63 of held-out seen questions and the router takes it on a third of them
 // (docs/evaluation.md, "Routing by the first stage"). The beams keep their scores; it returns beams reordered

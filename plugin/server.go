@@ -210,6 +210,9 @@ type Options struct {
 	// RouteByFirstStage puts first the model's answer, of its best copied and its best remembered, that the
 	// first stage ranks higher (config's policy.route_by_first_stage; route.go).
 	RouteByFirstStage bool
+	// MemoryFromFirstStage has the model's memory route recall only the seen documents of the first stage's
+	// list (inference.Options.MemoryScope; config's decode.memory_scope first_stage).
+	MemoryFromFirstStage bool
 	// MinCopyProb and MinTopScore make the response fall back to BM25 on doubt.
 	MinCopyProb float64
 	MinTopScore float64

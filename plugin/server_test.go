@@ -182,6 +182,8 @@ type fakeReranker struct {
 	// tokens is the prompt length the fake reports to the admission hook (inference.Options.Admit), as the
 	// engine does once it has built the prompt; 0 is 100.
 	tokens int
+	// options, if set, sees each call's options.
+	options func(inference.Options)
 }
 
 func (f *fakeReranker) Rank(ctx context.Context, q string, cands []inference.Candidate, o inference.Options) (inference.Result, error) {
@@ -189,6 +191,9 @@ func (f *fakeReranker) Rank(ctx context.Context, q string, cands []inference.Can
 		if err := o.Admit(cmp.Or(f.tokens, 100)); err != nil {
 			return inference.Result{}, fmt.Errorf("rank: %w", err)
 		}
+	}
+	if f.options != nil {
+		f.options(o)
 	}
 	return f.rank(ctx, q, cands)
 }

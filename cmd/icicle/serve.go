@@ -175,7 +175,7 @@ func serve(ctx context.Context, args []string) error {
 		HalfOpenMaxRequests: cfg.Breaker.HalfOpenMaxRequests, BreakerCountInterval: cfg.Breaker.Interval,
 		Policy: cfg.Policy.Mode, FusionK: cfg.Policy.FusionK, RouteByFirstStage: cfg.Policy.RouteByFirstStage,
 		MinCopyProb: cfg.Policy.MinCopyProb, MinTopScore: cfg.Policy.MinTopScore, RunModelWhenGateNever: cfg.Policy.RunModelWhenGateNever,
-		Model: info, Logger: log, Registry: reg, Ingester: es, Compressor: comp, CompressWorkers: compWorkers,
+		MemoryFromFirstStage: cfg.Decode.MemoryScope == config.MemoryFirstStage, Model: info, Logger: log, Registry: reg, Ingester: es, Compressor: comp, CompressWorkers: compWorkers,
 		AB: plugin.ABOptions{Enabled: cfg.AB.Enabled, Mode: cfg.AB.Mode, SplitB: cfg.AB.SplitB, KeyHeader: cfg.AB.KeyHeader,
 			Experiment: cfg.AB.Experiment},
 		Impressions: impressions, AdminToken: cfg.Server.AdminToken,
@@ -300,7 +300,7 @@ func openBlockStore(dir string, d config.Decode, log *slog.Logger) (*inference.B
 func decodeOptions(d config.Decode) inference.Options {
 	return inference.Options{BeamWidth: d.BeamWidth, MaxPromptTokens: d.MaxPromptTokens, MaxSummaryTokens: d.MaxSummaryTokens,
 		TitleOnly: d.TitleOnly, SummaryCandidates: d.SummaryCandidates, Scoring: d.Scoring, CopyLogPrior: d.CopyLogPrior,
-		CopyRankPrior: d.CopyRankPrior}
+		CopyRankPrior: d.CopyRankPrior, MemoryRankPrior: d.MemoryRankPrior}
 }
 
 // servingSettings are the settings that shape the model's answer, as /v1/model reports them and a gate's fit
@@ -316,6 +316,8 @@ func servingSettings(cfg config.Config) plugin.Settings {
 		"decode.copy_rank_prior": strconv.FormatFloat(d.CopyRankPrior, 'g', -1, 64), "decode.block_reading": d.BlockReading,
 		"decode.block_precision": d.BlockPrecision, "model.quantized": strconv.FormatBool(cfg.Model.Quantized),
 		"policy.route_by_first_stage": strconv.FormatBool(cfg.Policy.RouteByFirstStage),
+		"decode.memory_scope":         cfg.Decode.MemoryScope,
+		"decode.memory_rank_prior":    strconv.FormatFloat(d.MemoryRankPrior, 'g', -1, 64),
 	}
 }
 

@@ -2,6 +2,7 @@
 here (the CPU in CI; CUDA too where a GPU is present), so the GPU path is the CPU path with the device as a
 parameter."""
 import random
+import sys
 from dataclasses import replace
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 
 from icicle.configs import StageConfig, get_config
 from icicle.decode import CachedPromptScorer, Trie, decode, torch_step
-from icicle.device import autocast, micro_batches, resolve_device
+from icicle.device import autocast, micro_batches, release_free_memory, resolve_device, rss_gb
 from icicle.model import Decoder, ModelConfig
 from icicle.negatives import RandomNegatives
 from icicle.train import (Corpus, accumulate_loss, docid_vocab, icl_instance, index_instances, loss_on,
@@ -87,3 +88,15 @@ def test_autocast_per_device():
         assert torch.get_autocast_dtype("cpu") == torch.bfloat16 and torch.is_autocast_enabled("cpu")
     with autocast(torch.device("cpu"), bf16=False):
         assert not torch.is_autocast_enabled("cpu")
+
+
+def test_heap_trim_and_resident_size_on_linux():
+    """The reader's CPU runs trim the C heap above a resident size (reader.Args.trim_above_gb): both work here."""
+    import platform
+
+    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc only (malloc_trim, /proc/self/statm)")
+    before = rss_gb()
+    assert before is not None and before > 0.01
+    assert release_free_memory() is True
+    assert 0 < rss_gb() <= before + 0.5
