@@ -13,8 +13,8 @@ TAGS := ort tokenizers
 demo: ## bootstrap, start ES, ingest the demo corpus, start the sidecar, compare with BM25
 	scripts/demo.sh
 
-demo-blocks: ## make demo with models/b6 reading 100 candidates by blocks (config/blocks100.yaml; its blocks fill in the background, about 3.5 minutes, 2.8 GB in .run/blocks)
-	ICICLE_MODEL_DIR=models/b6 DEMO_CONFIG=config/blocks100.yaml scripts/demo.sh
+demo-blocks: ## make demo with models/b7 reading 100 candidates by blocks (config/blocks100.yaml; its blocks fill in the background, about 3.5 minutes, 2.8 GB in .run/blocks)
+	ICICLE_MODEL_DIR=models/b7 DEMO_CONFIG=config/blocks100.yaml scripts/demo.sh
 
 test: ## the whole test suite (what CI runs)
 	scripts/test.sh

@@ -227,7 +227,7 @@ type Decode struct {
 	// (issue 26) BlockReading reads each candidate's block on its own and keeps it for later requests
 	// (inference/blocks.go): "off", "contiguous" (Block-Attention: a block sees itself, every token keeps its
 	// place) or "shared" (BlockRank: a block sees the header and itself, all blocks at the same positions).
-	// Only the query and the decoding then run per request. A model reads as it was trained: models/b6 was
+	// Only the query and the decoding then run per request. A model reads as it was trained: models/b7 was
 	// trained by blocks (config/blocks100.yaml), the other shipped models on causal prompts, where block
 	// reading loses accuracy (docs/evaluation.md). Default "off".
 	BlockReading string `yaml:"block_reading"`

@@ -126,8 +126,10 @@ func TestBlocks100(t *testing.T) {
 	cfg, err := Load("blocks100.yaml", nil)
 	require.NoError(t, err)
 	want := Default()
-	want.Model.Dir, want.Model.Quantized = "models/b6", true
+	want.Model.Dir, want.Model.Quantized = "models/b7", true
 	want.Decode.MaxCandidates, want.Decode.CopyRankPrior = 100, 4
+	want.Decode.MemoryScope, want.Decode.MemoryRankPrior = MemoryFirstStage, 4
+	want.Policy.RouteByFirstStage = true
 	want.Decode.BlockReading, want.Decode.BlockPrecision = BlockReadingShared, "int8"
 	want.Decode.BlockStoreMB, want.Decode.BlockDir = 6144, ".run/blocks"
 	require.Equal(t, want, cfg)

@@ -12,7 +12,7 @@
 # one query at a time; at 4 in flight every answer fell back to BM25 (model timeouts opened the breaker), which
 # is the sidecar protecting latency, not a comparison of rankings. `bin/icicle load` measures behaviour under load.
 # DEMO_CONFIG [none]: a YAML config for ingest, serve and eval (make demo-blocks: config/blocks100.yaml, with
-# ICICLE_MODEL_DIR=models/b6; the environment overrides its keys).
+# ICICLE_MODEL_DIR=models/b7; the environment overrides its keys).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 run=${ICICLE_RUN_DIR:-$PWD/.run}

@@ -7,7 +7,7 @@
 # weights and checks it against the directory's golden logits, in about 15 s. Without graph.onnx, the
 # training venv (PyTorch) re-exports it, about 2 minutes, checked against the golden decodes. Any other
 # directory (models/small, models/tiny) is left as it is. A manifest that names an int8 file (onnx_quantized,
-# models/b6) gets it made from the rebuilt graph in the same light venv (icicle.int8: int8_weight_bits, int8_head),
+# models/b7) gets it made from the rebuilt graph in the same light venv (icicle.int8: int8_weight_bits, int8_head),
 # about 20 s, whenever model.onnx is rebuilt or the file is missing.
 #   scripts/model.sh MODEL_DIR
 set -euo pipefail

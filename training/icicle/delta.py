@@ -9,7 +9,7 @@ difference keeps what was learnt and the wheel (installed by scripts/pyenv.sh) g
     python -m icicle.delta build --delta ../models/reader135/delta.safetensors --out ../models/reader135
     python -m icicle.delta recut --delta R128.safetensors --rank 64 --out R64.safetensors   # what a rank costs
     python -m icicle.delta lengthscale --model DIR --ref 800 --out DIR-len800   # issue 26: a length-scaled graph
-    python -m icicle.delta golden --model ../models/b6   # golden/ for the directory's own manifest and graph
+    python -m icicle.delta golden --model ../models/b7   # golden/ for the directory's own manifest and graph
 
 `build` rebuilds WORK/stage3.pt (base + A @ B) and runs the pipeline's export on it (`--from stage3`), so the
 directory, its parity check and golden vectors are made exactly as for a trained model. Into a directory that

@@ -2,10 +2,10 @@
 quantisation), named by the manifest's ``onnx_quantized``; the sidecar serves it with ``model.quantized: true``.
 
 Needs numpy, onnx and onnxruntime only, so ``scripts/model.sh`` makes the int8 file of a shipped model whose
-manifest names one (``models/b6``) in the light venv of ``scripts/pyenv.sh --graft``, as it fills graph.onnx's
+manifest names one (``models/b7``) in the light venv of ``scripts/pyenv.sh --graft``, as it fills graph.onnx's
 weights. ``python -m icicle.export int8`` is the same command in the training venv.
 
-    python -m icicle.int8 --model ../models/b6 --head
+    python -m icicle.int8 --model ../models/b7 --head
 """
 from __future__ import annotations
 

@@ -157,7 +157,7 @@ def test_golden_refuses_a_directory_without_its_graph_or_delta(tmp_path):
 
 
 def test_rebuild_is_the_committed_delta_on_the_backbone():
-    """models/b6's golden logits (written from its fp32 graph) come back from rebuild(): the PyTorch model that
+    """models/b7's golden logits (written from its fp32 graph) come back from rebuild(): the PyTorch model that
     `delta golden` and `delta lengthscale` start from is the delta's."""
     import json
     import os
@@ -167,7 +167,7 @@ def test_rebuild_is_the_committed_delta_on_the_backbone():
     from icicle.decode import causal_mask_np, torch_step
     from icicle.delta import rebuild
 
-    d = os.path.join(os.path.dirname(__file__), "..", "..", "models", "b6")
+    d = os.path.join(os.path.dirname(__file__), "..", "..", "models", "b7")
     model = rebuild(os.path.join(d, "delta.safetensors"), "reader135").eval()
     model.set_length_ref(json.load(open(os.path.join(d, "manifest.json")))["attention_length_ref"])
     with open(os.path.join(d, "golden", "logits.jsonl")) as f:

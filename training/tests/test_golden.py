@@ -1,6 +1,6 @@
 """icicle.golden for a block reader's directory (python -m icicle.delta golden): the decode cases follow the
 manifest's template and routes, and a length-scaled graph gets a case long enough to scale; and the int8 file is
-made without PyTorch (icicle.int8, as scripts/model.sh does for models/b6)."""
+made without PyTorch (icicle.int8, as scripts/model.sh does for models/b7)."""
 import json
 import os
 import shutil
