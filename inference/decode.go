@@ -456,9 +456,10 @@ func (d *decoding) run(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("context titles: %w", err)
 	}
-	// The cache must hold the prompt plus the larger of the copy tree and the parametric beams.
+	// The cache must hold the prompt plus the larger of the copy tree and the parametric beams (which never
+	// feed more tokens than their trie has nodes: a wide scope's beam is bounded by its titles).
 	memW, _ := d.memoryWidth()
-	need := d.p + max(ctxTrie.Len()+1, memW*d.memory.Depth()+1)
+	need := d.p + max(ctxTrie.Len()+1, min(memW*d.memory.Depth(), d.memory.Len())+1)
 	if d.w.cache.Cap() < need {
 		d.w.cache = NewKVCache(d.w.model.Spec(), need)
 	}

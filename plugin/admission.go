@@ -36,12 +36,16 @@ const (
 	// ReasonContextUnavailable: the new-document search (the model's context) failed while the baseline
 	// answered (searchModel).
 	ReasonContextUnavailable = "context_unavailable"
+	// ReasonNothingToRank: the model had nothing to answer from: no candidate in its context and nothing it
+	// may recall (a copy-only model, or memory_scope first_stage with no seen document listed). The request's,
+	// not a failure: the breaker does not count it.
+	ReasonNothingToRank = "nothing_to_rank"
 )
 
 // fallbackReasons lists every reason a response may fall back to BM25 with, so /metrics shows each
 // icicle_fallbacks_total series at zero from the start.
 var fallbackReasons = []string{ReasonOverloaded, ReasonBreakerOpen, ReasonModelTimeout, ReasonModelError,
-	ReasonContextFull, ReasonLowConfidence, ReasonContextUnavailable}
+	ReasonContextFull, ReasonLowConfidence, ReasonContextUnavailable, ReasonNothingToRank}
 
 // admission is the bounded FIFO queue in front of the model sessions. run holds one token per request
 // running the model (capacity Options.MaxInflight, the engine's session count); tickets holds one per
@@ -358,6 +362,8 @@ func (s *Server) runModel(ctx context.Context, query string, in []inference.Cand
 		return inference.Result{}, ReasonBreakerOpen, nil
 	case errors.Is(err, inference.ErrContextFull):
 		return inference.Result{}, ReasonContextFull, nil
+	case errors.Is(err, inference.ErrEmptyAllowedSet):
+		return inference.Result{}, ReasonNothingToRank, nil
 	case errors.Is(err, errNoBudget):
 		s.metrics.admissionRefused.Inc()
 		return inference.Result{}, ReasonOverloaded, nil

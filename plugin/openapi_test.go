@@ -292,6 +292,7 @@ func contractCases() []contractCase {
 		{name: "rerank model error", method: "POST", path: "/v1/rerank", body: hits, server: withModel(modelErr(errors.New("onnx")), nil), status: 200, mode: "bm25_fallback", reason: "model_error"},
 		{name: "rerank model timeout", method: "POST", path: "/v1/rerank", body: hits, server: withModel(modelErr(context.DeadlineExceeded), nil), status: 200, mode: "bm25_fallback", reason: "model_timeout"},
 		{name: "rerank context full", method: "POST", path: "/v1/rerank", body: hits, server: withModel(modelErr(inference.ErrContextFull), nil), status: 200, mode: "bm25_fallback", reason: "context_full"},
+		{name: "rerank nothing to rank", method: "POST", path: "/v1/rerank", body: hits, server: withModel(modelErr(inference.ErrEmptyAllowedSet), nil), status: 200, mode: "bm25_fallback", reason: "nothing_to_rank"},
 		{name: "rerank low confidence", method: "POST", path: "/v1/rerank", body: hits, server: std(func(o *Options) { o.MinTopScore = 0 }), status: 200, mode: "bm25_fallback", reason: "low_confidence"},
 		{name: "rerank unresolved parametric", method: "POST", path: "/v1/rerank", body: hits, status: 200, mode: "reranked",
 			server: withES(&fakeSearcher{resolve: func(context.Context, []string) (map[string]adapter.Hit, error) { return nil, nil }}, &fakeReranker{rank: copyBeta}, nil)},

@@ -356,7 +356,7 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 		IsSuccessful: func(err error) bool {
 			var load *loadTimeoutError
 			return err == nil || errors.Is(err, context.Canceled) || errors.Is(err, inference.ErrContextFull) ||
-				errors.Is(err, errNoBudget) || errors.As(err, &load)
+				errors.Is(err, inference.ErrEmptyAllowedSet) || errors.Is(err, errNoBudget) || errors.As(err, &load)
 		},
 	})
 

@@ -470,6 +470,21 @@ func TestPolicies(t *testing.T) {
 	})
 }
 
+// TestNothingToRankFallsBackWithoutTrippingTheBreaker: a query with no new-document hits, for a model with no
+// memory to answer from (the engine's empty allowed set), is the request's, not a model failure.
+func TestNothingToRankFallsBackWithoutTrippingTheBreaker(t *testing.T) {
+	es := &fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return nil, nil }}
+	m := &fakeReranker{rank: func(context.Context, string, []inference.Candidate) (inference.Result, error) {
+		return inference.Result{}, fmt.Errorf("rank: %w", inference.ErrEmptyAllowedSet)
+	}}
+	s := newTestServer(t, es, m, func(o *Options) { o.Policy = "model" }) // the breaker opens after 2 failures
+	for range 4 {
+		_, body, _ := do(t, s, "POST", "/v1/search", `{"query":"q"}`)
+		require.Equal(t, "bm25_fallback", body["mode"])
+		require.Equal(t, "nothing_to_rank", body["fallback_reason"])
+	}
+}
+
 func TestContextFullFallsBackWithoutTrippingTheBreaker(t *testing.T) {
 	es := &fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }}
 	m := &fakeReranker{rank: func(context.Context, string, []inference.Candidate) (inference.Result, error) {
