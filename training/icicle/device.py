@@ -64,8 +64,9 @@ def release_free_memory() -> bool:
 
     A CPU training step frees tensors of a different size each step (prompt lengths vary), and glibc keeps the
     freed pages in its arenas: a reader run grew from 12 GB to 19.5 GB in 15 minutes on the 2-core host without
-    holding more tensors (training/results/reader/README.md, "b7"). Trimming after each step returns them;
-    MALLOC_MMAP_THRESHOLD_ did too, at a third of the CPU in page faults. A no-op off glibc (macOS, musl)."""
+    holding more tensors (training/results/reader/README.md, "b7"). Trimming returns them; the reader calls it only
+    after a step that leaves the process above --trim-above-gb, since trimming every step (like
+    MALLOC_MMAP_THRESHOLD_) spends much of the CPU on page faults. A no-op off glibc (macOS, musl)."""
     global _LIBC
     if _LIBC is None:
         import ctypes
