@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import numpy as np
 
@@ -74,27 +75,50 @@ def quantize_weights(src: str, dst: str, keep: tuple[str, ...] = KEEP_FP32, head
     the largest single read of a short Run, 113 MB in fp32 for the 135M model, 28 MB in int8). reduce_range: the
     weights in [-64, 64] (7 bits), which x86 CPUs without VNNI multiply without saturating (add_int8). Returns the
     names of the MatMuls made int8. One file (the int8 graph is about 300 MB for the 135M model, 330 MB with the head,
-    within protobuf's 2 GB)."""
+    within protobuf's 2 GB).
+
+    Its working copies (the untied graph, and the shape-inferred copy that ONNX Runtime writes beside its input and
+    reads back) go in a folder beside dst, not in the system's temporary folder: on a host whose /tmp was short of
+    space, onnx's shape inference wrote a truncated copy without an error and the read-back failed with protobuf's
+    bare "Wire format was corrupt" (CI, models/b7). The free space is checked first (need_space)."""
     import tempfile
 
     import onnx
+    from google.protobuf.message import DecodeError
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    with tempfile.TemporaryDirectory() as tmp:
+    work = os.path.dirname(os.path.abspath(dst))
+    need_space(work, os.path.getsize(src) * (3 if head else 2), f"making an int8 graph of {src}")
+    with tempfile.TemporaryDirectory(dir=work, prefix=".int8-") as tmp:
         if head:
             m = onnx.load(src)
             if not untie_head(m):
                 raise SystemExit(f"{src}: no tied output head ({HEAD_NODE} between two Transposes) to make int8")
             src = os.path.join(tmp, "untied.onnx")
             onnx.save(m, src)
+            del m
         g = onnx.load(src, load_external_data=False).graph
         consts = {i.name for i in g.initializer}
         weights = [n.name for n in g.node if n.op_type == "MatMul" and n.input[1] in consts]
         kept = [n for n in weights if any(k in n for k in keep)]
-        quantize_dynamic(src, dst, weight_type=QuantType.QInt8, per_channel=True, reduce_range=reduce_range,
-                         op_types_to_quantize=["MatMul"], nodes_to_exclude=kept,
-                         extra_options={"MatMulConstBOnly": True})
+        try:
+            quantize_dynamic(src, dst, weight_type=QuantType.QInt8, per_channel=True, reduce_range=reduce_range,
+                             op_types_to_quantize=["MatMul"], nodes_to_exclude=kept,
+                             extra_options={"MatMulConstBOnly": True})
+        except DecodeError as e:  # a copy written short: say where and how much room there was
+            free = shutil.disk_usage(work).free
+            raise SystemExit(f"{dst}: ONNX Runtime could not read back its shape-inferred copy of {src} ({e}); "
+                             f"{work} has {free / 1e6:.0f} MB free, a short write is the usual cause") from e
     return [n for n in weights if n not in kept]
+
+
+def need_space(folder: str, need: int, what: str) -> None:
+    """Stops with an error naming folder, what it is for and both sizes when folder's file system has less than
+    need bytes free."""
+    free = shutil.disk_usage(folder).free
+    if free < need:
+        raise SystemExit(f"{folder}: {free / 1e6:.0f} MB free; {what} needs about {need / 1e6:.0f} MB there "
+                         "(its working copies and the int8 file)")
 
 
 def add_int8(model_dir: str, keep: tuple[str, ...] = KEEP_FP32, head: bool = False, weight_bits: int = 7) -> dict:

@@ -157,6 +157,33 @@ def test_untied_head_gives_the_same_logits_and_goes_int8(exported, tmp_path):
     assert rep.int8_top1_agreement >= 0.5
 
 
+def test_int8_works_beside_the_model_and_says_when_there_is_no_room(exported, tmp_path, monkeypatch):
+    """The working copies (untied graph, ONNX Runtime's shape-inferred copy) live beside the model and are gone
+    after; with too little free space there, add_int8 stops before writing anything and names the folder and
+    both sizes (CI once failed with a bare protobuf "Wire format was corrupt" from a copy written short in /tmp)."""
+    import collections
+    import json
+    import shutil
+
+    import icicle.int8 as int8
+    from icicle.export import add_int8
+
+    _, fp, _ = exported
+    shutil.copy(fp, tmp_path / "model.onnx")
+    manifest = json.dumps({"name": "fixture", "onnx": "model.onnx"})
+    (tmp_path / "manifest.json").write_text(manifest)
+    real = shutil.disk_usage
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(int8.shutil, "disk_usage", lambda p: usage(10**9, 10**9, 1000))  # fake: a full disk
+    with pytest.raises(SystemExit, match=rf"{tmp_path}: 0 MB free; making an int8 graph of .*model.onnx needs about \d+ MB"):
+        add_int8(str(tmp_path), head=True)
+    assert (tmp_path / "manifest.json").read_text() == manifest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json", "model.onnx"]
+    monkeypatch.setattr(int8.shutil, "disk_usage", real)
+    add_int8(str(tmp_path), head=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json", "model.int8.onnx", "model.onnx"]
+
+
 def test_int8_refuses_a_directory_without_its_graph(tmp_path):
     import json
 
