@@ -78,9 +78,10 @@ def quantize_weights(src: str, dst: str, keep: tuple[str, ...] = KEEP_FP32, head
     within protobuf's 2 GB).
 
     Its working copies (the untied graph, and the shape-inferred copy that ONNX Runtime writes beside its input and
-    reads back) go in a folder beside dst, not in the system's temporary folder: on a host whose /tmp was short of
-    space, onnx's shape inference wrote a truncated copy without an error and the read-back failed with protobuf's
-    bare "Wire format was corrupt" (CI, models/b7). The free space is checked first (need_space)."""
+    reads back) go in a folder beside dst, not in the system's temporary folder: where that was short of space, onnx's
+    shape inference wrote a truncated copy without an error and the read-back failed with protobuf's bare "Wire format
+    was corrupt" (CI, models/b7; the same error here with TMPDIR on a 900 MB tmpfs). The free space is checked first
+    (need_space)."""
     import tempfile
 
     import onnx
