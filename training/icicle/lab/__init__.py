@@ -6,6 +6,7 @@
     python -m icicle.lab.runprofile ../models/reader135/model.onnx --past 3692  # one Run's time by operator
     python -m icicle.lab.attention --past 3692 --rows 38                      # the attention's methods, timed
     python -m icicle.lab.scorefusion fit ../.run/fusion/r135.jsonl            # first stage + w x reader, fitted
+    python -m icicle.lab.querylikelihood fit ../.run/ql/train.scored.jsonl   # first stage + w x log P(query | doc)
 
 They import the pipeline (``icicle.*``); no pipeline module imports them (tests/test_structure.py).
 """
