@@ -25,9 +25,9 @@ import os
 import random
 import sys
 import time
-import urllib.request
 
 from ..data import DEFAULT_DATA_DIR, is_new_doc
+from .scorefusion import search
 
 GRID_W = (0, 0.002, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1)
 
@@ -142,16 +142,10 @@ def select(data_dir: str, split: str, seen: str | None, new_every: int = 1, seen
 
 
 def collect(a: argparse.Namespace) -> None:
-    def post(body: dict) -> dict:
-        req = urllib.request.Request(a.sidecar.rstrip("/") + "/v1/search", json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=60) as res:
-            return json.load(res)
-
     qs = select(a.data, a.split, a.seen, a.new_every, a.seen_n)
     with open(a.out, "w") as f:
         for qid, text, subset, relevant in qs:
-            first = post({"query": text, "size": 20, "policy": "bm25"})
+            first = search(a.sidecar, {"query": text, "size": 20, "policy": "bm25"})
             f.write(json.dumps({"qid": qid, "query": text, "subset": subset, "relevant": relevant,
                                 "first": [(r["docid"], r["score"]) for r in first["results"]]}) + "\n")
     print(f"querylikelihood: {len(qs)} queries -> {a.out}", file=sys.stderr)

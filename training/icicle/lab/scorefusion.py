@@ -110,18 +110,20 @@ def select(data_dir: str, split: str, seen: str, seen_n: int, new_n: int = 0) ->
     return new[: new_n or len(new)] + old[:seen_n]
 
 
-def collect(a: argparse.Namespace) -> None:
-    def post(body: dict) -> dict:
-        req = urllib.request.Request(a.sidecar.rstrip("/") + "/v1/search", json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=60) as res:
-            return json.load(res)
+def search(sidecar: str, body: dict) -> dict:
+    """One /v1/search of a running sidecar, its JSON answer."""
+    req = urllib.request.Request(sidecar.rstrip("/") + "/v1/search", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as res:
+        return json.load(res)
 
+
+def collect(a: argparse.Namespace) -> None:
     qs = select(a.data, a.split, a.seen, a.seen_n, a.n)
     with open(a.out, "w") as f:
         for i, (qid, text, subset, relevant) in enumerate(qs):
-            model = post({"query": text, "size": 10, "policy": "model"})
-            first = post({"query": text, "size": 20, "policy": "bm25"})
+            model = search(a.sidecar, {"query": text, "size": 10, "policy": "model"})
+            first = search(a.sidecar, {"query": text, "size": 20, "policy": "bm25"})
             f.write(json.dumps(record(qid, subset, relevant, model, first)) + "\n")
             if (i + 1) % 100 == 0:
                 print(f"scorefusion: {i + 1}/{len(qs)} queries", file=sys.stderr, flush=True)
