@@ -19,7 +19,8 @@ class FakeCharTok:
 
 def test_query_logprobs_match_a_forward_per_prompt():
     torch.manual_seed(0)
-    m = Decoder(ModelConfig(vocab_size=50, hidden=32, layers=2, heads=4, kv_heads=2, head_dim=8, intermediate=40)).eval()
+    cfg = ModelConfig(vocab_size=50, hidden=32, layers=2, heads=4, kv_heads=2, head_dim=8, intermediate=40)
+    m = Decoder(cfg).eval()
     tok = FakeCharTok()
     prompts, query = ["a short one", "a rather longer prompt than that"], "why?"
     got = query_logprobs(m, tok, prompts, query)

@@ -119,7 +119,8 @@ def judged(data_dir: str) -> dict[str, list[str]]:
     return rel
 
 
-def select(data_dir: str, split: str, seen: str | None, new_every: int = 1, seen_n: int = 100) -> list[tuple[str, str, str, list[str]]]:
+def select(data_dir: str, split: str, seen: str | None, new_every: int = 1,
+           seen_n: int = 100) -> list[tuple[str, str, str, list[str]]]:
     """(qid, text, subset, relevant): with split, its queries as `new` (every new_every-th) then the first seen_n
     `seen` (see the module's doc); else every judged query as `all`."""
     rel = judged(data_dir)
@@ -204,13 +205,15 @@ def fit(a: argparse.Namespace) -> None:
         both = sum(fused_top(q, 0, a.depth) in q["relevant"] and fused_top(q, 1e6, a.depth) in q["relevant"]
                    for q in part)
         f1, l1 = hits1(part, 0, a.depth), hits1(part, 1e6, a.depth)
-        print(f"{s} ({len(part)}): first stage {f1:.3f}, query likelihood alone {l1:.3f} (both right "
-              f"{both}, first stage only {round(f1 * len(part)) - both}, likelihood only {round(l1 * len(part)) - both})")
+        only_f, only_l = round(f1 * len(part)) - both, round(l1 * len(part)) - both
+        print(f"{s} ({len(part)}): first stage {f1:.3f}, query likelihood alone {l1:.3f} (both right {both}, "
+              f"first stage only {only_f}, likelihood only {only_l})")
         print("  in sample by w: " + " ".join(f"{w}:{hits1(part, w, a.depth):.3f}" for w in GRID_W))
     for seed in range(3):
         cv = cross_validate(qs, a.depth, seed)
-        print(f"5-fold, seed {seed}: " + "; ".join(f"{s} ({n}) fused {r / n:.3f}, first stage {b / n:.3f}, "
-                                                  f"right/wrong {rw}/{wr}" for s, (r, b, n, rw, wr) in sorted(cv.items())))
+        parts = [f"{s} ({n}) fused {r / n:.3f}, first stage {b / n:.3f}, right/wrong {rw}/{wr}"
+                 for s, (r, b, n, rw, wr) in sorted(cv.items())]
+        print(f"5-fold, seed {seed}: " + "; ".join(parts))
 
 
 def main(argv: list[str] | None = None) -> None:
