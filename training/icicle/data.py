@@ -61,13 +61,19 @@ def is_new_doc(docid: str) -> bool:
     return _h(docid) % 10 == 0
 
 
-def load_beir(data_dir: str = DEFAULT_DATA_DIR) -> tuple[dict[str, Doc], list[Query]]:
-    """Loads corpus.jsonl.gz, queries.jsonl.gz and qrels.tsv (header qid, docid, relevance)."""
+def load_corpus(data_dir: str = DEFAULT_DATA_DIR) -> dict[str, Doc]:
+    """Loads data_dir/corpus.jsonl.gz (docid, title, text a line), by docid."""
     docs: dict[str, Doc] = {}
     with gzip.open(os.path.join(data_dir, "corpus.jsonl.gz"), "rt", encoding="utf-8") as f:
         for line in f:
             r = json.loads(line)
             docs[r["docid"]] = Doc(r["docid"], r["title"], r["text"])
+    return docs
+
+
+def load_beir(data_dir: str = DEFAULT_DATA_DIR) -> tuple[dict[str, Doc], list[Query]]:
+    """Loads corpus.jsonl.gz, queries.jsonl.gz and qrels.tsv (header qid, docid, relevance)."""
+    docs = load_corpus(data_dir)
     rel: dict[str, str] = {}
     with open(os.path.join(data_dir, "qrels.tsv"), encoding="utf-8", newline="") as f:
         rd = csv.reader(f, delimiter="\t")

@@ -26,7 +26,7 @@ import random
 import sys
 import time
 
-from ..data import DEFAULT_DATA_DIR, is_new_doc
+from ..data import DEFAULT_DATA_DIR, is_new_doc, load_corpus
 from .scorefusion import search
 
 GRID_W = (0, 0.002, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1)
@@ -156,7 +156,6 @@ def score(a: argparse.Namespace) -> None:
     import torch
 
     from ..backbone import SMOLLM2, gguf_meta_config, load_backbone
-    from ..data import Doc
     from ..tokenizer import gguf_path, load_tok
 
     torch.set_num_threads(a.threads)
@@ -170,11 +169,7 @@ def score(a: argparse.Namespace) -> None:
     else:
         model = load_backbone(gguf_meta_config(gguf_path()), SMOLLM2).eval()
     tok = load_tok()
-    docs: dict[str, Doc] = {}
-    with gzip.open(os.path.join(a.data, "corpus.jsonl.gz"), "rt", encoding="utf-8") as f:
-        for line in f:
-            r = json.loads(line)
-            docs[r["docid"]] = Doc(r["docid"], r["title"], r["text"])
+    docs = load_corpus(a.data)
     t0 = time.time()
     with open(a.samples) as src, open(a.out, "w") as out:
         for n, line in enumerate(src, 1):
@@ -188,7 +183,8 @@ def score(a: argparse.Namespace) -> None:
                 prompts = [reader_prompt(header, docs[d].title, docs[d].text, a.words) for d in ids]
                 text = " " + text
             lps = query_logprobs(model, tok, prompts, text)
-            q["ql"] = {d: [lp, len(tok.encode(text))] for d, lp in zip(ids, lps)}
+            n_tok = len(tok.encode(text))
+            q["ql"] = {d: [lp, n_tok] for d, lp in zip(ids, lps)}
             out.write(json.dumps(q) + "\n")
             if n % 50 == 0:
                 print(f"querylikelihood: {n} queries, {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
