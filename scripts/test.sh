@@ -56,6 +56,28 @@ free_space() {
 }
 free_space
 
+# one_run: two runs on one machine share the Elasticsearch test port and the two cores, and each slows the other
+# for as long as both last (session 37: a run killed from outside left its test.sh going, and the next run
+# overlapped it for 20 minutes). The lock is the machine's, under the cache; the kernel frees it when its holder
+# exits. The daemons a run starts (the node, nginx) are started without it, so that one left behind by a killed
+# run does not hold it: es.sh then names the port it holds.
+one_run() {
+  local lock=${ICICLE_CACHE:-$HOME/.cache/icicle}/test.lock
+  if ! command -v flock >/dev/null; then
+    echo "test.sh: warning: no flock (util-linux); a second run on this machine would not be stopped" >&2
+    return
+  fi
+  mkdir -p "$(dirname "$lock")"
+  exec 9>>"$lock"
+  if ! flock -n 9; then
+    echo "test.sh: another test run holds $lock ($(cat "$lock")); wait for it, or stop it with kill -- -PGID" >&2
+    exit 1
+  fi
+  printf 'pid %s, process group %s, in %s since %s' "$$" "$(ps -o pgid= -p $$ | tr -d ' ')" "$PWD" \
+    "$(date -u +%FT%TZ)" >"$lock"
+}
+one_run
+
 step "bootstrap"
 if [[ "${ICICLE_TEST_SKIP_PYTHON:-0}" == 1 ]]; then scripts/bootstrap.sh --no-python; else scripts/bootstrap.sh; fi
 eval "$(scripts/env.sh)"
@@ -105,11 +127,11 @@ fi
 
 step "Integration: real Elasticsearch node on loopback"
 export ICICLE_ES_PORT=${ICICLE_TEST_ES_PORT:-9250} ICICLE_RUN_DIR=$PWD/.run/test
-scripts/es.sh start
+scripts/es.sh start 9>&-
 trap 'scripts/es.sh stop >/dev/null 2>&1 || true' EXIT
 # The authenticating proxy (nginx) in front of the node, for integration/security_test.go.
 export ICICLE_AUTHPROXY_PORT=${ICICLE_TEST_AUTHPROXY_PORT:-9280}
-eval "$(scripts/authproxy.sh start)"
+eval "$(scripts/authproxy.sh start 9>&-)"
 trap 'scripts/authproxy.sh stop >/dev/null 2>&1 || true; scripts/es.sh stop >/dev/null 2>&1 || true' EXIT
 eval "$(scripts/clients.sh)" # the official Python and JavaScript clients that integration/clients_test.go drives
 export ICICLE_ES_URL=$(scripts/es.sh url)
