@@ -3,7 +3,7 @@ import gzip
 import json
 
 from icicle.data import is_new_doc
-from icicle.lab.scorefusion import best_setting, cross_validate, fused_top, hits1, record, select
+from icicle.lab.scorefusion import best_setting, cross_validate, fused_top, hits1, load, record, select
 
 
 def query(subset, gold, first, lp):
@@ -18,6 +18,12 @@ def test_fused_top():
     assert fused_top(first, lp, 0.02, -1, -2) == "a", "clipped at -2, a loses only 0.04: 0.86"
     assert fused_top(first, {"a": -9.0, "b": -9.0}, 0.02, -1, -30) == "s", "outside the context: the floor"
     assert fused_top([], {}, 1, -1, -2) is None
+    # --slots: only what the reader read moves, among its own places; the seen s keeps its place when first.
+    read = {"a", "b"}
+    assert fused_top(first, lp, 0.02, -1, -30, read) == "b"
+    assert fused_top(first, {"a": -9.0, "b": -9.0}, 0.02, -1, -30, read) == "a", "s was not read: no floor for it"
+    assert fused_top([("s", 0.95)] + first, lp, 1, -1, -30, read) == "s", "a first the reader did not read stays"
+    assert fused_top([], {}, 1, -1, -2, read) is None
 
 
 def test_fit_finds_a_reader_that_helps_and_cross_validates():
@@ -42,6 +48,11 @@ def test_record_and_select(tmp_path):
     first = {"results": [{"docid": "a", "score": 0.9}, {"docid": "b", "score": 0.8}]}
     r = record("q1", "new", ["b"], model, first)
     assert r["lp"] == {"b": -0.2} and r["first"] == [("a", 0.9), ("b", 0.8)] and r["context"] == ["a", "b"]
+    assert r["lp_memory"] == {"z": -5}
+    (tmp_path / "c.jsonl").write_text(json.dumps(r) + "\n")
+    assert load(str(tmp_path / "c.jsonl"))[0]["lp"] == {"b": -0.2}
+    q = load(str(tmp_path / "c.jsonl"), memory=True, slots=True)[0]
+    assert q["lp"] == {"b": -0.2, "z": -5} and q["read"] == {"a", "b"} and q["relevant"] == {"b"}
     fell = record("q1", "new", ["b"], {"mode": "bm25_fallback", "fallback_reason": "model_timeout", "results": []}, first)
     assert fell["lp"] == {} and fell["fallback_reason"] == "model_timeout"
 
@@ -60,3 +71,7 @@ def test_record_and_select(tmp_path):
     assert [(q[0], q[2]) for q in got] == [("1", "new"), ("5", "new"), ("2", "seen")]
     assert got[0][3] == [new_a]
     assert [q[0] for q in select(str(tmp_path), "train", str(tmp_path / "seen.txt"), 0, 1)] == ["1"]
+    # The seen half from a file of qids (a model's seen_heldout_queries.jsonl), in the file's order, all of them.
+    (tmp_path / "held.jsonl").write_text(json.dumps({"qid": "2", "query": "text 2", "split": "train"}) + "\n")
+    got = select(str(tmp_path), "train", str(tmp_path / "seen.txt"), 0, 0, str(tmp_path / "held.jsonl"))
+    assert [(q[0], q[2]) for q in got] == [("1", "new"), ("5", "new"), ("2", "seen")]

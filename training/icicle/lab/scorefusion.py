@@ -14,9 +14,14 @@ queries (their document in --seen).
 
 `fit` ranks each query's first-stage list by score + w x lp, where lp is the reader's copy log-probability of the
 document, clipped below at `clip`, and `floor` for a document not in the reader's context (the first stage's
-seen documents, which a copy-only reader cannot name). It prints the grid's best settings on all queries
+seen documents, which a copy-only reader cannot name; with `--memory`, those the memory route named take its
+log-probability). It prints the grid's best settings on all queries
 (in-sample) and 5-fold cross-validation: the best settings of four folds applied to the fifth, by subset,
-against the first stage alone (w = 0).
+against the first stage alone (w = 0). `--slots` scores only the documents the reader read (the sidecar's context)
+and moves them only among the places they hold, so that a document it did not read (a seen one) keeps its place;
+`--memory` gives a document the memory route named its log-probability instead of the floor. `collect
+--seen-queries FILE` asks the seen-document questions of FILE (their "qid"s: a model's seen_heldout_queries.jsonl,
+kept out of its training) instead of the split's first --seen-n, which a reader with a memory route trained on.
 """
 from __future__ import annotations
 
@@ -34,8 +39,15 @@ GRID_FLOOR = (-1, -2, -4, -8, -16)
 GRID_CLIP = (-2, -4, -8, -16, -30)
 
 
-def fused_top(first: list[tuple[str, float]], lp: dict[str, float], w: float, floor: float, clip: float) -> str | None:
-    """The document first stage + w x reader ranks first; the first stage's order breaks ties."""
+def fused_top(first: list[tuple[str, float]], lp: dict[str, float], w: float, floor: float, clip: float,
+              read: set[str] | None = None) -> str | None:
+    """The document first stage + w x reader ranks first; the first stage's order breaks ties. With read (the
+    documents the reader read, `--slots`: the sidecar's policy blend), only those are scored and they take only
+    the places they hold: when the first stage's first is a document the reader did not read, it stays first."""
+    if read is not None:
+        if not first or first[0][0] not in read:
+            return first[0][0] if first else None
+        first = [(d, s) for d, s in first if d in read]
     best, top = float("-inf"), None
     for doc, score in first:
         r = lp.get(doc)
@@ -48,7 +60,7 @@ def fused_top(first: list[tuple[str, float]], lp: dict[str, float], w: float, fl
 def hits1(queries: list[dict], setting: tuple[float, float, float]) -> float:
     if not queries:
         return 0.0
-    return sum(fused_top(q["first"], q["lp"], *setting) in q["relevant"] for q in queries) / len(queries)
+    return sum(fused_top(q["first"], q["lp"], *setting, q.get("read")) in q["relevant"] for q in queries) / len(queries)
 
 
 def best_setting(queries: list[dict]) -> tuple[float, float, float]:
@@ -68,7 +80,7 @@ def cross_validate(queries: list[dict], folds: int = 5, seed: int = 0) -> dict[s
         for i in parts[k]:
             q = queries[i]
             r = right.setdefault(q["subset"], [0, 0, 0])
-            r[0] += fused_top(q["first"], q["lp"], *setting) in q["relevant"]
+            r[0] += fused_top(q["first"], q["lp"], *setting, q.get("read")) in q["relevant"]
             r[1] += fused_top(q["first"], q["lp"], 0, 0, 0) in q["relevant"]
             r[2] += 1
     return {s: (f / n, b / n, n) for s, (f, b, n) in right.items()}
@@ -76,30 +88,48 @@ def cross_validate(queries: list[dict], folds: int = 5, seed: int = 0) -> dict[s
 
 def record(qid: str, subset: str, relevant: list[str], model: dict, first: dict) -> dict:
     """A query's line: the first stage's (docid, score) list and the reader's copy log-probabilities."""
-    lp = {}
+    lp, memory = {}, {}
     if model.get("mode") == "reranked":
         lp = {r["docid"]: r["score"] for r in model["results"] if r.get("provenance") == "copy"}
-    return {"qid": qid, "subset": subset, "relevant": relevant, "lp": lp, "model_mode": model.get("mode"),
+        memory = {r["docid"]: r["score"] for r in model["results"] if r.get("provenance") == "parametric"}
+    return {"qid": qid, "subset": subset, "relevant": relevant, "lp": lp, "lp_memory": memory,
+            "model_mode": model.get("mode"),
             "fallback_reason": model.get("fallback_reason"),
             "first": [(r["docid"], r["score"]) for r in first["results"]], "context": model.get("context") or []}
 
 
-def load(path: str) -> list[dict]:
+def load(path: str, memory: bool = False, slots: bool = False) -> list[dict]:
+    """A collect file's queries. memory: a document the copy route did not score takes the memory route's score
+    where it named it (a seen document of the first stage's list), so that it is not held to the floor. slots:
+    fused_top scores only the documents the reader read (its context), in their places (policy blend)."""
     out = []
     for line in open(path):
         q = json.loads(line)
         q["relevant"] = set(q["relevant"])
         q["first"] = [tuple(x) for x in q["first"]]
+        if memory:
+            q["lp"] = {**q.get("lp_memory", {}), **q["lp"]}
+        if slots:
+            q["read"] = set(q["context"])
         out.append(q)
     return out
 
 
-def select(data_dir: str, split: str, seen: str, seen_n: int, new_n: int = 0) -> list[tuple]:
+def select(data_dir: str, split: str, seen: str, seen_n: int, new_n: int = 0, seen_qids: str = "") -> list[tuple]:
     """(qid, text, subset, relevant) of the split: its queries of D_new documents (the first new_n; 0: all), then
-    the first seen_n of its queries whose document is in the seen file."""
+    the first seen_n of its queries whose document is in the seen file, or with seen_qids (a JSONL file with "qid"s,
+    such as a model's seen_heldout_queries.jsonl, the seen questions kept out of its training) those, in the file's
+    order."""
     seen_docs = {line.rstrip("\n") for line in open(seen) if line.strip()}
     _, queries = load_beir(data_dir)
     new, old = [], []
+    if seen_qids:
+        by_qid = {q.qid: q for q in queries}
+        for line in open(seen_qids):
+            if line.strip():
+                q = by_qid[json.loads(line)["qid"]]
+                old.append((q.qid, q.query, "seen", [q.docid]))
+        queries = [q for q in queries if q.docid not in seen_docs]
     for q in queries:
         if q.nq_split != split:
             continue
@@ -107,7 +137,7 @@ def select(data_dir: str, split: str, seen: str, seen_n: int, new_n: int = 0) ->
             old.append((q.qid, q.query, "seen", [q.docid]))
         elif is_new_doc(q.docid):
             new.append((q.qid, q.query, "new", [q.docid]))
-    return new[: new_n or len(new)] + old[:seen_n]
+    return new[: new_n or len(new)] + (old if seen_qids else old[:seen_n])
 
 
 def search(sidecar: str, body: dict) -> dict:
@@ -119,7 +149,7 @@ def search(sidecar: str, body: dict) -> dict:
 
 
 def collect(a: argparse.Namespace) -> None:
-    qs = select(a.data, a.split, a.seen, a.seen_n, a.n)
+    qs = select(a.data, a.split, a.seen, a.seen_n, a.n, a.seen_queries)
     with open(a.out, "w") as f:
         for i, (qid, text, subset, relevant) in enumerate(qs):
             model = search(a.sidecar, {"query": text, "size": 10, "policy": "model"})
@@ -130,7 +160,7 @@ def collect(a: argparse.Namespace) -> None:
 
 
 def fit(a: argparse.Namespace) -> None:
-    qs = load(a.samples)
+    qs = load(a.samples, a.memory, a.slots)
     missing = [q.get("fallback_reason") or q.get("model_mode") for q in qs if q.get("model_mode") != "reranked"]
     if missing:
         print(f"warning: {len(missing)} of {len(qs)} queries have no reader answer ({sorted(set(map(str, missing)))}): "
@@ -156,9 +186,15 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("--seen", required=True, help="the model's seen_docids.txt")
     c.add_argument("--n", type=int, default=0, help="new-document queries at most (0: all)")
     c.add_argument("--seen-n", type=int, default=300)
+    c.add_argument("--seen-queries", default="", help="a JSONL of the seen-document questions to ask (their \"qid\"s, "
+                   "e.g. a model's seen_heldout_queries.jsonl) instead of the split's first --seen-n")
     c.add_argument("--out", required=True)
     f = sub.add_parser("fit")
     f.add_argument("samples")
+    f.add_argument("--memory", action="store_true",
+                   help="score the documents the memory route named by its log-probability (a reader with both routes)")
+    f.add_argument("--slots", action="store_true",
+                   help="the sidecar's policy blend: only the documents the reader read move, among their own places")
     a = p.parse_args(argv)
     collect(a) if a.cmd == "collect" else fit(a)
 
