@@ -2,6 +2,8 @@
 import gzip
 import json
 
+import pytest
+
 from icicle.data import is_new_doc
 from icicle.lab.scorefusion import best_setting, cross_validate, fused_top, hits1, load, record, select
 
@@ -75,3 +77,6 @@ def test_record_and_select(tmp_path):
     (tmp_path / "held.jsonl").write_text(json.dumps({"qid": "2", "query": "text 2", "split": "train"}) + "\n")
     got = select(str(tmp_path), "train", str(tmp_path / "seen.txt"), 0, 0, str(tmp_path / "held.jsonl"))
     assert [(q[0], q[2]) for q in got] == [("1", "new"), ("5", "new"), ("2", "seen")]
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"qid": "99"}) + "\n")
+    with pytest.raises(SystemExit, match="qid 99"):
+        select(str(tmp_path), "train", str(tmp_path / "seen.txt"), 0, 0, str(tmp_path / "bad.jsonl"))

@@ -15,11 +15,11 @@ queries (their document in --seen).
 `fit` ranks each query's first-stage list by score + w x lp, where lp is the reader's copy log-probability of the
 document, clipped below at `clip`, and `floor` for a document not in the reader's context (the first stage's
 seen documents, which a copy-only reader cannot name; with `--memory`, those the memory route named take its
-log-probability). It prints the grid's best settings on all queries
-(in-sample) and 5-fold cross-validation: the best settings of four folds applied to the fifth, by subset,
-against the first stage alone (w = 0). `--slots` scores only the documents the reader read (the sidecar's context)
-and moves them only among the places they hold, so that a document it did not read (a seen one) keeps its place;
-`--memory` gives a document the memory route named its log-probability instead of the floor. `collect
+log-probability). It prints the grid's best settings on all queries (in-sample) and 5-fold cross-validation: the
+best settings of four folds applied to the fifth, by subset, against the first stage alone (w = 0). `--slots`
+scores only the documents the reader read (the sidecar's context) and moves them only among the places they hold,
+so that a document it did not read (a seen one) keeps its place (docs/evaluation.md, "Blending the reader into the
+first stage's scores": a sidecar policy with this rule was measured and removed). `collect
 --seen-queries FILE` asks the seen-document questions of FILE (their "qid"s: a model's seen_heldout_queries.jsonl,
 kept out of its training) instead of the split's first --seen-n, which a reader with a memory route trained on.
 """
@@ -42,7 +42,7 @@ GRID_CLIP = (-2, -4, -8, -16, -30)
 def fused_top(first: list[tuple[str, float]], lp: dict[str, float], w: float, floor: float, clip: float,
               read: set[str] | None = None) -> str | None:
     """The document first stage + w x reader ranks first; the first stage's order breaks ties. With read (the
-    documents the reader read, `--slots`: the sidecar's policy blend), only those are scored and they take only
+    documents the reader read, `--slots`), only those are scored and they take only
     the places they hold: when the first stage's first is a document the reader did not read, it stays first."""
     if read is not None:
         if not first or first[0][0] not in read:
@@ -101,7 +101,7 @@ def record(qid: str, subset: str, relevant: list[str], model: dict, first: dict)
 def load(path: str, memory: bool = False, slots: bool = False) -> list[dict]:
     """A collect file's queries. memory: a document the copy route did not score takes the memory route's score
     where it named it (a seen document of the first stage's list), so that it is not held to the floor. slots:
-    fused_top scores only the documents the reader read (its context), in their places (policy blend)."""
+    fused_top scores only the documents the reader read (its context), in their places."""
     out = []
     for line in open(path):
         q = json.loads(line)
@@ -127,7 +127,10 @@ def select(data_dir: str, split: str, seen: str, seen_n: int, new_n: int = 0, se
         by_qid = {q.qid: q for q in queries}
         for line in open(seen_qids):
             if line.strip():
-                q = by_qid[json.loads(line)["qid"]]
+                qid = json.loads(line)["qid"]
+                if qid not in by_qid:
+                    raise SystemExit(f"--seen-queries {seen_qids}: qid {qid} is not among {data_dir}'s queries")
+                q = by_qid[qid]
                 old.append((q.qid, q.query, "seen", [q.docid]))
         queries = [q for q in queries if q.docid not in seen_docs]
     for q in queries:
@@ -194,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     f.add_argument("--memory", action="store_true",
                    help="score the documents the memory route named by its log-probability (a reader with both routes)")
     f.add_argument("--slots", action="store_true",
-                   help="the sidecar's policy blend: only the documents the reader read move, among their own places")
+                   help="only the documents the reader read (its context) move, among their own places")
     a = p.parse_args(argv)
     collect(a) if a.cmd == "collect" else fit(a)
 
