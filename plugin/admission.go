@@ -403,6 +403,9 @@ type ModelEndpoint struct {
 	Concurrency ConcurrencyInfo `json:"concurrency"`
 	// FirstStage is the first stage's encoder and fusion.
 	FirstStage FirstStageInfo `json:"first_stage"`
+	// Index is the Elasticsearch index the sidecar serves (elasticsearch.index): a client measuring against the
+	// same cluster (`icicle eval`'s BM25 arm) checks that it searches the same one.
+	Index string `json:"index"`
 }
 
 // ConcurrencyInfo is the admission control as /v1/model shows it.
@@ -425,5 +428,6 @@ func (s *Server) modelEndpoint(c *gin.Context) {
 		Concurrency: ConcurrencyInfo{MaxInflight: s.opts.MaxInflight, QueueSize: s.opts.QueueSize,
 			QueueTimeoutMS: ms(s.opts.QueueTimeout), Cost: s.costs().snapshot()},
 		FirstStage: FirstStageInfo{Encoder: s.first.Encoder(), Params: s.first.Params()},
+		Index:      s.es.Index(),
 	})
 }

@@ -125,6 +125,17 @@ func parseInts(s string, lo, hi int) ([]int, error) {
 	return slices.Compact(out), nil
 }
 
+// sameIndex refuses an evaluation whose BM25 arm (arm A: this process's elasticsearch.index) would search
+// another index than the sidecar serves (its /v1/model "index"; empty from a sidecar that does not say it): the
+// arms would rank different corpora, and the report would compare nothing.
+func sameIndex(sidecar, own string) error {
+	if sidecar == "" || sidecar == own {
+		return nil
+	}
+	return fmt.Errorf("the sidecar serves index %q and this eval's BM25 arm would search %q: give eval the same "+
+		"elasticsearch.index (ICICLE_ELASTICSEARCH_INDEX=%s)", sidecar, own, sidecar)
+}
+
 // labelled is one query of the evaluation set.
 type labelled struct {
 	ID, Text string
@@ -161,9 +172,12 @@ func runEval(ctx context.Context, f evalFlags, out, log io.Writer) error {
 	}
 	defer es.Close()
 	client := newSidecarClient(f.sidecar, f.timeout, f.concurrency)
-	var model plugin.ModelInfo
+	var model plugin.ModelEndpoint
 	if err := client.get(ctx, "/v1/model", &model); err != nil {
 		return fmt.Errorf("sidecar %s not answering (start it with `icicle serve`): %w", f.sidecar, err)
+	}
+	if err := sameIndex(model.Index, es.Index()); err != nil {
+		return err
 	}
 	r := &evalRun{f: f, es: es, client: client, qs: qs, log: log}
 	meta := eval.Meta{Queries: map[string]int{}, QueriesFile: f.queries, QrelsFile: f.qrels, Split: f.split, ModelDir: dir,

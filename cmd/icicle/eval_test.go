@@ -62,3 +62,11 @@ func TestReadQueryTexts(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"plain query", "json query", "beir text"}, got)
 }
+
+func TestSameIndex(t *testing.T) {
+	require.NoError(t, sameIndex("icicle-docs", "icicle-docs"))
+	require.NoError(t, sameIndex("", "icicle-docs"), "a sidecar that does not say its index")
+	err := sameIndex("icicle-cranfield-v", "icicle-docs")
+	require.ErrorContains(t, err, `the sidecar serves index "icicle-cranfield-v" and this eval's BM25 arm would search "icicle-docs"`)
+	require.ErrorContains(t, err, "ICICLE_ELASTICSEARCH_INDEX=icicle-cranfield-v")
+}
