@@ -38,3 +38,26 @@ def test_a_cut_summary_hides_what_the_whole_passage_shows():
     assert res["right"]["full"] == 1 and res["right"]["summary"] == 1
     assert res["right"]["summary_24_tokens"] == 0  # the cut leaves the gold's title and its filler
     assert res["right"]["query_window_24_tokens"] == 1  # the query's window finds the designer's sentence
+    # the reader picked Eastbrook (wrong): the whole-passage encoder is right alone, the 24-token view picks as it does
+    assert res["against_reader"]["full"] == {"same_top": 0, "only_it_right": 1, "only_reader_right": 0}
+    assert res["against_reader"]["summary_24_tokens"]["same_top"] == 1
+    assert res["against_reader"]["first_stage"] == {"same_top": 1, "only_it_right": 0, "only_reader_right": 0}
+    # the first stage's first (Eastbrook) was wrong: no misreading to count
+    assert res["misreadings"]["queries"] == 0 and res["misreadings"]["place"] == {}
+
+
+def test_a_misreading_is_counted_with_its_place_and_what_the_encoder_found():
+    enc_dir = os.path.join(MODELS, "bge-small-en-v15-q")
+    docs = {"Millbrook lighthouse": {"docid": "Millbrook lighthouse", "title": "Millbrook lighthouse",
+                                     "text": "The Millbrook lighthouse was designed by the engineer Ada Penrose."},
+            "Millbrook bakery": {"docid": "Millbrook bakery", "title": "Millbrook bakery",
+                                 "text": "The Millbrook bakery sells bread and cakes every morning."}}
+    samples = [{"qid": "q1", "relevant": ["Millbrook lighthouse"],
+                "lp": {"Millbrook lighthouse": -3.0, "Millbrook bakery": -0.1},
+                "first": [["Millbrook lighthouse", 2.0], ["Millbrook bakery", 1.0]]}]
+    res = RV.measure(samples, docs, {"q1": "who designed the millbrook lighthouse"}, set(), E.load(enc_dir),
+                     Tokenizer.from_file(os.path.join(MODELS, "reader135", "tokenizer.json")), [24], candidates=10)
+    m = res["misreadings"]
+    assert m["queries"] == 1 and m["place"] == {2: 1}  # the reader took the first stage's second
+    assert m["encoder_right"]["full"] == 1  # the encoder finds the lighthouse from the passage
+    assert m["shares_first_title_token"] == 1  # both titles begin "Mill..."

@@ -11,7 +11,13 @@ title and the stored summary (the first 120 words), on the title and the summary
 tokenizer (the reader's manifest cuts summaries to max_summary_tokens), on the title and the K-token window of the
 passage holding the most of the query's rarer words (IDF-weighted over the corpus: what a query snippet,
 decode.snippet_chars, can show in K tokens), and the reader's own top (the collect file's copy log-probabilities).
-The encoder on the reader's view is the bar the reader's reading can be held to.
+The encoder on the reader's view is the bar the reader's reading can be held to. `against_reader` compares each
+ranking's top with the reader's, query by query: how often they pick the same candidate, and how often only one of
+them is right (a reader that imitates the encoder agrees with it more than the encoder's views agree among themselves).
+`misreadings` takes the questions where the reader leaves the first stage's first and the first stage was right:
+how often the encoder finds the gold from each view there (the view held the answer), the place in the first
+stage's list of the reader's pick (0: not among the candidates), and how often the pick begins with the gold's
+first title token (the trie's shared prefix).
 """
 from __future__ import annotations
 
@@ -74,6 +80,11 @@ def measure(samples: list[dict], docs: dict, queries: dict, seen: set, enc, rtok
     man, tok, sess = enc
     fs = views(tokens, rtok, idf(docs))
     hits = {"first_stage": 0, **{k: 0 for k in fs}, "reader": 0}
+    # against the reader's own top, per ranking: the same pick; right where the reader is wrong; wrong where it is right
+    vs = {k: {"same_top": 0, "only_it_right": 0, "only_reader_right": 0} for k in ["first_stage", *fs]}
+    # the reader's misreadings: it leaves the first stage's first, which was right
+    dep = {"queries": 0, "encoder_right": {k: 0 for k in fs}, "place": collections.Counter(),
+           "shares_first_title_token": 0}
     n = 0
     for s in samples:
         cands = [d for d, _ in s["first"] if d not in seen][:candidates]
@@ -82,13 +93,31 @@ def measure(samples: list[dict], docs: dict, queries: dict, seen: set, enc, rtok
             continue
         n += 1
         q = embed(man, tok, sess, [man["query_prefix"] + queries[s["qid"]]], 1)[0]
-        hits["first_stage"] += cands[0] in rel
+        tops = {"first_stage": cands[0]}
         for name, f in fs.items():
             m = embed(man, tok, sess, [f(docs[c], queries[s["qid"]]) for c in cands], 1)
-            hits[name] += cands[int(np.argmax(m @ q))] in rel
-        if s.get("lp"):
-            hits["reader"] += max(s["lp"], key=s["lp"].get) in rel
-    return {"queries": n, "hits@1": {k: round(v / n, 3) if n else 0.0 for k, v in hits.items()}, "right": hits}
+            tops[name] = cands[int(np.argmax(m @ q))]
+        for name, top in tops.items():
+            hits[name] += top in rel
+        reader = max(s["lp"], key=s["lp"].get) if s.get("lp") else None
+        hits["reader"] += reader in rel
+        if reader is None:
+            continue
+        for name, top in tops.items():
+            vs[name]["same_top"] += top == reader
+            vs[name]["only_it_right"] += top in rel and reader not in rel
+            vs[name]["only_reader_right"] += reader in rel and top not in rel
+        if cands[0] in rel and reader not in rel:
+            gold = next(c for c in cands if c in rel)
+            dep["queries"] += 1
+            for name in fs:
+                dep["encoder_right"][name] += tops[name] in rel
+            dep["place"][cands.index(reader) + 1 if reader in cands else 0] += 1
+            first = [rtok.encode(t, add_special_tokens=False).ids[:1] for t in (reader, gold)]
+            dep["shares_first_title_token"] += first[0] == first[1]
+    dep["place"] = dict(sorted(dep["place"].items()))
+    return {"queries": n, "hits@1": {k: round(v / n, 3) if n else 0.0 for k, v in hits.items()}, "right": hits,
+            "against_reader": vs, "misreadings": dep}
 
 
 def main(argv=None) -> None:
