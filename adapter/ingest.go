@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"iter"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -57,7 +58,11 @@ type IngestOptions struct {
 	// FlushBytes is the bulk request size that triggers a flush. Default: 5 MiB.
 	FlushBytes int
 	// KeepStored reads the stored documents before writing (one multi-get per KeepStoredBatch documents)
-	// and writes each document only over the version it read: a stored document keeps its seen flag when
+	// and writes each document only over the version it read, and only when it changes: a stored document
+	// that already holds the same title, text, summary, seen flag and vector is not written again (counted
+	// Unchanged), so that a corpus sent again leaves no replaced versions behind (Elasticsearch keeps
+	// them, and counts them in BM25's statistics, until a merge drops them). Without Embed, a document
+	// sent without a vector keeps the stored one when its title and text are the same. A stored document keeps its seen flag when
 	// Doc.KeepSeen says so, and a stored document with the same docid but a different text (another
 	// document sharing the title, the docid of NQ/BEIR corpora) is not overwritten unless Replace is set:
 	// the new one is failed, not retryable, with ReasonDocIDTaken in its reason. A document changed by
@@ -96,19 +101,21 @@ type Failure struct {
 	Retryable bool
 }
 
-// IngestReport accounts for every document Ingest was given: Indexed+Updated+len(Failed) equals the number
-// of documents drawn from the sequence.
+// IngestReport accounts for every document Ingest was given: Indexed+Updated+Unchanged+len(Failed) equals
+// the number of documents drawn from the sequence.
 type IngestReport struct {
 	// Indexed counts documents that were new to the index.
 	Indexed int
 	// Updated counts documents that replaced an existing document with the same docid.
 	Updated int
+	// Unchanged counts documents (KeepStored) stored already as they were sent: not written again.
+	Unchanged int
 	// Failed lists the documents that were not written, in no particular order.
 	Failed []Failure
 }
 
 // Total returns the number of documents accounted for.
-func (r IngestReport) Total() int { return r.Indexed + r.Updated + len(r.Failed) }
+func (r IngestReport) Total() int { return r.Indexed + r.Updated + r.Unchanged + len(r.Failed) }
 
 // stored is the JSON document written to the index.
 type stored struct {
@@ -270,7 +277,7 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 	var addErr error
 	// write queues one document; with KeepStored, st is what was read of it (nil: not stored).
 	write := func(d Doc, st *storedState) error {
-		seen, w := d.Seen, writeMeta{}
+		seen, w, vectorModel := d.Seen, writeMeta{}, opts.VectorModel
 		if opts.KeepStored {
 			switch {
 			case st == nil:
@@ -281,12 +288,22 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 				return nil
 			default:
 				seen = seen || (d.KeepSeen && st.seen)
+				if len(d.Vector) == 0 && opts.Embed == nil && st.text == d.Text && st.title == d.Title && st.vectorModel != "" {
+					// Sent without a vector (POST /v1/ingest embeds nothing): the same text keeps its stored one.
+					d.Vector, vectorModel = st.vector, st.vectorModel
+				}
+				if st.same(d, seen, vectorModel) {
+					mu.Lock()
+					rep.Unchanged++
+					mu.Unlock()
+					return nil
+				}
 				w.seqNo, w.primaryTerm = &st.seqNo, &st.primaryTerm
 			}
 		}
 		doc := stored{DocID: d.DocID, Title: d.Title, Text: d.Text, Summary: d.Summary, Seen: seen, IngestedAt: start.UTC()}
 		if len(d.Vector) > 0 {
-			doc.Vector, doc.VectorModel = d.Vector, opts.VectorModel
+			doc.Vector, doc.VectorModel = d.Vector, vectorModel
 		}
 		body, err := json.Marshal(doc)
 		if err != nil {
@@ -325,7 +342,7 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 				ids[k] = d.DocID
 			}
 			var err error
-			if stored, err = a.readStored(ctx, ids, opts.Embed != nil); err != nil {
+			if stored, err = a.readStored(ctx, ids); err != nil {
 				return failBatch(err)
 			}
 		}
@@ -459,7 +476,7 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 			rep.Failed = append(rep.Failed, Failure{DocID: docids[i], Reason: "no result from the bulk indexer", Retryable: true})
 		}
 	}
-	a.log.Info("ingest", "index", a.index, "indexed", rep.Indexed, "updated", rep.Updated,
+	a.log.Info("ingest", "index", a.index, "indexed", rep.Indexed, "updated", rep.Updated, "unchanged", rep.Unchanged,
 		"failed", len(rep.Failed), "requests", requests, "took_ms", a.now().Sub(start).Milliseconds())
 	if opts.Progress != nil {
 		opts.Progress(rep.Total()) // the workers are gone: this is the last call, with the final count
@@ -489,6 +506,7 @@ const ReasonDocIDTaken = "docid taken"
 // storedState is what KeepStored reads of a stored document.
 type storedState struct {
 	text, title string
+	summary     string
 	seen        bool
 	seqNo       int64
 	primaryTerm int64
@@ -496,21 +514,30 @@ type storedState struct {
 	vectorModel string
 }
 
-// readStored multi-gets the documents of docids and returns the stored ones by docid; with vectors, their
-// vectors too.
-func (a *Adapter) readStored(ctx context.Context, docids []string, vectors bool) (map[string]storedState, error) {
+// same reports whether the stored document already holds what writing d (with the seen flag and the
+// vector's model decided) would store, ingested_at aside.
+func (st *storedState) same(d Doc, seen bool, vectorModel string) bool {
+	if st.text != d.Text || st.title != d.Title || st.summary != d.Summary || st.seen != seen {
+		return false
+	}
+	if len(d.Vector) == 0 {
+		return st.vectorModel == "" // writing would drop a stored vector
+	}
+	return st.vectorModel == vectorModel && slices.Equal(st.vector, d.Vector)
+}
+
+// readStored multi-gets the documents of docids and returns the stored ones by docid, vectors included.
+func (a *Adapter) readStored(ctx context.Context, docids []string) (map[string]storedState, error) {
 	type stored struct {
 		DocID       string    `json:"docid"`
 		Title       string    `json:"title"`
 		Text        string    `json:"text"`
+		Summary     string    `json:"summary"`
 		Seen        bool      `json:"seen"`
 		Vector      []float32 `json:"vector"`
 		VectorModel string    `json:"vector_model"`
 	}
-	fields := []string{"docid", "title", "text", "seen"}
-	if vectors {
-		fields = append(fields, VectorField, VectorModelField)
-	}
+	fields := []string{"docid", "title", "text", "summary", "seen", VectorField, VectorModelField}
 	docs, err := mgetByDocID[stored](ctx, a, docids, fields)
 	if err != nil {
 		return nil, fmt.Errorf("read stored documents: %w", err)
@@ -518,7 +545,8 @@ func (a *Adapter) readStored(ctx context.Context, docids []string, vectors bool)
 	out := make(map[string]storedState, len(docs))
 	for _, d := range docs {
 		if d.Found {
-			out[d.Source.DocID] = storedState{text: d.Source.Text, title: d.Source.Title, seen: d.Source.Seen, seqNo: d.SeqNo,
+			out[d.Source.DocID] = storedState{text: d.Source.Text, title: d.Source.Title, summary: d.Source.Summary,
+				seen: d.Source.Seen, seqNo: d.SeqNo,
 				primaryTerm: d.PrimaryTerm, vector: d.Source.Vector, vectorModel: d.Source.VectorModel}
 		}
 	}

@@ -78,3 +78,50 @@ func TestIngestKeepStoredReplace(t *testing.T) {
 	require.NoError(t, json.Unmarshal(lines[4], &meta2))
 	require.EqualValues(t, 2, meta2["index"]["if_seq_no"])
 }
+
+// TestIngestKeepStoredUnchanged: a document stored already as sent (title, text, summary, the seen flag it
+// keeps, and its stored vector: a record sent without one, as POST /v1/ingest sends them, keeps it) is not
+// written again and counts as unchanged. Writing the same document again would leave the replaced version
+// in the index, counted in BM25's statistics until a merge.
+func TestIngestKeepStoredUnchanged(t *testing.T) {
+	docs := []adapter.Doc{
+		{DocID: "Delta", Title: "Delta", Text: "delta text", Summary: "delta summary", KeepSeen: true},
+		{DocID: "Epsilon", Title: "Epsilon", Text: "epsilon text", Summary: "epsilon summary"},
+	}
+	a, f := newFakeAdapter(t, map[string][]reply{routeMapping: okMapping,
+		routeMget: {{status: 200, file: "mget_keep_unchanged.json"}}})
+	rep, err := a.Ingest(t.Context(), slices.Values(docs), adapter.IngestOptions{Workers: 1, KeepStored: true})
+	require.NoError(t, err)
+	require.Equal(t, adapter.IngestReport{Unchanged: 2}, rep)
+	mgets := f.requests("POST", "/icicle-docs/_mget")
+	require.Len(t, mgets, 1)
+	require.Contains(t, string(mgets[0].Body)+mgets[0].Query, "summary", "the summary is read to compare")
+	require.Empty(t, f.requests("POST", "/icicle-docs/_bulk"), "nothing written")
+
+	t.Run("a changed summary is written, the stored vector kept", func(t *testing.T) {
+		changed := []adapter.Doc{{DocID: "Epsilon", Title: "Epsilon", Text: "epsilon text", Summary: "a new summary"}}
+		a, f := newFakeAdapter(t, map[string][]reply{routeMapping: okMapping,
+			routeMget: {{status: 200, file: "mget_keep_unchanged.json"}}, routeBulk: {{status: 200, file: "bulk_keep_one.json"}}})
+		rep, err := a.Ingest(t.Context(), slices.Values(changed), adapter.IngestOptions{Workers: 1, KeepStored: true})
+		require.NoError(t, err)
+		require.Equal(t, adapter.IngestReport{Updated: 1}, rep)
+		bulks := f.requests("POST", "/icicle-docs/_bulk")
+		require.Len(t, bulks, 1)
+		lines := bytes.Split(bytes.TrimSpace(bulks[0].Body), []byte("\n"))
+		require.Len(t, lines, 2)
+		var src map[string]any
+		require.NoError(t, json.Unmarshal(lines[1], &src))
+		require.Equal(t, "a new summary", src["summary"])
+		require.Equal(t, []any{0.6, 0.8}, src["vector"], "the same text keeps its stored vector")
+		require.Equal(t, "bge-small-en-v1.5-q", src["vector_model"])
+	})
+	t.Run("seen=false sent over a stored seen=true is written", func(t *testing.T) {
+		cleared := []adapter.Doc{{DocID: "Delta", Title: "Delta", Text: "delta text", Summary: "delta summary"}}
+		a, f := newFakeAdapter(t, map[string][]reply{routeMapping: okMapping,
+			routeMget: {{status: 200, file: "mget_keep_unchanged.json"}}, routeBulk: {{status: 200, file: "bulk_keep_one.json"}}})
+		rep, err := a.Ingest(t.Context(), slices.Values(cleared), adapter.IngestOptions{Workers: 1, KeepStored: true})
+		require.NoError(t, err)
+		require.Zero(t, rep.Unchanged)
+		require.Len(t, f.requests("POST", "/icicle-docs/_bulk"), 1)
+	})
+}

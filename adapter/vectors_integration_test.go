@@ -95,15 +95,32 @@ func TestIngestWithVectors(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 
-	t.Run("re-ingesting the same texts embeds nothing", func(t *testing.T) {
+	t.Run("re-ingesting the same texts embeds nothing and writes nothing", func(t *testing.T) {
 		calls = 0
 		rep, err := a.Ingest(t.Context(), slices.Values(docs), opts)
 		require.NoError(t, err)
-		require.Equal(t, 20, rep.Updated)
+		require.Equal(t, adapter.IngestReport{Unchanged: 20}, rep)
 		require.Zero(t, calls)
+		// A write would leave the replaced version in the index (deleted, counted in BM25's statistics until
+		// a merge): none is there.
+		require.Zero(t, deletedDocs(t, index))
 		n, err := a.CountWithoutVector(t.Context(), "hash-v1")
 		require.NoError(t, err)
 		require.Zero(t, n, "the stored vectors were kept")
+	})
+	t.Run("sent again without a vector, as POST /v1/ingest sends it, a document keeps its stored one", func(t *testing.T) {
+		resent := slices.Clone(docs[1:3])
+		resent[0].Summary = "a summary that changes the document" // written
+		rep, err := a.Ingest(t.Context(), slices.Values(resent), adapter.IngestOptions{Refresh: true, KeepStored: true})
+		require.NoError(t, err)
+		require.Equal(t, adapter.IngestReport{Updated: 1, Unchanged: 1}, rep)
+		src := sources(t, index)[adapter.DocumentID(resent[0].DocID)]
+		require.Equal(t, "a summary that changes the document", src["summary"])
+		require.InDeltaSlice(t, toFloats(hashVector(resent[0].Title+"\n"+resent[0].Text)), src["vector"], 1e-6)
+		require.Equal(t, "hash-v1", src["vector_model"])
+		n, err := a.CountWithoutVector(t.Context(), "hash-v1")
+		require.NoError(t, err)
+		require.Zero(t, n)
 	})
 	t.Run("a changed text is embedded again", func(t *testing.T) {
 		calls = 0
@@ -223,4 +240,24 @@ func mustRequest(t *testing.T, method, url string) *http.Request {
 	req, err := http.NewRequest(method, url, nil)
 	require.NoError(t, err)
 	return req
+}
+
+// deletedDocs is the index's count of deleted documents still in its segments (replaced versions).
+func deletedDocs(t *testing.T, index string) int {
+	t.Helper()
+	res, err := plain.Get(esURL(t) + "/" + index + "/_stats/docs")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	var body struct {
+		All struct {
+			Primaries struct {
+				Docs struct {
+					Deleted int `json:"deleted"`
+				} `json:"docs"`
+			} `json:"primaries"`
+		} `json:"_all"`
+	}
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
+	return body.All.Primaries.Docs.Deleted
 }

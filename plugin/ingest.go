@@ -20,7 +20,7 @@ import (
 )
 
 // IngestResponse is the body of POST /v1/ingest (200, 207, and 503 with Error set). Every record of the
-// request body is in exactly one place: counted in Indexed or Updated, listed in Failed or Rejected, or,
+// request body is in exactly one place: counted in Indexed, Updated or Unchanged, listed in Failed or Rejected, or,
 // only on 503, after LinesRead (not read at all).
 type IngestResponse struct {
 	RequestID string `json:"request_id"`
@@ -28,6 +28,9 @@ type IngestResponse struct {
 	Indexed int `json:"indexed"`
 	// Updated counts documents that replaced a stored document with the same docid.
 	Updated int `json:"updated"`
+	// Unchanged counts documents stored already as sent (title, text, summary, seen flag): not written
+	// again, so resending a corpus leaves the index as it was.
+	Unchanged int `json:"unchanged"`
 	// Failed lists accepted documents that were not written, with the reason.
 	Failed []IngestFailure `json:"failed"`
 	// Rejected lists records that were not accepted (malformed, missing fields, too large, duplicate
@@ -188,7 +191,7 @@ func (s *Server) ingest(c *gin.Context) {
 	compErr := compressErr()
 
 	resp.RequestID = requestID(c)
-	resp.Indexed, resp.Updated, resp.LinesRead = rep.Indexed, rep.Updated, cr.Lines()
+	resp.Indexed, resp.Updated, resp.Unchanged, resp.LinesRead = rep.Indexed, rep.Updated, rep.Unchanged, cr.Lines()
 	for _, f := range rep.Failed {
 		out := IngestFailure{DocID: f.DocID, Reason: f.Reason, Retryable: f.Retryable}
 		if f.Retryable {
@@ -222,7 +225,7 @@ func (s *Server) ingest(c *gin.Context) {
 	case errors.Is(ingestErr, adapter.ErrUnavailable):
 		// Not writeError's bare 503: part of the body may be written, and the caller should know which.
 		s.log.Warn("ingest stopped: elasticsearch unavailable", "request_id", resp.RequestID, "lines_read",
-			resp.LinesRead, "indexed", resp.Indexed, "updated", resp.Updated, "failed", len(resp.Failed), "err", ingestErr)
+			resp.LinesRead, "indexed", resp.Indexed, "updated", resp.Updated, "unchanged", resp.Unchanged, "failed", len(resp.Failed), "err", ingestErr)
 		status = http.StatusServiceUnavailable
 		resp.Error = "elasticsearch unavailable: ingestion stopped; resend the whole body (ingestion is idempotent)"
 		c.Header("Retry-After", "1")
@@ -237,7 +240,7 @@ func (s *Server) ingest(c *gin.Context) {
 	case compErr != nil:
 		// As an Elasticsearch outage: what came before is written, the rest of the body is not read.
 		s.log.Warn("ingest stopped: summary compressor failed", "request_id", resp.RequestID, "compressor", comp.ID(),
-			"lines_read", resp.LinesRead, "indexed", resp.Indexed, "updated", resp.Updated, "failed", len(resp.Failed), "err", compErr)
+			"lines_read", resp.LinesRead, "indexed", resp.Indexed, "updated", resp.Updated, "unchanged", resp.Unchanged, "failed", len(resp.Failed), "err", compErr)
 		status = http.StatusServiceUnavailable
 		resp.Error = "summary compressor unavailable: ingestion stopped; resend the whole body (ingestion is idempotent)"
 		c.Header("Retry-After", "1")
@@ -248,7 +251,7 @@ func (s *Server) ingest(c *gin.Context) {
 	s.metrics.requests.WithLabelValues("ingest", strconv.Itoa(status), "ingest").Inc()
 	s.metrics.duration.WithLabelValues("ingest").Observe(time.Since(start).Seconds())
 	s.log.Info("ingested", "request_id", resp.RequestID, "lines_read", resp.LinesRead, "indexed", resp.Indexed,
-		"updated", resp.Updated, "failed", len(resp.Failed), "rejected", len(resp.Rejected),
+		"updated", resp.Updated, "unchanged", resp.Unchanged, "failed", len(resp.Failed), "rejected", len(resp.Rejected),
 		"summaries_computed", resp.SummariesComputed, "took_ms", resp.TookMS)
 	c.JSON(status, resp)
 }

@@ -140,7 +140,7 @@ func TestIngestHandlerPartial(t *testing.T) {
 	require.Equal(t, "a JSON number, want an object", resp.Rejected[4].Reason)
 	require.Equal(t, 10, resp.LinesRead)
 	// Every line is accounted for: accepted (written or failed) or rejected.
-	require.Equal(t, 10, resp.Indexed+resp.Updated+len(resp.Failed)+len(resp.Rejected))
+	require.Equal(t, 10, resp.Indexed+resp.Updated+resp.Unchanged+len(resp.Failed)+len(resp.Rejected))
 }
 
 func TestIngestHandlerArrayRejectionsNameElements(t *testing.T) {
@@ -326,7 +326,7 @@ func TestIngestHandlerCompressorFails(t *testing.T) {
 			if tt.workers <= 1 {
 				require.Equal(t, 2, resp.LinesRead, "nothing is read after the failed document")
 			}
-			require.Equal(t, resp.LinesRead, resp.Indexed+resp.Updated+len(resp.Failed)+len(resp.Rejected),
+			require.Equal(t, resp.LinesRead, resp.Indexed+resp.Updated+resp.Unchanged+len(resp.Failed)+len(resp.Rejected),
 				"every line read is accounted for: %+v", resp)
 		})
 	}

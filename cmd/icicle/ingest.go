@@ -136,8 +136,8 @@ func ingest(ctx context.Context, args []string) error {
 	if enc != nil {
 		vectors = fmt.Sprintf("vectors by %s", enc.Name())
 	}
-	fmt.Printf("ingest %s into %s: indexed %d, updated %d, failed %d, rejected %d; seen %d, summaries computed %d (%s); %s; %.1f s\n",
-		*corpus, cfg.Elasticsearch.Index, rep.Indexed, rep.Updated, len(rep.Failed), len(r.Rejected()), nSeen, compressed.Load(), comp.ID(),
+	fmt.Printf("ingest %s into %s: indexed %d, updated %d, unchanged %d, failed %d, rejected %d; seen %d, summaries computed %d (%s); %s; %.1f s\n",
+		*corpus, cfg.Elasticsearch.Index, rep.Indexed, rep.Updated, rep.Unchanged, len(rep.Failed), len(r.Rejected()), nSeen, compressed.Load(), comp.ID(),
 		vectors, time.Since(began).Seconds())
 	for _, f := range rep.Failed {
 		fmt.Printf("  failed %q: %s\n", f.DocID, f.Reason)
