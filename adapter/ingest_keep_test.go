@@ -99,11 +99,7 @@ func TestIngestKeepStoredUnchanged(t *testing.T) {
 	require.Empty(t, f.requests("POST", "/icicle-docs/_bulk"), "nothing written")
 
 	t.Run("a changed summary is written, the stored vector kept", func(t *testing.T) {
-		changed := []adapter.Doc{{DocID: "Epsilon", Title: "Epsilon", Text: "epsilon text", Summary: "a new summary"}}
-		a, f := newFakeAdapter(t, map[string][]reply{routeMapping: okMapping,
-			routeMget: {{status: 200, file: "mget_keep_unchanged.json"}}, routeBulk: {{status: 200, file: "bulk_keep_one.json"}}})
-		rep, err := a.Ingest(t.Context(), slices.Values(changed), adapter.IngestOptions{Workers: 1, KeepStored: true})
-		require.NoError(t, err)
+		rep, f := ingestOverStored(t, adapter.Doc{DocID: "Epsilon", Title: "Epsilon", Text: "epsilon text", Summary: "a new summary"})
 		require.Equal(t, adapter.IngestReport{Updated: 1}, rep)
 		bulks := f.requests("POST", "/icicle-docs/_bulk")
 		require.Len(t, bulks, 1)
@@ -116,12 +112,19 @@ func TestIngestKeepStoredUnchanged(t *testing.T) {
 		require.Equal(t, "bge-small-en-v1.5-q", src["vector_model"])
 	})
 	t.Run("seen=false sent over a stored seen=true is written", func(t *testing.T) {
-		cleared := []adapter.Doc{{DocID: "Delta", Title: "Delta", Text: "delta text", Summary: "delta summary"}}
-		a, f := newFakeAdapter(t, map[string][]reply{routeMapping: okMapping,
-			routeMget: {{status: 200, file: "mget_keep_unchanged.json"}}, routeBulk: {{status: 200, file: "bulk_keep_one.json"}}})
-		rep, err := a.Ingest(t.Context(), slices.Values(cleared), adapter.IngestOptions{Workers: 1, KeepStored: true})
-		require.NoError(t, err)
+		rep, f := ingestOverStored(t, adapter.Doc{DocID: "Delta", Title: "Delta", Text: "delta text", Summary: "delta summary"})
 		require.Zero(t, rep.Unchanged)
 		require.Len(t, f.requests("POST", "/icicle-docs/_bulk"), 1)
 	})
+}
+
+// ingestOverStored ingests one document (KeepStored) against the fake node holding mget_keep_unchanged.json's
+// documents, answering a bulk write of it as an update.
+func ingestOverStored(t *testing.T, d adapter.Doc) (adapter.IngestReport, *fakeES) {
+	t.Helper()
+	a, f := newFakeAdapter(t, map[string][]reply{routeMapping: okMapping,
+		routeMget: {{status: 200, file: "mget_keep_unchanged.json"}}, routeBulk: {{status: 200, file: "bulk_keep_one.json"}}})
+	rep, err := a.Ingest(t.Context(), slices.Values([]adapter.Doc{d}), adapter.IngestOptions{Workers: 1, KeepStored: true})
+	require.NoError(t, err)
+	return rep, f
 }
