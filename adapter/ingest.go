@@ -62,12 +62,12 @@ type IngestOptions struct {
 	// that already holds the same title, text, summary, seen flag and vector is not written again (counted
 	// Unchanged), so that a corpus sent again leaves no replaced versions behind (Elasticsearch keeps
 	// them, and counts them in BM25's statistics, until a merge drops them). Without Embed, a document
-	// sent without a vector keeps the stored one when its title and text are the same. A stored document keeps its seen flag when
-	// Doc.KeepSeen says so, and a stored document with the same docid but a different text (another
-	// document sharing the title, the docid of NQ/BEIR corpora) is not overwritten unless Replace is set:
-	// the new one is failed, not retryable, with ReasonDocIDTaken in its reason. A document changed by
-	// someone else between the read and the write is failed, retryable. Default: false (the "index"
-	// action overwrites, as before).
+	// sent without a vector keeps the stored one when its title and text are the same. A stored document
+	// keeps its seen flag when Doc.KeepSeen says so, and a stored document with the same docid but a
+	// different text (another document sharing the title, the docid of NQ/BEIR corpora) is not overwritten
+	// unless Replace is set: the new one is failed, not retryable, with ReasonDocIDTaken in its reason. A
+	// document changed by someone else between the read and the write is failed, retryable. Default: false
+	// (the "index" action overwrites, as before).
 	KeepStored bool
 	// Replace, with KeepStored, overwrites a stored document whose text differs. Default: false.
 	Replace bool
