@@ -56,9 +56,6 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 RUN --mount=type=cache,target=/cache/icicle \
     --mount=type=cache,target=/root/.m2 \
     scripts/encoder.sh models/bge-small-en-v15-q
-# The default model (model.dir's default), with the light venv cached like the jars.
-RUN --mount=type=cache,target=/cache/icicle \
-    scripts/model.sh models/reader135
 
 FROM debian:${DEBIAN}-slim AS runtime
 RUN apt-get update \
@@ -73,7 +70,6 @@ COPY --from=builder /src/config/example.yaml /etc/icicle/config.yaml
 
 # Every ICICLE_* variable here must be one config.Load reads (integration/compose_test.go checks).
 ENV ICICLE_ORT_LIB=/usr/local/lib/onnxruntime/libonnxruntime.so \
-    ICICLE_MODEL_DIR=/models/reader135 \
     ICICLE_FIRST_STAGE_ENCODER_DIR=/models/bge-small-en-v15-q \
     ICICLE_SERVER_ADDR=:8080 \
     ICICLE_POLICY_MODE=gate

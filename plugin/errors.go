@@ -46,7 +46,7 @@ func classify(c *gin.Context, log *slog.Logger, err error) wireError {
 	var forbidden *ForbiddenError
 	switch {
 	case errors.As(err, &forbidden):
-		return wireError{http.StatusForbidden, forbidden.Reason, "", "security_exception", forbidden.Reason}
+		return wireError{http.StatusForbidden, forbidden.Reason, forbidden.Field, "security_exception", forbidden.Reason}
 	case errors.As(err, &in):
 		typ := "illegal_argument_exception"
 		if in.Field == "body" {

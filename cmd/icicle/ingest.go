@@ -25,7 +25,8 @@ import (
 
 func ingest(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
-	cfgPath := fs.String("config", "", "YAML config file")
+	var cf configFlags
+	cf.register(fs, "YAML config file")
 	corpus := fs.String("corpus", "data/nq_qed/corpus.jsonl.gz", "BEIR corpus JSONL (.gz allowed): docid, title, text, optional summary")
 	modelDir := fs.String("model-dir", "", "model directory whose seen_docids.txt marks documents seen (default: model.dir from config)")
 	refresh := fs.Bool("refresh", true, "make documents searchable before returning")
@@ -39,7 +40,7 @@ func ingest(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg, err := loadConfig(*cfgPath)
+	cfg, err := cf.load()
 	if err != nil {
 		return err
 	}

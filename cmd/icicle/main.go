@@ -79,9 +79,25 @@ func main() {
 	}
 }
 
-// loadConfig reads -config (may be empty) and the environment.
-func loadConfig(path string) (config.Config, error) {
-	cfg, err := config.Load(path, os.LookupEnv)
+// configFlags are the -config and -profile flags every command that reads the configuration takes.
+type configFlags struct {
+	path, profile string
+}
+
+// register defines -config (with the command's own help) and -profile on fs.
+func (c *configFlags) register(fs *flag.FlagSet, help string) {
+	fs.StringVar(&c.path, "config", "", help)
+	fs.StringVar(&c.profile, "profile", "", "reader profile: a name in config/profiles (b7, r24e, reader135, gpu) or a "+
+		"YAML file, applied before -config (default $"+config.EnvProfile+"; none: the first stage alone)")
+}
+
+// load reads the profile (-profile, else $ICICLE_PROFILE), the -config file and the environment.
+func (c configFlags) load() (config.Config, error) {
+	profile := c.profile
+	if profile == "" {
+		profile = os.Getenv(config.EnvProfile)
+	}
+	cfg, err := config.LoadWith(profile, c.path, os.LookupEnv)
 	if err != nil {
 		return config.Config{}, fmt.Errorf("load config: %w", err)
 	}
@@ -99,8 +115,12 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// readSeen reads dir/seen_docids.txt, the model's seen corpus, as a set.
+// readSeen reads dir/seen_docids.txt, the model's seen corpus, as a set; without a model (dir "") nothing is
+// seen.
 func readSeen(dir string) (map[string]bool, error) {
+	if dir == "" {
+		return map[string]bool{}, nil
+	}
 	ids, err := inference.ReadDocIDs(filepath.Join(dir, "seen_docids.txt"))
 	if err != nil {
 		return nil, fmt.Errorf("seen corpus: %w", err)
