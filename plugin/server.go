@@ -232,6 +232,15 @@ type Options struct {
 	// CompressWorkers is how many documents Compressor summarises at once (documents are still written in
 	// body order); 0 or 1 is one at a time.
 	CompressWorkers int
+	// Embed, when set, gives every document POST /v1/ingest writes the first stage's vector (the encoder
+	// the sidecar searches with; adapter.IngestOptions.Embed), so that a document is found by meaning the
+	// moment it is written. VectorModel names the encoder. Nil writes documents without vectors (BM25 alone
+	// finds them until `icicle enrich` gives them one).
+	Embed       func(ctx context.Context, docs []adapter.Doc) ([][]float32, error)
+	VectorModel string
+	// EmbedSlots is how many ingest requests may embed at once (default 1); another finds the encoder
+	// saturated and is answered 503 with Retry-After at once, before its body is read.
+	EmbedSlots int
 	// AB is the A/B experiment on /v1/search (ab.go, docs/ab.md); the zero value is off.
 	AB ABOptions
 	// Impressions, when set, receives one line per /v1/search answer; the caller closes it after the
@@ -295,6 +304,8 @@ type Server struct {
 	log     *slog.Logger
 	breaker *gobreaker.CircuitBreaker[inference.Result]
 	admit   *admission
+	// embedSlots bounds the ingest requests embedding at once (Options.EmbedSlots).
+	embedSlots chan struct{}
 	// inflight counts the runs in progress (the cost model's concurrency level); cost is the serving
 	// model's cost model, replaced on a swap (costs).
 	inflight atomic.Int64
@@ -321,11 +332,13 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	opts.Policy = canonicalPolicy(cmp.Or(opts.Policy, PolicyModel))
 	opts.FusionK = cmp.Or(opts.FusionK, 60)
 	opts.SeenDiffInterval = cmp.Or(opts.SeenDiffInterval, 5*time.Minute)
+	opts.EmbedSlots = cmp.Or(opts.EmbedSlots, 1)
 	opts.AB = opts.AB.withDefaults()
 	opts.Fields.DocID = cmp.Or(opts.Fields.DocID, "docid")
 	opts.Fields.Title = cmp.Or(opts.Fields.Title, "title")
 	opts.Fields.Summary = cmp.Or(opts.Fields.Summary, "summary")
 	s := &Server{es: es, first: opts.FirstStage, model: model, opts: opts, log: opts.Logger,
+		embedSlots: make(chan struct{}, opts.EmbedSlots),
 		admit: newAdmission(opts.MaxInflight, max(opts.QueueSize, 0), opts.QueueTimeout)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

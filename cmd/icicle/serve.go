@@ -175,6 +175,15 @@ func serve(ctx context.Context, args []string) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// POST /v1/ingest gives each document the first stage's vector, so a new document is found by meaning at
+	// once; the ingest command does the same.
+	var (
+		ingestEmbed       func(context.Context, []adapter.Doc) ([][]float32, error)
+		ingestVectorModel string
+	)
+	if enc != nil {
+		ingestEmbed, ingestVectorModel = embedDocs(enc), enc.Name()
+	}
 	x := cfg.Experimental
 	srv := plugin.New(es, model, plugin.Options{
 		MaxBodyBytes: cfg.Server.MaxBodyBytes, RequestTimeout: cfg.Server.RequestTimeout,
@@ -193,6 +202,7 @@ func serve(ctx context.Context, args []string) error {
 		MemoryFromFirstStage: x.MemoryScope == config.MemoryFirstStage, Model: info, Logger: log, Registry: reg, Ingester: es, Compressor: comp, CompressWorkers: compWorkers,
 		AB: plugin.ABOptions{Enabled: cfg.AB.Enabled, Mode: cfg.AB.Mode, SplitB: cfg.AB.SplitB, KeyHeader: cfg.AB.KeyHeader,
 			Experiment: cfg.AB.Experiment},
+		Embed: ingestEmbed, VectorModel: ingestVectorModel,
 		Impressions: impressions, AdminToken: cfg.Server.AdminToken,
 		Clicks: clicks, CallerCredentials: cfg.Elasticsearch.CallerCredentials, WriteToken: cfg.Server.WriteToken,
 		SeparateAdmin:  cfg.Server.AdminAddr != "",
