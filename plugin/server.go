@@ -339,7 +339,7 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	opts.Fields.Summary = cmp.Or(opts.Fields.Summary, "summary")
 	s := &Server{es: es, first: opts.FirstStage, model: model, opts: opts, log: opts.Logger,
 		embedSlots: make(chan struct{}, opts.EmbedSlots),
-		admit: newAdmission(opts.MaxInflight, max(opts.QueueSize, 0), opts.QueueTimeout)}
+		admit:      newAdmission(opts.MaxInflight, max(opts.QueueSize, 0), opts.QueueTimeout)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
