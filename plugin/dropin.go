@@ -131,6 +131,12 @@ func (s *Server) dropinSearch(c *gin.Context, index string) {
 		s.failES(c, "dropin", err)
 		return
 	}
+	// The body is planned (and forwarded) re-encoded, which would keep the last of two equal keys where
+	// Elasticsearch refuses the body: refuse it as Elasticsearch does, at the place in the caller's body.
+	if err := checkDuplicateKeys(body); err != nil {
+		s.failES(c, "dropin", err)
+		return
+	}
 	if err := s.checkScripts(body); err != nil {
 		s.failES(c, "dropin", err)
 		return

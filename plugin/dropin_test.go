@@ -372,6 +372,13 @@ func TestDropinRoutes(t *testing.T) {
 			code, out, _ := do(t, s, tt.method, tt.path, tt.body)
 			require.Equal(t, tt.code, code)
 			require.Equal(t, tt.dropin, out["icicle"] != nil)
+			if code == http.StatusForbidden && strings.Contains(tt.path, "logs-") {
+				// The refusal names what was asked, never what the sidecar serves.
+				reason := out["error"].(map[string]any)["reason"].(string)
+				require.Contains(t, reason, "logs-*")
+				require.NotContains(t, reason, "icicle-docs")
+				require.NotContains(t, reason, "my-alias")
+			}
 		})
 	}
 }

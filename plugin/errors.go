@@ -51,7 +51,11 @@ func classify(c *gin.Context, log *slog.Logger, err error) wireError {
 	var denied *adapter.ResponseError
 	var forbidden *ForbiddenError
 	var busy *BusyError
+	var dup *DuplicateKeyError
 	switch {
+	case errors.As(err, &dup):
+		return wireError{http.StatusBadRequest, fmt.Sprintf("duplicate key (line %d, column %d)", dup.Line, dup.Column),
+			dup.field(), "x_content_parse_exception", dup.Error()}
 	case errors.As(err, &forbidden):
 		return wireError{http.StatusForbidden, forbidden.Reason, forbidden.Field, "security_exception", forbidden.Reason}
 	case errors.As(err, &in):

@@ -161,6 +161,9 @@ func (s *Server) decode(c *gin.Context, v any) error {
 	if !utf8.Valid(body) {
 		return &InputError{Field: "body", Problem: "invalid UTF-8"}
 	}
+	if err := checkDuplicateKeys(body); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
