@@ -27,6 +27,7 @@ const usage = `usage: icicle <command> [flags]
 commands:
   serve     run the sidecar HTTP server
   ingest    bulk-index a BEIR corpus (JSONL, optionally .gz) into Elasticsearch, with the first stage's vectors
+  vectors   compute a corpus's first-stage vectors into a file that ingest -vectors reads (no Elasticsearch needed)
   enrich    give the index's documents what the sidecar needs and lacks (the first stage's vectors); resumable
   seen      compare the index's seen documents with the model's seen_docids.txt (-list: print them)
   eval      BM25 vs the sidecar on labelled queries, N-shot sweep, paper protocol (alias: compare)
@@ -52,6 +53,8 @@ func main() {
 		err = serve(ctx, args)
 	case "ingest":
 		err = ingest(ctx, args)
+	case "vectors":
+		err = vectors(ctx, args, os.Stdout)
 	case "enrich":
 		err = enrich(ctx, args, os.Stdout)
 	case "seen":
