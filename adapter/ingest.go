@@ -112,6 +112,9 @@ type IngestReport struct {
 	Unchanged int
 	// Failed lists the documents that were not written, in no particular order.
 	Failed []Failure
+	// Embedded counts the documents whose vectors this run computed with IngestOptions.Embed (a stored
+	// document sent again with the same title and text keeps its vector and is not counted).
+	Embedded int
 }
 
 // Total returns the number of documents accounted for.
@@ -374,6 +377,7 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 					}
 					batch[k].Vector = vs[j]
 				}
+				rep.Embedded += len(need)
 			}
 		}
 		for k, d := range batch {

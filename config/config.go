@@ -7,37 +7,44 @@ import (
 )
 
 // Config is the whole sidecar configuration. Each section maps to one YAML mapping and one
-// ICICLE_<SECTION>_ prefix of environment variables.
+// ICICLE_<SECTION>_ prefix of environment variables. The sections a team sets to plug the sidecar in come
+// first (the listener, the cluster and its fields, the first stage); the reader's come after them, and the
+// research settings of the readers are apart, in Experimental.
 type Config struct {
 	// Server is the HTTP server and the per-request limits.
 	Server Server `yaml:"server"`
-	// Elasticsearch is the connection to the cluster that serves the BM25 hits.
+	// Elasticsearch is the connection to the cluster: the index the first stage searches.
 	Elasticsearch Elasticsearch `yaml:"elasticsearch"`
-	// Model is the ONNX model directory and the ONNX Runtime session options.
-	Model Model `yaml:"model"`
-	// Decode is the prompt building and routed beam search.
-	Decode Decode `yaml:"decode"`
-	// Breaker is the circuit breaker around the model; while open, responses fall back to BM25.
-	Breaker Breaker `yaml:"breaker"`
-	// Policy decides when a model answer is used and when the response falls back.
+	// Fields name the index's fields: the sidecar's own layout by default, or a team's own index.
+	Fields Fields `yaml:"fields"`
+	// FirstStage is the ranking every answer starts from: BM25 fused with a dense encoder (package retrieve).
+	FirstStage FirstStage `yaml:"first_stage"`
+	// Policy decides whether a reader runs and how its answer is used.
 	Policy Policy `yaml:"policy"`
-	// Concurrency bounds the model calls in flight and the queue in front of them.
+	// Model is the reader model directory (none by default) and the ONNX Runtime session options.
+	Model Model `yaml:"model"`
+	// Decode is how many candidates the reader reads and how many answers it returns.
+	Decode Decode `yaml:"decode"`
+	// Concurrency bounds the reader's runs in flight and the queue in front of them.
 	Concurrency Concurrency `yaml:"concurrency"`
-	// AB is the A/B experiment between BM25 (A) and the model (B).
+	// Breaker is the circuit breaker around the reader; while open, the first stage answers.
+	Breaker Breaker `yaml:"breaker"`
+	// Dropin is the Elasticsearch drop-in (/{index}/_search and the proxied read APIs; docs/api.md).
+	Dropin Dropin `yaml:"dropin"`
+	// AB is the A/B experiment between BM25 (A) and the sidecar (B).
 	AB AB `yaml:"ab"`
+	// Compressor computes the summaries of ingested documents that arrive without one.
+	Compressor Compressor `yaml:"compressor"`
 	// Log is the slog handler.
 	Log Log `yaml:"log"`
 	// Metrics is the Prometheus endpoint.
 	Metrics Metrics `yaml:"metrics"`
-	// Compressor computes the summaries of ingested documents that arrive without one.
-	Compressor Compressor `yaml:"compressor"`
-	// Dropin is the Elasticsearch drop-in (/{index}/_search and the proxied read APIs; docs/api.md).
-	Dropin Dropin `yaml:"dropin"`
-	// FirstStage is the ranking every answer starts from: BM25 fused with a dense encoder (package retrieve).
-	FirstStage FirstStage `yaml:"first_stage"`
-	// Fields name the index's fields: the sidecar's own layout by default, or a team's own index.
-	Fields Fields `yaml:"fields"`
+	// Experimental are the readers' research settings (decoding priors, routing, block reading, thresholds):
+	// what a reader profile sets (config/profiles), reported by /v1/model. A team leaves them alone.
+	Experimental Experimental `yaml:"experimental"`
 
+	// profile names the reader profile LoadWith applied; "" for none.
+	profile string
 	// fromEnv maps a YAML key ("server.addr") to the environment variable Load took its value from, so
 	// that Validate can name the variable. Nil when nothing came from the environment.
 	fromEnv map[string]string
@@ -79,20 +86,24 @@ type Server struct {
 	// "Authorization: Bearer <token>"; at least 16 characters. Default "" (the endpoint is off: 404).
 	AdminToken string `yaml:"admin_token"`
 
-	// Security of the listener and the write endpoints (issue 13, docs/api.md "Authentication").
+	// Security of the listener and the write endpoints (docs/api.md "Authentication").
 
 	// WriteToken enables POST /v1/ingest and POST /v1/click for requests carrying "Authorization: Bearer <token>", compared
 	// in constant time; at least 16 characters. Default "" (the write endpoints are off: 404).
 	WriteToken string `yaml:"write_token"`
-	// AdminAddr, when set, is a second listen address (host:port) that alone serves the write and admin
-	// endpoints (/v1/ingest, /v1/admin/*), which the main address then does not serve, so that they can be
-	// kept off the network the callers reach. Default "" (one address serves everything).
+	// AdminAddr is a second listen address (host:port) that alone serves the write and admin endpoints
+	// (/v1/ingest, /v1/admin/*) when set; the main address then does not serve them, so that they can be kept
+	// off the network the callers reach. Default "" (one address serves everything).
 	AdminAddr string `yaml:"admin_addr"`
-	// TLSCertFile and TLSKeyFile are the PEM certificate (chain) and private key the listener(s) serve
-	// https with; both or neither. Default "" (plain http).
+	// TLSCertFile is the PEM certificate (chain) the listener(s) serve https with; set with TLSKeyFile, or
+	// neither. Default "" (plain http).
 	TLSCertFile string `yaml:"tls_cert_file"`
 	// TLSKeyFile is the PEM private key of TLSCertFile. Default "".
 	TLSKeyFile string `yaml:"tls_key_file"`
+	// TrustedProxies are the addresses or CIDR ranges of the proxies in front of the sidecar whose
+	// X-Forwarded-For header names the client in the logs. Environment: comma-separated. Default []: no proxy
+	// is trusted, the client is the connection's peer.
+	TrustedProxies []string `yaml:"trusted_proxies"`
 }
 
 // Elasticsearch configures the go-elasticsearch client. Set either APIKey or Username/Password, not both.
@@ -137,12 +148,12 @@ type Elasticsearch struct {
 	AllowedIndices []string `yaml:"allowed_indices"`
 }
 
-// Model configures the model directory (see inference/MODEL_FORMAT.md) and the ONNX Runtime session.
+// Model configures the reader's model directory (inference/MODEL_FORMAT.md) and its ONNX Runtime sessions. No
+// reader is configured by default: the first stage answers.
 type Model struct {
-	// Dir is the model directory holding manifest.json, model.onnx, tokenizer.json and seen_docids.txt.
-	// Default "models/reader135" (the shipped default: the whole SmolLM2-135M fine-tuned to read its candidates,
-	// its model.onnx built once from a committed delta by scripts/model.sh); models/small is the smaller model
-	// with both routes that the integration tests run, models/tiny the CI fixture.
+	// Dir is the reader's model directory (manifest.json, model.onnx, tokenizer.json, seen_docids.txt;
+	// inference/MODEL_FORMAT.md). Default "": no reader, the first stage answers every request (and says so).
+	// A reader profile (config/profiles) sets it with the settings the reader was measured under.
 	Dir string `yaml:"dir"`
 	// Quantized loads model.int8.onnx (int8 dynamically quantised MatMul weights) instead of model.onnx;
 	// with block reading the blocks are still computed by model.onnx (loader.Options.Quantized). Default false.
@@ -163,12 +174,12 @@ type Model struct {
 	// and the decode tree (inference.Engine), so a fixed capacity had nothing to set. Load names the key
 	// with that reason when an old file still has it.)
 
-	// (issue 16) DeviceID is the GPU ordinal the CUDA execution provider runs on (provider "cuda"); when
+	// DeviceID is the GPU ordinal the CUDA execution provider runs on (provider "cuda"); when
 	// the provider cannot load there, start-up fails naming the device. Default 0.
 	DeviceID int `yaml:"device_id"`
 }
 
-// Decode configures prompt building and the routed beam search.
+// Decode configures what a reader reads and returns: its candidates and its answers.
 type Decode struct {
 	// BeamWidth is the number of beams kept, and of docids returned by the model, 1..100. Default 10.
 	BeamWidth int `yaml:"beam_width"`
@@ -177,6 +188,14 @@ type Decode struct {
 	// the serve-like evaluation, training/results/README.md); the paper's 100 suits a model trained on long
 	// prompts. The baseline (BM25 over the whole index) is fetched 100 deep regardless.
 	MaxCandidates int `yaml:"max_candidates"`
+}
+
+// Experimental are the readers' research settings: each shapes what a reader reads or how its answer is
+// scored and routed, and a reader's gate is fitted under them (a gate fitted under others is not applied;
+// ServingSettings lists them, leaving out the fields tagged serving:"-", which do not change an answer).
+// They live in the reader profiles (config/profiles), which set them to what each reader was measured
+// under; /v1/model reports them. None applies without a reader.
+type Experimental struct {
 	// MaxSummaryTokens is the longest summary of one candidate in the prompt, in tokens; longer summaries
 	// are truncated in tokens. Default 256.
 	MaxSummaryTokens int `yaml:"max_summary_tokens"`
@@ -197,7 +216,7 @@ type Decode struct {
 	// summary is the same for every query, a snippet holds this query's evidence; the shipped readers were
 	// trained on summaries (r24a copies better from snippets but loses its memory route: docs/evaluation.md,
 	// "Query snippets").
-	// Needs decode.block_reading off (a stored block is a document's, not a query's). Default 0: the summary.
+	// Needs experimental.block_reading off (a stored block is a document's, not a query's). Default 0: the summary.
 	SnippetChars int `yaml:"snippet_chars"`
 	// Scoring is how the model's answer scores a title's tokens after the router's first step: "trie"
 	// (renormalised over the titles' trie at each step; a token with no alternative in the trie costs
@@ -224,17 +243,17 @@ type Decode struct {
 	// list over the whole index): the list's order as a prior over the memory route's pick, as copy_rank_prior
 	// is over the copy route's. Needs memory_scope first_stage. 0..20; default 0.
 	MemoryRankPrior float64 `yaml:"memory_rank_prior"`
-	// (issue 26) BlockReading reads each candidate's block on its own and keeps it for later requests
+	// BlockReading reads each candidate's block on its own and keeps it for later requests
 	// (inference/blocks.go): "off", "contiguous" (Block-Attention: a block sees itself, every token keeps its
 	// place) or "shared" (BlockRank: a block sees the header and itself, all blocks at the same positions).
 	// Only the query and the decoding then run per request. A model reads as it was trained: models/b7 was
-	// trained by blocks (config/blocks100.yaml), the other shipped models on causal prompts, where block
+	// trained by blocks (config/profiles/b7.yaml), the other shipped models on causal prompts, where block
 	// reading loses accuracy (docs/evaluation.md). Default "off".
 	BlockReading string `yaml:"block_reading"`
 	// BlockStoreMB bounds the blocks kept in memory (float32 keys and values, 46 KB per token for
 	// models/reader135), least recently used out first, or in the file with BlockDir (which then keeps what it
 	// has and takes no more). Default 1024.
-	BlockStoreMB int `yaml:"block_store_mb"`
+	BlockStoreMB int `yaml:"block_store_mb" serving:"-"`
 	// BlockPrecision is how the store keeps keys and values: "float32" (as computed) or "int8" (a scale per
 	// position and head: 27% of float32's bytes for head_dim 64, a different answer on about one query in a
 	// hundred, docs/evaluation.md "Block reading"). Default "float32".
@@ -242,34 +261,57 @@ type Decode struct {
 	// BlockFill computes the blocks of the index's new documents in the background when a model that reads by
 	// blocks is loaded (at start and on a hot swap), so that requests find them stored; a fill step runs only
 	// on a free session. Without it the store fills from requests alone. Default true.
-	BlockFill bool `yaml:"block_fill"`
+	BlockFill bool `yaml:"block_fill" serving:"-"`
 	// BlockDir keeps the blocks in a file per model, layout and precision in this directory (created if
 	// missing), mapped into memory (inference/blockfile.go), so that they survive a restart: the fill then
 	// computes only what is missing. The file grows to at most block_store_mb and then keeps what it has.
 	// Default "": in memory, least recently used out first, computed again after each start.
-	BlockDir string `yaml:"block_dir"`
+	BlockDir string `yaml:"block_dir" serving:"-"`
+
+	// MinCopyProb is the least router probability p([COPY]), 0..1, for a model answer to be used.
+	// Default 0 (always used).
+	MinCopyProb float64 `yaml:"min_copy_prob"`
+	// MinTopScore is the least score of the top beam (a log-probability, so <= 0) for a model answer to be
+	// used. YAML "-.inf", environment "-inf". Default -Inf (no threshold).
+	MinTopScore float64 `yaml:"min_top_score"`
+	// FusionK is the reciprocal rank fusion constant k in 1/(k + rank), rank from 1; used in "fusion"
+	// mode. Default 60.
+	FusionK int `yaml:"fusion_k"`
+	// RunModelWhenGateNever runs the model in mode "gate" although the model's gate never promotes (its
+	// gate.json says never, or there is none), so that the response's gate section carries the model's
+	// answer and features: what `icicle calibrate` fits a gate from. Default false: such a gate can only
+	// answer the first stage's order, so the model is not run and the request costs what policy first_stage
+	// costs (the gate section says why).
+	RunModelWhenGateNever bool `yaml:"run_model_when_gate_never" serving:"-"`
+	// RouteByFirstStage settles the model's choice between its routes with the first stage's ranking over
+	// the whole index: of the model's best copied answer and its best answer from memory, the one the first
+	// stage ranks higher goes first (plugin/route.go); the engine keeps both in its answer for it, however far
+	// below the top the memory's falls. The router alone loses seen-document questions whose answer the memory
+	// has (docs/evaluation.md, "Routing by the first stage"). It applies wherever the model
+	// runs; a model with no memory route (models/reader135) answers as without it. Default false.
+	RouteByFirstStage bool `yaml:"route_by_first_stage"`
 }
 
-// Scoring values for Decode.Scoring (inference.ScoringTrie, inference.ScoringVocab).
+// Scoring values for Experimental.Scoring (inference.ScoringTrie, inference.ScoringVocab).
 const (
 	ScoringTrie  = "trie"
 	ScoringVocab = "vocab"
 )
 
-// Values of Decode.MemoryScope.
+// Values of Experimental.MemoryScope.
 const (
 	MemorySeen       = "seen"
 	MemoryFirstStage = "first_stage"
 )
 
-// Block reading values for Decode.BlockReading.
+// Block reading values for Experimental.BlockReading.
 const (
 	BlockReadingOff        = "off"
 	BlockReadingContiguous = "contiguous"
 	BlockReadingShared     = "shared"
 )
 
-// Block store precisions for Decode.BlockPrecision.
+// Block store precisions for Experimental.BlockPrecision.
 const (
 	BlockPrecisionFloat32 = "float32"
 	BlockPrecisionInt8    = "int8"
@@ -292,47 +334,33 @@ type Breaker struct {
 
 // Policy values for Policy.Mode.
 const (
-	// PolicyModel reranks with the model and falls back to BM25 on doubt.
-	PolicyModel = "model"
-	// PolicyFusion merges the model's ranking with BM25 by reciprocal rank fusion.
-	PolicyFusion = "fusion"
-	// PolicyBM25 never calls the model: the response is the BM25 order.
+	// PolicyFirstStage never runs a reader: the response is the first stage's order (mode first_stage).
+	PolicyFirstStage = "first_stage"
+	// PolicyBM25 is the former name of PolicyFirstStage, accepted as an alias (Load turns it into
+	// PolicyFirstStage; a request's "bm25" likewise).
 	PolicyBM25 = "bm25"
-	// PolicyGate keeps BM25's order unless the model's gate (gate.json in model.dir, fitted by
-	// `icicle calibrate`) promotes the model's top to rank 1. The default (issue 14).
+	// PolicyGate keeps the first stage's order unless the reader's gate (gate.json in model.dir, fitted by
+	// `icicle calibrate`) promotes the reader's top to rank 1; a gate that never promotes does not run the
+	// reader at all. The default.
 	PolicyGate = "gate"
+	// PolicyModel answers the reader's own ranking, falling back to the first stage on doubt.
+	PolicyModel = "model"
+	// PolicyFusion merges the reader's ranking with the first stage's by reciprocal rank fusion.
+	PolicyFusion = "fusion"
 )
 
-// Policy decides how a model answer is used. On doubt (a threshold below is not met) the response falls
-// back to BM25, with the fallback stated in the body.
+// Policy decides whether a reader runs and how its answer is used. Without a reader (model.dir empty)
+// every policy answers the first stage's order, and the response says that no reader is configured.
 type Policy struct {
-	// Mode is "gate", "model", "fusion" or "bm25" (the Policy* constants). Default "gate": BM25 over the
-	// whole index, with the model's top promoted only where the model's calibrated gate says so (a model
-	// directory without gate.json never overrides BM25); docs/evaluation.md, "Choosing the policy".
-	// Re-measure with `icicle eval`, and refit with `icicle calibrate`, when you deploy another model.
+	// Mode is the policy: "gate", "first_stage", "model" or "fusion" (the Policy* constants; "bm25" is accepted as the
+	// former name of "first_stage"). Default "gate": the first stage's order, with the reader's top promoted
+	// only where its calibrated gate says so (a reader without gate.json never overrides the first stage);
+	// docs/evaluation.md, "Choosing the policy".
 	Mode string `yaml:"mode"`
-	// MinCopyProb is the least router probability p([COPY]), 0..1, for a model answer to be used.
-	// Default 0 (always used).
-	MinCopyProb float64 `yaml:"min_copy_prob"`
-	// MinTopScore is the least score of the top beam (a log-probability, so <= 0) for a model answer to be
-	// used. YAML "-.inf", environment "-inf". Default -Inf (no threshold).
-	MinTopScore float64 `yaml:"min_top_score"`
-	// FusionK is the reciprocal rank fusion constant k in 1/(k + rank), rank from 1; used in "fusion"
-	// mode. Default 60.
-	FusionK int `yaml:"fusion_k"`
-	// RunModelWhenGateNever runs the model in mode "gate" although the model's gate never promotes (its
-	// gate.json says never, or there is none), so that the response's gate section carries the model's
-	// answer and features: what `icicle calibrate` fits a gate from. Default false: such a gate can only
-	// answer the first stage's order, so the model is not run and the request costs what policy bm25
-	// costs (the gate section says why).
-	RunModelWhenGateNever bool `yaml:"run_model_when_gate_never"`
-	// RouteByFirstStage settles the model's choice between its routes with the first stage's ranking over
-	// the whole index: of the model's best copied answer and its best answer from memory, the one the first
-	// stage ranks higher goes first (plugin/route.go); the engine keeps both in its answer for it, however far
-	// below the top the memory's falls. The router alone loses seen-document questions whose answer the memory
-	// has (docs/evaluation.md, "Routing by the first stage"). It applies wherever the model
-	// runs; a model with no memory route (models/reader135) answers as without it. Default false.
-	RouteByFirstStage bool `yaml:"route_by_first_stage"`
+	// AllowOverride lets a request's "policy" field ask for another policy than Mode. Default false: a request
+	// may ask only for Mode or for "first_stage" (never costlier), so that a caller cannot make every request
+	// run a reader the operator did not enable; any other is a 403 naming the field.
+	AllowOverride bool `yaml:"allow_override"`
 }
 
 // Concurrency is the admission control in front of the model (plugin/admission.go): a request waits
@@ -360,19 +388,19 @@ type Concurrency struct {
 
 // AB values for AB.Mode.
 const (
-	// ABSplit assigns each key to arm A (BM25) or B (model).
+	// ABSplit assigns each key to arm A (BM25) or B (the sidecar).
 	ABSplit = "split"
 	// ABInterleave answers with a team-draft interleaving of both arms' rankings.
 	ABInterleave = "interleave"
 )
 
-// AB configures the A/B experiment between BM25 (arm A) and the model (arm B).
+// AB configures the A/B experiment between BM25 alone (arm A) and the sidecar (arm B: its configured policy).
 type AB struct {
 	// Enabled turns the experiment on. Default false.
 	Enabled bool `yaml:"enabled"`
 	// SplitB is the share of keys sent to arm B in "split" mode, 0..1. Default 0.5.
 	SplitB float64 `yaml:"split_b"`
-	// Mode is "split" or "interleave" (the AB* constants). Default "split".
+	// Mode is how arms answer: "split" or "interleave" (the AB* constants). Default "split".
 	Mode string `yaml:"mode"`
 	// KeyHeader is the request header whose value is hashed to pick the arm; a valid HTTP header name.
 	// A request without it is assigned by its request id. Default "X-ICICLE-AB-Key".
@@ -398,9 +426,9 @@ type AB struct {
 
 // Log configures the slog handler built in cmd/.
 type Log struct {
-	// Level is "debug", "info", "warn" or "error". Default "info".
+	// Level is the least level logged: "debug", "info", "warn" or "error". Default "info".
 	Level string `yaml:"level"`
-	// Format is "text" or "json". Default "text".
+	// Format is the log line format: "text" or "json". Default "text".
 	Format string `yaml:"format"`
 }
 
@@ -431,11 +459,15 @@ type Fields struct {
 	// Body are the fields whose text, after the title, summaries and vectors are made from. Environment:
 	// comma-separated. Default [text].
 	Body []string `yaml:"body"`
-	// Summary, Seen, Vector and VectorModel are the sidecar's own fields (in a team's index: names that
-	// the team's documents do not use). Defaults summary, seen, vector, vector_model.
-	Summary     string `yaml:"summary"`
-	Seen        string `yaml:"seen"`
-	Vector      string `yaml:"vector"`
+	// Summary is the sidecar's own field of each document's compressed summary (in a team's index: a name
+	// the team's documents do not use). Default "summary".
+	Summary string `yaml:"summary"`
+	// Seen is the sidecar's own field marking the documents a reader was trained on. Default "seen".
+	Seen string `yaml:"seen"`
+	// Vector is the sidecar's own field of each document's dense vector (a dense_vector of the encoder's
+	// width). Default "vector".
+	Vector string `yaml:"vector"`
+	// VectorModel is the sidecar's own field naming the encoder that made the vector. Default "vector_model".
 	VectorModel string `yaml:"vector_model"`
 }
 
@@ -464,11 +496,11 @@ type FirstStage struct {
 	// core). Default 1: a query takes a few milliseconds, and one thread leaves the other cores to the
 	// decoder.
 	EncoderThreads int `yaml:"encoder_threads"`
-	// Method is "linear", "rrf" or "bm25" (the Fusion* constants). Default "linear".
+	// Method is the fusion: "linear", "rrf" or "bm25" (the Fusion* constants). Default "linear".
 	Method string `yaml:"method"`
 	// DenseWeight is the dense side's weight in the fusion, 0..1. Default 0.8.
 	DenseWeight float64 `yaml:"dense_weight"`
-	// RRFK is k in 1/(k + rank) of "rrf", > 0. Default 60.
+	// RRFK is the constant k in 1/(k + rank) of "rrf", > 0. Default 60.
 	RRFK float64 `yaml:"rrf_k"`
 	// Depth is how many BM25 hits (over all documents, and over new ones) are fetched and re-scored,
 	// 1..10000. Default 100.
@@ -505,7 +537,7 @@ type Dropin struct {
 // Compressor configures how `icicle ingest` and `POST /v1/ingest` summarise a document that has no summary (internal/compress).
 // The model must be served summaries like those it was trained on, so change Kind together with the model.
 type Compressor struct {
-	// Kind is "extractive" (the first 120 words: free, deterministic, what training/ uses by default) or
+	// Kind is the compressor: "extractive" (the first 120 words: free, deterministic, what training/ uses by default) or
 	// "llm" (the paper's abstractive summary, appendix D.1 prompt in internal/compress/prompt.json).
 	// Default "extractive".
 	Kind string `yaml:"kind"`
@@ -554,6 +586,7 @@ func Default() Config {
 			ESBudgetFraction:  0.1,
 			MaxQueryChars:     1024,
 			MaxHits:           1000,
+			TrustedProxies:    []string{},
 		},
 		Elasticsearch: Elasticsearch{
 			Addresses:      []string{"http://127.0.0.1:9200"},
@@ -565,20 +598,12 @@ func Default() Config {
 			AllowedIndices:    []string{},
 		},
 		Model: Model{
-			Dir:            "models/reader135",
 			Provider:       "cpu",
 			InterOpThreads: 1,
 		},
 		Decode: Decode{
-			BeamWidth:        10,
-			MaxCandidates:    10,
-			BlockReading:     BlockReadingOff,
-			BlockStoreMB:     1024,
-			BlockPrecision:   BlockPrecisionFloat32,
-			Scoring:          ScoringTrie,
-			MemoryScope:      MemorySeen,
-			BlockFill:        true,
-			MaxSummaryTokens: 256,
+			BeamWidth:     10,
+			MaxCandidates: 10,
 		},
 		Breaker: Breaker{
 			ConsecutiveFailures: 5,
@@ -587,9 +612,18 @@ func Default() Config {
 			HalfOpenMaxRequests: 1,
 		},
 		Policy: Policy{
-			Mode:        PolicyGate,
-			MinTopScore: math.Inf(-1),
-			FusionK:     60,
+			Mode: PolicyGate,
+		},
+		Experimental: Experimental{
+			MaxSummaryTokens: 256,
+			Scoring:          ScoringTrie,
+			MemoryScope:      MemorySeen,
+			BlockReading:     BlockReadingOff,
+			BlockStoreMB:     1024,
+			BlockPrecision:   BlockPrecisionFloat32,
+			BlockFill:        true,
+			MinTopScore:      math.Inf(-1),
+			FusionK:          60,
 		},
 		Concurrency: Concurrency{
 			MaxInflight:  0,
@@ -633,6 +667,9 @@ func Default() Config {
 		},
 	}
 }
+
+// Profile names the reader profile the configuration was loaded with (LoadWith); "" for none.
+func (c Config) Profile() string { return c.profile }
 
 // Redacted returns a copy of c fit for logging: the API key, password and admin token become "REDACTED" and a
 // password inside an address URL becomes "xxxxx".

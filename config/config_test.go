@@ -110,6 +110,7 @@ func keyPaths(t *testing.T, data []byte) []string {
 	return out
 }
 
+// TestExampleIsDefault: config/example.yaml, the keys a team sets, shows them at their defaults.
 func TestExampleIsDefault(t *testing.T) {
 	cfg, err := Load("example.yaml", nil)
 	require.NoError(t, err)
@@ -117,22 +118,83 @@ func TestExampleIsDefault(t *testing.T) {
 
 	data, err := os.ReadFile("example.yaml")
 	require.NoError(t, err)
-	require.Equal(t, keyPaths(t, marshal(t, Default())), keyPaths(t, data), "example.yaml must show every key")
+	all := keyPaths(t, marshal(t, Default()))
+	for _, k := range keyPaths(t, data) {
+		require.Contains(t, all, k)
+	}
 }
 
-// TestBlocks100 loads the shipped block-reading profile (config/blocks100.yaml, make demo-blocks): it must
-// validate and set what issue 26 measured, with everything else at the defaults.
-func TestBlocks100(t *testing.T) {
-	cfg, err := Load("blocks100.yaml", nil)
+// TestProfiles loads every shipped reader profile over the defaults: each validates, names a reader, and sets
+// only the reader's keys; b7's settings are the ones its gate was fitted under.
+func TestProfiles(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("profiles", "*.yaml"))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(files), 4)
+	old := ProfileDirs
+	ProfileDirs = []string{"profiles"}
+	t.Cleanup(func() { ProfileDirs = old })
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			cfg, err := LoadWith(name, "", nil)
+			require.NoError(t, err)
+			require.Equal(t, name, cfg.Profile())
+			require.NotEmpty(t, cfg.Model.Dir, "a profile names its reader")
+			// By path as well as by name.
+			byPath, err := LoadWith(f, "", nil)
+			require.NoError(t, err)
+			require.Equal(t, cfg, byPath)
+		})
+	}
+
+	cfg, err := LoadWith("b7", "", nil)
 	require.NoError(t, err)
 	want := Default()
+	want.profile = "b7"
 	want.Model.Dir, want.Model.Quantized = "models/b7", true
-	want.Decode.MaxCandidates, want.Decode.CopyRankPrior = 100, 4
-	want.Decode.MemoryScope, want.Decode.MemoryRankPrior = MemoryFirstStage, 4
-	want.Policy.RouteByFirstStage = true
-	want.Decode.BlockReading, want.Decode.BlockPrecision = BlockReadingShared, "int8"
-	want.Decode.BlockStoreMB, want.Decode.BlockDir = 6144, ".run/blocks"
+	want.Decode.MaxCandidates, want.Experimental.CopyRankPrior = 100, 4
+	want.Experimental.MemoryScope, want.Experimental.MemoryRankPrior = MemoryFirstStage, 4
+	want.Experimental.RouteByFirstStage = true
+	want.Experimental.BlockReading, want.Experimental.BlockPrecision = BlockReadingShared, "int8"
+	want.Experimental.BlockStoreMB, want.Experimental.BlockDir = 6144, ".run/blocks"
 	require.Equal(t, want, cfg)
+}
+
+// TestLoadWithLayers: the profile, then the team's file, then the environment, each over the one before.
+func TestLoadWithLayers(t *testing.T) {
+	dir := t.TempDir()
+	team := filepath.Join(dir, "team.yaml")
+	require.NoError(t, os.WriteFile(team, []byte("elasticsearch:\n  index: team-docs\ndecode:\n  max_candidates: 20\n"), 0o644))
+	cfg, err := LoadWith(filepath.Join("profiles", "b7.yaml"), team,
+		envMap(map[string]string{"ICICLE_EXPERIMENTAL_COPY_RANK_PRIOR": "2"}))
+	require.NoError(t, err)
+	require.Equal(t, "team-docs", cfg.Elasticsearch.Index)
+	require.Equal(t, 20, cfg.Decode.MaxCandidates, "the team's file over the profile")
+	require.Equal(t, 2.0, cfg.Experimental.CopyRankPrior, "the environment over both")
+	require.Equal(t, "models/b7", cfg.Model.Dir)
+
+	// A profile that sets a team's key is refused, naming the key.
+	bad := filepath.Join(dir, "bad.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("model:\n  dir: models/b7\nelasticsearch:\n  index: other\n"), 0o644))
+	_, err = LoadWith(bad, "", nil)
+	require.ErrorContains(t, err, "elasticsearch.index: a reader profile sets only the reader's settings")
+
+	_, err = LoadWith("no-such-profile", "", nil)
+	require.ErrorContains(t, err, `reader profile "no-such-profile": not found`)
+}
+
+// TestPolicyAlias: "bm25", the former name of the first-stage policy, loads as first_stage.
+func TestPolicyAlias(t *testing.T) {
+	cfg, err := Load("", envMap(map[string]string{"ICICLE_POLICY_MODE": "bm25"}))
+	require.NoError(t, err)
+	require.Equal(t, PolicyFirstStage, cfg.Policy.Mode)
+}
+
+// TestMovedEnv: a variable of a key that moved to the experimental section is an error naming the new one.
+func TestMovedEnv(t *testing.T) {
+	_, err := Load("", envMap(map[string]string{"ICICLE_DECODE_COPY_RANK_PRIOR": "2"}))
+	require.ErrorContains(t, err, "decode.copy_rank_prior (env ICICLE_DECODE_COPY_RANK_PRIOR): moved to "+
+		"experimental.copy_rank_prior (environment ICICLE_EXPERIMENTAL_COPY_RANK_PRIOR)")
 }
 
 func TestLoadGood(t *testing.T) {
@@ -144,6 +206,7 @@ func TestLoadGood(t *testing.T) {
 				RequestTimeout: 1500 * time.Millisecond, ESBudgetFraction: 0.25, MaxQueryChars: 512, MaxHits: 200,
 				AdminToken: "0123456789abcdef-admin",
 				WriteToken: "0123456789abcdef-write", AdminAddr: "127.0.0.1:9091",
+				TrustedProxies: []string{"10.0.0.0/8", "192.168.1.7"},
 			}
 			c.Elasticsearch = Elasticsearch{
 				Addresses: []string{"https://es-1.internal:9200", "https://es-2.internal:9200"},
@@ -158,11 +221,13 @@ func TestLoadGood(t *testing.T) {
 				Dir: "/models/nq", Quantized: true, Provider: "cuda", IntraOpThreads: 4, InterOpThreads: 0,
 				ORTLibrary: "/opt/ort/lib/libonnxruntime.so",
 			}
-			c.Decode = Decode{BeamWidth: 20, MaxCandidates: 50, MaxSummaryTokens: 128, MaxPromptTokens: 4096, TitleOnly: true,
+			c.Decode = Decode{BeamWidth: 20, MaxCandidates: 50}
+			c.Experimental = Experimental{MaxSummaryTokens: 128, MaxPromptTokens: 4096, TitleOnly: true,
 				BlockReading: BlockReadingOff, BlockStoreMB: 1024, BlockPrecision: BlockPrecisionFloat32, BlockFill: true, BlockDir: "",
-				Scoring: ScoringVocab, CopyLogPrior: -1.5, CopyRankPrior: 2, MemoryScope: MemoryFirstStage, MemoryRankPrior: 1.5}
+				Scoring: ScoringVocab, CopyLogPrior: -1.5, CopyRankPrior: 2, MemoryScope: MemoryFirstStage, MemoryRankPrior: 1.5,
+				MinCopyProb: 0.2, MinTopScore: -12.5, FusionK: 10}
 			c.Breaker = Breaker{ConsecutiveFailures: 3, Interval: 0, OpenTimeout: time.Minute, HalfOpenMaxRequests: 2}
-			c.Policy = Policy{Mode: PolicyFusion, MinCopyProb: 0.2, MinTopScore: -12.5, FusionK: 10}
+			c.Policy = Policy{Mode: PolicyFusion, AllowOverride: true}
 			c.Concurrency = Concurrency{MaxInflight: 4, QueueSize: 0, QueueTimeout: 100 * time.Millisecond}
 			c.AB = AB{Enabled: true, SplitB: 0.1, Mode: ABInterleave, KeyHeader: "X-Session-Id", Experiment: "nq-2025-q3",
 				ImpressionLog: "/var/log/icicle/impressions.jsonl", ImpressionLogMaxBytes: 0, ImpressionBuffer: 100}
@@ -213,10 +278,13 @@ func TestLoadBad(t *testing.T) {
 			"elasticsearch.addresses[1]", "elasticsearch.api_key", "elasticsearch.cert_fingerprint",
 			"elasticsearch.index", "elasticsearch.max_retries",
 			"model.provider",
-			"decode.beam_width", "decode.max_candidates", "decode.summary_candidates", "decode.block_reading", "decode.block_store_mb", "decode.block_precision",
-			"decode.scoring", "decode.copy_log_prior", "decode.copy_rank_prior", "decode.memory_scope", "decode.memory_rank_prior",
+			"decode.beam_width", "decode.max_candidates",
+			"experimental.summary_candidates", "experimental.block_reading", "experimental.block_store_mb",
+			"experimental.block_precision", "experimental.scoring", "experimental.copy_log_prior",
+			"experimental.copy_rank_prior", "experimental.memory_scope", "experimental.memory_rank_prior",
+			"experimental.min_copy_prob", "experimental.min_top_score",
 			"breaker.consecutive_failures", "breaker.open_timeout",
-			"policy.mode", "policy.min_copy_prob", "policy.min_top_score",
+			"policy.mode",
 			"concurrency.max_inflight",
 			"ab.split_b", "ab.mode", "ab.key_header", "ab.experiment", "ab.impression_log_max_bytes", "ab.impression_buffer",
 			"log.level", "log.format",
@@ -226,6 +294,7 @@ func TestLoadBad(t *testing.T) {
 		},
 		"duplicate_key.bad.yaml": {"decode.beam_width"},
 		"removed_key.bad.yaml":   {"model.kv_cache_tokens"},
+		"moved_key.bad.yaml":     {"decode.copy_rank_prior", "policy.route_by_first_stage"},
 		"two_documents.bad.yaml": nil, // not a field error: the message names the problem
 		"syntax.bad.yaml":        nil,
 	}
@@ -260,6 +329,8 @@ func TestLoadBadMessages(t *testing.T) {
 	}{
 		{"unknown_key.bad.yaml", []string{`server.adress (line 3): unknown key "adress"`, `metric (line 10): unknown key "metric"`}},
 		{"removed_key.bad.yaml", []string{`model.kv_cache_tokens (line 3): removed (it was never used)`}},
+		{"moved_key.bad.yaml", []string{`decode.copy_rank_prior (line 4): moved to experimental.copy_rank_prior`,
+			`policy.route_by_first_stage (line 6): moved to experimental.route_by_first_stage`}},
 		{"wrong_type.bad.yaml", []string{"server.read_timeout (line 2)", "`lots`", `such as "2s"`}},
 		{"bad_values.bad.yaml", []string{
 			`elasticsearch.addresses[1]: want an http or https URL such as "http://127.0.0.1:9200", got "ftp://files.internal"`,
@@ -299,15 +370,15 @@ func TestLoadEnv(t *testing.T) {
 		{
 			name: "typed values",
 			env: map[string]string{
-				"ICICLE_SERVER_ADDR":               ":9999",
-				"ICICLE_SERVER_REQUEST_TIMEOUT":    "1500ms",
-				"ICICLE_SERVER_MAX_BODY_BYTES":     "1024",
-				"ICICLE_SERVER_ES_BUDGET_FRACTION": "0.2",
-				"ICICLE_ELASTICSEARCH_ADDRESSES":   " http://a:9200, ,https://b:9200 ",
-				"ICICLE_MODEL_DIR":                 "/models/x",
-				"ICICLE_MODEL_QUANTIZED":           "true",
-				"ICICLE_POLICY_MIN_TOP_SCORE":      "-inf",
-				"ICICLE_METRICS_ENABLED":           "0",
+				"ICICLE_SERVER_ADDR":                ":9999",
+				"ICICLE_SERVER_REQUEST_TIMEOUT":     "1500ms",
+				"ICICLE_SERVER_MAX_BODY_BYTES":      "1024",
+				"ICICLE_SERVER_ES_BUDGET_FRACTION":  "0.2",
+				"ICICLE_ELASTICSEARCH_ADDRESSES":    " http://a:9200, ,https://b:9200 ",
+				"ICICLE_MODEL_DIR":                  "/models/x",
+				"ICICLE_MODEL_QUANTIZED":            "true",
+				"ICICLE_EXPERIMENTAL_MIN_TOP_SCORE": "-inf",
+				"ICICLE_METRICS_ENABLED":            "0",
 			},
 			check: func(t *testing.T, c Config) {
 				require.Equal(t, ":9999", c.Server.Addr)
@@ -317,7 +388,7 @@ func TestLoadEnv(t *testing.T) {
 				require.Equal(t, []string{"http://a:9200", "https://b:9200"}, c.Elasticsearch.Addresses)
 				require.Equal(t, "/models/x", c.Model.Dir)
 				require.True(t, c.Model.Quantized)
-				require.True(t, math.IsInf(c.Policy.MinTopScore, -1))
+				require.True(t, math.IsInf(c.Experimental.MinTopScore, -1))
 				require.False(t, c.Metrics.Enabled)
 			},
 		},
@@ -539,8 +610,8 @@ func TestValidate(t *testing.T) {
 		// issue 16: the CUDA device ordinal
 		{"negative device id", func(c *Config) { c.Model.DeviceID = -1 }, []string{"model.device_id"}},
 		{"second GPU", func(c *Config) { c.Model.DeviceID = 1 }, nil},
-		{"NaN thresholds", func(c *Config) { c.Policy.MinTopScore, c.Policy.MinCopyProb = math.NaN(), math.NaN() },
-			[]string{"policy.min_copy_prob", "policy.min_top_score"}},
+		{"NaN thresholds", func(c *Config) { c.Experimental.MinTopScore, c.Experimental.MinCopyProb = math.NaN(), math.NaN() },
+			[]string{"experimental.min_copy_prob", "experimental.min_top_score"}},
 		{"negative durations", func(c *Config) { c.Server.ReadTimeout, c.Breaker.Interval = -time.Second, -time.Second },
 			[]string{"server.read_timeout", "breaker.interval"}},
 		{"zero budget fraction", func(c *Config) { c.Server.ESBudgetFraction = 0 }, []string{"server.es_budget_fraction"}},
@@ -556,8 +627,8 @@ func TestValidate(t *testing.T) {
 			c.Server.WriteToken, c.AB.ImpressionLog, c.AB.ClickLog = "0123456789abcdef", "/tmp/imp.jsonl", "/tmp/clicks.jsonl"
 		}, nil},
 		{"upper-case level", func(c *Config) { c.Log.Level = "INFO" }, []string{"log.level"}},
-		{"memory rank prior without the first stage's scope", func(c *Config) { c.Decode.MemoryRankPrior = 2 }, []string{"decode.memory_rank_prior"}},
-		{"memory rank prior", func(c *Config) { c.Decode.MemoryRankPrior, c.Decode.MemoryScope = 2, MemoryFirstStage }, nil},
+		{"memory rank prior without the first stage's scope", func(c *Config) { c.Experimental.MemoryRankPrior = 2 }, []string{"experimental.memory_rank_prior"}},
+		{"memory rank prior", func(c *Config) { c.Experimental.MemoryRankPrior, c.Experimental.MemoryScope = 2, MemoryFirstStage }, nil},
 		// Security (issue 13).
 		{"short write token", func(c *Config) { c.Server.WriteToken = "short" }, []string{"server.write_token"}},
 		{"write token of 16 characters", func(c *Config) { c.Server.WriteToken = "0123456789abcdef" }, nil},
@@ -577,10 +648,10 @@ func TestValidate(t *testing.T) {
 		}, nil},
 		{"unknown compressor", func(c *Config) { c.Compressor.Kind = "abstractive" }, []string{"compressor.kind"}},
 		// query snippets instead of stored summaries
-		{"snippets", func(c *Config) { c.Decode.SnippetChars = 150 }, nil},
-		{"negative snippet chars", func(c *Config) { c.Decode.SnippetChars = -1 }, []string{"decode.snippet_chars"}},
-		{"snippets with block reading", func(c *Config) { c.Decode.SnippetChars, c.Decode.BlockReading = 150, BlockReadingShared },
-			[]string{"decode.snippet_chars"}},
+		{"snippets", func(c *Config) { c.Experimental.SnippetChars = 150 }, nil},
+		{"negative snippet chars", func(c *Config) { c.Experimental.SnippetChars = -1 }, []string{"experimental.snippet_chars"}},
+		{"snippets with block reading", func(c *Config) { c.Experimental.SnippetChars, c.Experimental.BlockReading = 150, BlockReadingShared },
+			[]string{"experimental.snippet_chars"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

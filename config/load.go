@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -59,11 +61,93 @@ func (e *FieldError) Error() string {
 // validates it. All problems found in one stage are reported together: every YAML key of the wrong type
 // or unknown, every unparseable variable, every invalid value. An empty variable counts as unset.
 func Load(path string, env func(string) (string, bool)) (Config, error) {
+	var paths []string
+	if path != "" {
+		paths = []string{path}
+	}
+	return LoadFiles(paths, env)
+}
+
+// ProfileDirs are where a reader profile named without a path is looked for, in order: the repository's
+// config/profiles (relative to the working directory), then the image's /etc/icicle/profiles.
+var ProfileDirs = []string{"config/profiles", "/etc/icicle/profiles"}
+
+// EnvProfile is the environment variable naming the reader profile when no -profile flag does.
+const EnvProfile = "ICICLE_PROFILE"
+
+// profileKeys are the keys a reader profile may set: the reader's own sections, and the request budget the
+// reader needs. A team's cluster, fields, first stage and security stay in the team's file.
+var profileKeys = []string{"model.", "decode.", "experimental.", "policy.", "concurrency.", "breaker.",
+	"server.request_timeout", "server.write_timeout"}
+
+// ProfilePath finds a reader profile: a path to a YAML file as it is, or a name (b7) looked up as
+// NAME.yaml in ProfileDirs.
+func ProfilePath(profile string) (string, error) {
+	if strings.ContainsRune(profile, '/') || strings.HasSuffix(profile, ".yaml") || strings.HasSuffix(profile, ".yml") {
+		return profile, nil
+	}
+	var tried []string
+	for _, dir := range ProfileDirs {
+		p := filepath.Join(dir, profile+".yaml")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+		tried = append(tried, p)
+	}
+	return "", fmt.Errorf("reader profile %q: not found (looked for %s)", profile, strings.Join(tried, ", "))
+}
+
+// LoadWith builds a Config from the defaults, then the reader profile (a name or a path; "" for none), then
+// the team's YAML file at path ("" for none), then the environment, and validates it. A profile may set
+// only the reader's keys (profileKeys); Config.Profile names it.
+func LoadWith(profile, path string, env func(string) (string, bool)) (Config, error) {
+	if profile == "" {
+		return Load(path, env)
+	}
+	pp, err := ProfilePath(profile)
+	if err != nil {
+		return Config{}, err
+	}
+	data, err := os.ReadFile(pp)
+	if err != nil {
+		return Config{}, fmt.Errorf("read reader profile: %w", err)
+	}
+	probe := Default()
+	set := map[string]bool{}
+	if err := decodeYAML(data, &probe, set); err != nil {
+		return Config{}, fmt.Errorf("decode reader profile %s: %w", pp, err)
+	}
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		if !strings.Contains(k, ".") || slices.ContainsFunc(profileKeys, func(p string) bool { return strings.HasPrefix(k, p) || k == p }) {
+			continue
+		}
+		errs = append(errs, &FieldError{Key: k, Msg: "a reader profile sets only the reader's settings (" +
+			strings.Join(profileKeys, ", ") + "); set this one in your own config file"})
+	}
+	if len(errs) > 0 {
+		return Config{}, fmt.Errorf("reader profile %s: %w", pp, errors.Join(errs...))
+	}
+	paths := []string{pp}
+	if path != "" {
+		paths = append(paths, path)
+	}
+	cfg, err := LoadFiles(paths, env)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.profile = strings.TrimSuffix(filepath.Base(pp), filepath.Ext(pp))
+	return cfg, nil
+}
+
+// LoadFiles is Load with several YAML files applied in order over the defaults, a later file's keys over an
+// earlier's: a reader profile (config/profiles), then the team's own file. The environment comes last.
+func LoadFiles(paths []string, env func(string) (string, bool)) (Config, error) {
 	cfg := Default()
 	explicit := map[string]bool{} // keys that YAML or the environment set
 
 	var errs []error
-	if path != "" {
+	for _, path := range paths {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return Config{}, fmt.Errorf("read config: %w", err)
@@ -86,10 +170,14 @@ func Load(path string, env func(string) (string, bool)) (Config, error) {
 	if cfg.Elasticsearch.CloudID != "" && !explicit["elasticsearch.addresses"] {
 		cfg.Elasticsearch.Addresses = nil
 	}
+	// The former name of the first-stage policy.
+	if cfg.Policy.Mode == PolicyBM25 {
+		cfg.Policy.Mode = PolicyFirstStage
+	}
 	if err := cfg.Validate(); err != nil {
 		where := "defaults and environment"
-		if path != "" {
-			where = path
+		if len(paths) > 0 {
+			where = strings.Join(paths, ", ")
 		}
 		return Config{}, fmt.Errorf("validate config (%s): %w", where, err)
 	}
@@ -109,9 +197,10 @@ func EnvVars() []string {
 
 // leaf is one settable field of a Config, found by reflection over the yaml tags.
 type leaf struct {
-	key string // "server.addr"
-	env string // "ICICLE_SERVER_ADDR"
-	v   reflect.Value
+	key     string // "server.addr"
+	env     string // "ICICLE_SERVER_ADDR"
+	serving string // the field's serving tag: "-" for a setting that does not shape a reader's answer
+	v       reflect.Value
 }
 
 // leaves lists the fields of every section of c, in declaration order.
@@ -131,9 +220,10 @@ func leaves(c *Config) []leaf {
 				continue
 			}
 			out = append(out, leaf{
-				key: section + "." + name,
-				env: EnvPrefix + strings.ToUpper(section+"_"+name),
-				v:   sv.Field(j),
+				key:     section + "." + name,
+				env:     EnvPrefix + strings.ToUpper(section+"_"+name),
+				serving: sv.Type().Field(j).Tag.Get("serving"),
+				v:       sv.Field(j),
 			})
 		}
 	}
@@ -174,6 +264,14 @@ func applyEnv(cfg *Config, env func(string) (string, bool), explicit map[string]
 			continue
 		}
 		from(f.key, f.env)
+	}
+	for _, old := range slices.Sorted(maps.Keys(movedKeys)) {
+		now := movedKeys[old]
+		name := EnvPrefix + strings.ToUpper(strings.ReplaceAll(old, ".", "_"))
+		if raw, ok := env(name); ok && raw != "" {
+			errs = append(errs, &FieldError{Key: old, Env: name, Msg: fmt.Sprintf("moved to %s (environment %s)", now,
+				EnvPrefix+strings.ToUpper(strings.ReplaceAll(now, ".", "_")))})
+		}
 	}
 	if cfg.Model.ORTLibrary == "" {
 		if raw, ok := env(EnvORTLib); ok && raw != "" {
@@ -307,6 +405,59 @@ var removedKeys = map[string]string{
 	"model.kv_cache_tokens": "removed (it was never used): each model session's KV cache is sized per request from the prompt and the decode tree; delete the key",
 }
 
+// CurrentKey is a key's name now: the earlier name of a key that moved (decode.scoring) becomes its current
+// one (experimental.scoring); any other key is returned as it is. A gate fitted by an earlier version
+// recorded its serving settings under the earlier names.
+func CurrentKey(key string) string {
+	if now, ok := movedKeys[key]; ok {
+		return now
+	}
+	return key
+}
+
+// ServingSettings are the settings that shape a reader's answer, by key with their values as text: every
+// key of the decode and experimental sections (but those tagged serving:"-") and model.quantized. A
+// reader's gate records them when it is fitted (`icicle calibrate`), and is not applied under others; a new
+// key is recorded and compared without being listed anywhere.
+func (c Config) ServingSettings() map[string]string {
+	out := map[string]string{"model.quantized": strconv.FormatBool(c.Model.Quantized)}
+	for _, f := range leaves(&c) {
+		section, _, _ := strings.Cut(f.key, ".")
+		if section != "decode" && section != "experimental" || f.serving == "-" {
+			continue
+		}
+		out[f.key] = settingText(f.v)
+	}
+	return out
+}
+
+// settingText is a setting's value as text, as the gate records it.
+func settingText(v reflect.Value) string {
+	switch {
+	case v.Type() == durationType:
+		return time.Duration(v.Int()).String()
+	case v.Kind() == reflect.Float64:
+		return strconv.FormatFloat(v.Float(), 'g', -1, 64)
+	}
+	return fmt.Sprint(v.Interface())
+}
+
+// movedKeys are keys that earlier versions read elsewhere: the readers' research settings, now in the
+// experimental section. A file or variable that still uses the old name gets the new one.
+var movedKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"max_summary_tokens", "max_prompt_tokens", "title_only", "summary_candidates",
+		"snippet_chars", "scoring", "copy_log_prior", "copy_rank_prior", "memory_scope", "memory_rank_prior",
+		"block_reading", "block_store_mb", "block_precision", "block_fill", "block_dir"} {
+		m["decode."+k] = "experimental." + k
+	}
+	for _, k := range []string{"min_copy_prob", "min_top_score", "fusion_k", "run_model_when_gate_never",
+		"route_by_first_stage"} {
+		m["policy."+k] = "experimental." + k
+	}
+	return m
+}()
+
 var (
 	lineRe      = regexp.MustCompile(`^line (\d+): (.*)$`)
 	unknownRe   = regexp.MustCompile(`^field (.+) not found in type `)
@@ -331,6 +482,8 @@ func (ix *yamlIndex) fieldError(msg string) *FieldError {
 		fe.Msg = fmt.Sprintf("unknown key %q", u[1])
 		if why, ok := removedKeys[fe.Key]; ok {
 			fe.Msg = why
+		} else if now, ok := movedKeys[fe.Key]; ok {
+			fe.Msg = "moved to " + now
 		}
 	} else if d := duplicateRe.FindStringSubmatch(text); d != nil {
 		name, err := strconv.Unquote(d[1])

@@ -80,6 +80,12 @@ func (c Config) Validate() error {
 	}
 	v.positive("elasticsearch.request_timeout", es.RequestTimeout)
 	v.atLeast("elasticsearch.max_retries", int64(es.MaxRetries), 0)
+	for i, p := range s.TrustedProxies {
+		if _, _, err := net.ParseCIDR(p); err != nil && net.ParseIP(p) == nil {
+			v.addAt("server.trusted_proxies", fmt.Sprintf("server.trusted_proxies[%d]", i),
+				"want an IP address or CIDR range such as \"10.0.0.0/8\", got %q", p)
+		}
+	}
 	for i, name := range es.AllowedIndices {
 		if name == "" || name == "_all" || name != strings.ToLower(name) || strings.ContainsAny(name, " \t\n\"\\/<>|?#*,:") || strings.HasPrefix(name, "-") {
 			v.addAt("elasticsearch.allowed_indices", fmt.Sprintf("elasticsearch.allowed_indices[%d]", i),
@@ -91,40 +97,16 @@ func (c Config) Validate() error {
 	}
 
 	m := c.Model
-	if m.Dir == "" {
-		v.add("model.dir", "must not be empty")
-	}
 	v.oneOf("model.provider", m.Provider, "cpu", "cuda")
 	v.atLeast("model.intra_op_threads", int64(m.IntraOpThreads), 0)
 	v.atLeast("model.inter_op_threads", int64(m.InterOpThreads), 0)
-	v.atLeast("model.device_id", int64(m.DeviceID), 0) // issue 16
+	v.atLeast("model.device_id", int64(m.DeviceID), 0)
 
 	d := c.Decode
 	v.between("decode.beam_width", d.BeamWidth, 1, 100)
 	v.between("decode.max_candidates", d.MaxCandidates, 1, 100)
-	v.atLeast("decode.max_summary_tokens", int64(d.MaxSummaryTokens), 1)
-	v.atLeast("decode.max_prompt_tokens", int64(d.MaxPromptTokens), 0)
-	v.atLeast("decode.summary_candidates", int64(d.SummaryCandidates), 0)
-	v.between("decode.snippet_chars", d.SnippetChars, 0, 2000)
-	if d.SnippetChars > 0 && (d.BlockReading == BlockReadingContiguous || d.BlockReading == BlockReadingShared) {
-		v.add("decode.snippet_chars", "needs decode.block_reading off (a stored block is a document's, a snippet the query's), got block_reading %q", d.BlockReading)
-	}
-	v.oneOf("decode.block_reading", d.BlockReading, BlockReadingOff, BlockReadingContiguous, BlockReadingShared)
-	v.atLeast("decode.block_store_mb", int64(d.BlockStoreMB), 1)
-	v.oneOf("decode.block_precision", d.BlockPrecision, BlockPrecisionFloat32, BlockPrecisionInt8)
-	v.oneOf("decode.scoring", d.Scoring, ScoringTrie, ScoringVocab)
-	if !(d.CopyLogPrior >= -20 && d.CopyLogPrior <= 20) {
-		v.add("decode.copy_log_prior", "must be between -20 and 20 (a log-probability shift), got %v", d.CopyLogPrior)
-	}
-	if !(d.CopyRankPrior >= 0 && d.CopyRankPrior <= 20) {
-		v.add("decode.copy_rank_prior", "must be between 0 and 20 (a weight on ln of the candidate's place), got %v", d.CopyRankPrior)
-	}
-	v.oneOf("decode.memory_scope", d.MemoryScope, MemorySeen, MemoryFirstStage)
-	if !(d.MemoryRankPrior >= 0 && d.MemoryRankPrior <= 20) {
-		v.add("decode.memory_rank_prior", "must be between 0 and 20 (a weight on ln of the document's place), got %v", d.MemoryRankPrior)
-	} else if d.MemoryRankPrior > 0 && d.MemoryScope != MemoryFirstStage {
-		v.add("decode.memory_rank_prior", "needs decode.memory_scope %q (the places are the first stage's), got memory_scope %q", MemoryFirstStage, d.MemoryScope)
-	}
+
+	validateExperimental(&v, c.Experimental)
 
 	b := c.Breaker
 	v.atLeast("breaker.consecutive_failures", int64(b.ConsecutiveFailures), 1)
@@ -134,15 +116,7 @@ func (c Config) Validate() error {
 	v.positive("breaker.open_timeout", b.OpenTimeout)
 	v.atLeast("breaker.half_open_max_requests", int64(b.HalfOpenMaxRequests), 1)
 
-	p := c.Policy
-	v.oneOf("policy.mode", p.Mode, PolicyGate, PolicyModel, PolicyFusion, PolicyBM25)
-	if !(p.MinCopyProb >= 0 && p.MinCopyProb <= 1) {
-		v.add("policy.min_copy_prob", "must be between 0 and 1, got %v", p.MinCopyProb)
-	}
-	if math.IsNaN(p.MinTopScore) || p.MinTopScore > 0 {
-		v.add("policy.min_top_score", "must be <= 0 (scores are log-probabilities; -.inf disables it), got %v", p.MinTopScore)
-	}
-	v.atLeast("policy.fusion_k", int64(p.FusionK), 0)
+	v.oneOf("policy.mode", c.Policy.Mode, PolicyGate, PolicyFirstStage, PolicyModel, PolicyFusion)
 
 	q := c.Concurrency
 	v.atLeast("concurrency.max_inflight", int64(q.MaxInflight), 0)
@@ -241,6 +215,40 @@ func (c Config) Validate() error {
 	return errors.Join(v.errs...)
 }
 
+// validateExperimental checks the readers' research settings.
+func validateExperimental(v *validator, x Experimental) {
+	v.atLeast("experimental.max_summary_tokens", int64(x.MaxSummaryTokens), 1)
+	v.atLeast("experimental.max_prompt_tokens", int64(x.MaxPromptTokens), 0)
+	v.atLeast("experimental.summary_candidates", int64(x.SummaryCandidates), 0)
+	v.between("experimental.snippet_chars", x.SnippetChars, 0, 2000)
+	if x.SnippetChars > 0 && (x.BlockReading == BlockReadingContiguous || x.BlockReading == BlockReadingShared) {
+		v.add("experimental.snippet_chars", "needs experimental.block_reading off (a stored block is a document's, a snippet the query's), got block_reading %q", x.BlockReading)
+	}
+	v.oneOf("experimental.block_reading", x.BlockReading, BlockReadingOff, BlockReadingContiguous, BlockReadingShared)
+	v.atLeast("experimental.block_store_mb", int64(x.BlockStoreMB), 1)
+	v.oneOf("experimental.block_precision", x.BlockPrecision, BlockPrecisionFloat32, BlockPrecisionInt8)
+	v.oneOf("experimental.scoring", x.Scoring, ScoringTrie, ScoringVocab)
+	if !(x.CopyLogPrior >= -20 && x.CopyLogPrior <= 20) {
+		v.add("experimental.copy_log_prior", "must be between -20 and 20 (a log-probability shift), got %v", x.CopyLogPrior)
+	}
+	if !(x.CopyRankPrior >= 0 && x.CopyRankPrior <= 20) {
+		v.add("experimental.copy_rank_prior", "must be between 0 and 20 (a weight on ln of the candidate's place), got %v", x.CopyRankPrior)
+	}
+	v.oneOf("experimental.memory_scope", x.MemoryScope, MemorySeen, MemoryFirstStage)
+	if !(x.MemoryRankPrior >= 0 && x.MemoryRankPrior <= 20) {
+		v.add("experimental.memory_rank_prior", "must be between 0 and 20 (a weight on ln of the document's place), got %v", x.MemoryRankPrior)
+	} else if x.MemoryRankPrior > 0 && x.MemoryScope != MemoryFirstStage {
+		v.add("experimental.memory_rank_prior", "needs experimental.memory_scope %q (the places are the first stage's), got memory_scope %q", MemoryFirstStage, x.MemoryScope)
+	}
+	if !(x.MinCopyProb >= 0 && x.MinCopyProb <= 1) {
+		v.add("experimental.min_copy_prob", "must be between 0 and 1, got %v", x.MinCopyProb)
+	}
+	if math.IsNaN(x.MinTopScore) || x.MinTopScore > 0 {
+		v.add("experimental.min_top_score", "must be <= 0 (scores are log-probabilities; -.inf disables it), got %v", x.MinTopScore)
+	}
+	v.atLeast("experimental.fusion_k", int64(x.FusionK), 0)
+}
+
 // validator collects FieldErrors, naming the environment variable of each key that came from one.
 type validator struct {
 	env  map[string]string
@@ -299,7 +307,7 @@ func isToken(s string) bool {
 	return true
 }
 
-// validateSecurity checks the write key, the admin address, TLS and the caller credentials (issue 13).
+// validateSecurity checks the write key, the admin address, TLS and the caller credentials.
 func validateSecurity(v *validator, c *Config) {
 	s := c.Server
 	if t := s.WriteToken; t != "" && (len(t) < 16 || strings.ContainsAny(t, " \t\r\n")) {

@@ -2,7 +2,7 @@
 
 package inference
 
-// A block store kept in a file (decode.block_dir), so that the blocks computed once survive a restart: the
+// A block store kept in a file (experimental.block_dir), so that the blocks computed once survive a restart: the
 // store of a model is one file named by the model's identity (its weights and manifest, loader.Identity), the
 // layout and the precision, mapped into memory and shared with the page cache. Blocks are appended as records
 // and read in place (no copy, no Go heap): the sidecar's own memory stays small and the kernel keeps the pages
@@ -21,7 +21,7 @@ package inference
 //
 // used is written after a record's bytes, so a record that a crash cut short is past used and not read; a record
 // whose checksum fails (a torn write the kernel had not flushed when the machine stopped) ends the file there.
-// The file's size is the store's bound (decode.block_store_mb) plus the header, allocated sparse: only what is
+// The file's size is the store's bound (experimental.block_store_mb) plus the header, allocated sparse: only what is
 // written takes disk space. A full file keeps what it has and refuses new blocks (Stats.Refused).
 
 import (

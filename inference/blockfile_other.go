@@ -13,7 +13,7 @@ func (*blockFile) append(*blockKV) (*blockKV, error) {
 func (*blockFile) close() error  { return nil }
 func (*blockFile) release() bool { return true }
 
-// OpenBlockStore is unsupported on this platform: decode.block_dir needs Linux or macOS.
+// OpenBlockStore is unsupported on this platform: experimental.block_dir needs Linux or macOS.
 func OpenBlockStore(path string, maxBytes int64, quant bool, spec Spec) (*BlockStore, error) {
-	return nil, errors.New("open block store " + path + ": block files need Linux or macOS (leave decode.block_dir empty)")
+	return nil, errors.New("open block store " + path + ": block files need Linux or macOS (leave experimental.block_dir empty)")
 }

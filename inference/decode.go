@@ -124,7 +124,7 @@ type Options struct {
 	// then added after them, so the answer may hold a docid or two more), and the memory route is then not
 	// cut at the BeamWidth-th copied score. With a hundred candidates the copy route alone fills the top
 	// BeamWidth, so without it the memory's best answer is often missing, and a rule that weighs the two routes'
-	// answers against each other (the server's policy.route_by_first_stage) cannot see it. Default false.
+	// answers against each other (the server's experimental.route_by_first_stage) cannot see it. Default false.
 	EachRoute bool
 	// Admit, if set, is called once the prompt is built and a session is free, before the first forward
 	// pass, with the prompt's length in tokens; an error ends the call without running the model (returned

@@ -21,7 +21,7 @@ import (
 // and the real model (issue 26): the store fills from the index's new documents in the background, /readyz
 // says how far; once done, a search over those documents computes no block; a hot swap to a model with an
 // empty store fills that one again while the sidecar serves; a store too small for the index stops the fill
-// at its bound instead of evicting what it computed; a store kept in a file (decode.block_dir) is read back by
+// at its bound instead of evicting what it computed; a store kept in a file (experimental.block_dir) is read back by
 // the next start, whose fill then computes nothing.
 func TestBlockStoreFill(t *testing.T) {
 	bin, esURL, lib := realServeParts(t)
@@ -34,8 +34,8 @@ func TestBlockStoreFill(t *testing.T) {
 	ingestForGate(t, esURL, index, modelDir, newDocs)
 
 	const token = "block-fill-admin-token"
-	url := serveDefault(t, bin, esURL, index, testenv.BlockModel(t, modelDir), lib, "ICICLE_POLICY_RUN_MODEL_WHEN_GATE_NEVER=true", "ICICLE_DECODE_BLOCK_READING=shared",
-		"ICICLE_DECODE_BLOCK_PRECISION=int8", "ICICLE_SERVER_ADMIN_TOKEN="+token)
+	url := serveDefault(t, bin, esURL, index, testenv.BlockModel(t, modelDir), lib, "ICICLE_EXPERIMENTAL_RUN_MODEL_WHEN_GATE_NEVER=true", "ICICLE_EXPERIMENTAL_BLOCK_READING=shared",
+		"ICICLE_EXPERIMENTAL_BLOCK_PRECISION=int8", "ICICLE_SERVER_ADMIN_TOKEN="+token)
 	first := waitFilled(t, url, newDocs)
 	require.Equal(t, "int8", first.Precision)
 	require.Equal(t, newDocs, first.Fill.Computed, "no request ran before: the fill computed every block")
@@ -63,8 +63,8 @@ func TestBlockStoreFill(t *testing.T) {
 
 	// A store bound below the index's new documents (int8 blocks of reader135 are about 0.4 MB): the fill
 	// stops when the store would evict, says so, and the sidecar serves.
-	url = serveDefault(t, bin, esURL, index, testenv.BlockModel(t, modelDir), lib, "ICICLE_POLICY_RUN_MODEL_WHEN_GATE_NEVER=true", "ICICLE_DECODE_BLOCK_READING=shared",
-		"ICICLE_DECODE_BLOCK_PRECISION=int8", "ICICLE_DECODE_BLOCK_STORE_MB=4")
+	url = serveDefault(t, bin, esURL, index, testenv.BlockModel(t, modelDir), lib, "ICICLE_EXPERIMENTAL_RUN_MODEL_WHEN_GATE_NEVER=true", "ICICLE_EXPERIMENTAL_BLOCK_READING=shared",
+		"ICICLE_EXPERIMENTAL_BLOCK_PRECISION=int8", "ICICLE_EXPERIMENTAL_BLOCK_STORE_MB=4")
 	var b plugin.BlocksInfo
 	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
 		if b = readyBlocks(t, url); b.Fill.State != "running" {
@@ -82,11 +82,11 @@ func TestBlockStoreFill(t *testing.T) {
 	// A store in a file: the first start fills it, a restart on the same directory reads every block back
 	// (the fill computes none, a search computes none).
 	blockDir, fileModel := t.TempDir(), testenv.BlockModel(t, modelDir)
-	fileEnv := []string{"ICICLE_POLICY_RUN_MODEL_WHEN_GATE_NEVER=true", "ICICLE_DECODE_BLOCK_READING=shared", "ICICLE_DECODE_BLOCK_PRECISION=int8", "ICICLE_DECODE_BLOCK_DIR=" + blockDir}
+	fileEnv := []string{"ICICLE_EXPERIMENTAL_RUN_MODEL_WHEN_GATE_NEVER=true", "ICICLE_EXPERIMENTAL_BLOCK_READING=shared", "ICICLE_EXPERIMENTAL_BLOCK_PRECISION=int8", "ICICLE_EXPERIMENTAL_BLOCK_DIR=" + blockDir}
 	url, stop := startServe(t, bin, esURL, index, fileModel, lib, fileEnv...)
 	filled := waitFilled(t, url, newDocs)
 	require.Equal(t, newDocs, filled.Fill.Computed)
-	require.Equal(t, blockDir, filepath.Dir(filled.File), "the model's file in decode.block_dir")
+	require.Equal(t, blockDir, filepath.Dir(filled.File), "the model's file in experimental.block_dir")
 	require.Zero(t, filled.Loaded, "a new file")
 	stop()
 	url, _ = startServe(t, bin, esURL, index, fileModel, lib, fileEnv...)
@@ -101,8 +101,8 @@ func TestBlockStoreFill(t *testing.T) {
 
 	// Summaries for the first 3 candidates only: the fill keeps each document's block in both forms, and a
 	// search of 20 candidates reads 17 by title alone, every block from the store.
-	url = serveDefault(t, bin, esURL, index, testenv.BlockModel(t, modelDir), lib, "ICICLE_POLICY_RUN_MODEL_WHEN_GATE_NEVER=true",
-		"ICICLE_DECODE_BLOCK_READING=shared", "ICICLE_DECODE_BLOCK_PRECISION=int8", "ICICLE_DECODE_SUMMARY_CANDIDATES=3",
+	url = serveDefault(t, bin, esURL, index, testenv.BlockModel(t, modelDir), lib, "ICICLE_EXPERIMENTAL_RUN_MODEL_WHEN_GATE_NEVER=true",
+		"ICICLE_EXPERIMENTAL_BLOCK_READING=shared", "ICICLE_EXPERIMENTAL_BLOCK_PRECISION=int8", "ICICLE_EXPERIMENTAL_SUMMARY_CANDIDATES=3",
 		"ICICLE_DECODE_MAX_CANDIDATES=20")
 	both := waitFilled(t, url, newDocs)
 	require.Equal(t, 2*newDocs, both.Fill.Computed, "a block with its summary and one by title alone, for every new document")

@@ -225,7 +225,7 @@ func TestComposeEnvironmentLoads(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, []string{"http://" + esService + ":" + itoa(esPort)}, cfg.Elasticsearch.Addresses)
-	require.Equal(t, "/"+config.Default().Model.Dir, cfg.Model.Dir, "the container serves the default model")
+	require.Empty(t, cfg.Model.Dir, "the container serves the default: the first stage, no reader model")
 	require.Equal(t, "/"+config.Default().FirstStage.EncoderDir, cfg.FirstStage.EncoderDir, "and the default encoder")
 	require.NotEmpty(t, cfg.Model.ORTLibrary, "the image must say where libonnxruntime.so is")
 
@@ -270,13 +270,11 @@ func TestDockerfile(t *testing.T) {
 	require.Contains(t, build, "scripts/encoder.sh "+encoder)
 	require.FileExists(t, filepath.Join(root, encoder, "encoder.json"))
 	require.Contains(t, strings.Join(runtime.lines, "\n"), "ICICLE_FIRST_STAGE_ENCODER_DIR=/"+encoder)
-	// It serves the default model, built in the builder the way scripts/test.sh builds it in CI
-	// (scripts/model.sh: the committed graph.onnx and delta, no PyTorch).
-	model := config.Default().Model.Dir
-	require.Contains(t, build, "scripts/model.sh "+model)
-	require.FileExists(t, filepath.Join(root, model, "graph.onnx"), "the default model's weight-free graph is committed")
-	require.Contains(t, strings.Join(runtime.lines, "\n"), "ICICLE_MODEL_DIR=/"+model)
-	require.Equal(t, "/"+model, deref(icicle.Environment["ICICLE_MODEL_DIR"]), "compose serves the default model")
+	// It serves the default, the first stage without a reader model: neither the image nor compose names one,
+	// and the builder builds none.
+	require.NotContains(t, build, "scripts/model.sh")
+	require.NotContains(t, strings.Join(runtime.lines, "\n"), "ICICLE_MODEL_DIR")
+	require.NotContains(t, icicle.Environment, "ICICLE_MODEL_DIR")
 
 	// Every file COPY takes from the build context exists and is not excluded by .dockerignore.
 	ignored := dockerignore(t, filepath.Join(icicle.Build.Context, ".dockerignore"))

@@ -179,7 +179,7 @@ func TestDropin(t *testing.T) {
 		require.False(t, res.IsError(), res.String())
 		var resp dropinResponse
 		require.NoError(t, json.NewDecoder(res.Body).Decode(&resp))
-		require.True(t, slices.Contains([]plugin.Mode{plugin.ModeReranked, plugin.ModeBM25Fallback}, resp.Icicle.Mode))
+		require.True(t, slices.Contains([]plugin.Mode{plugin.ModeReranked, plugin.ModeFirstStageFallback}, resp.Icicle.Mode))
 		require.NotEmpty(t, resp.Hits.Hits)
 	})
 }

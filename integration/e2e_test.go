@@ -268,7 +268,7 @@ func TestEndToEnd(t *testing.T) {
 		for range 4 {
 			code, resp := s.post(t, "/v1/search", plugin.SearchRequest{Query: query})
 			require.Equal(t, http.StatusOK, code)
-			require.Equal(t, plugin.ModeBM25Fallback, resp.Mode)
+			require.Equal(t, plugin.ModeFirstStageFallback, resp.Mode)
 			require.Equal(t, plugin.FromBM25, resp.Results[0].Provenance)
 			require.Equal(t, 1, *resp.Results[0].BM25Rank)
 			reasons = append(reasons, resp.FallbackReason)

@@ -383,7 +383,7 @@ func TestFaults(t *testing.T) {
 		require.Equal(t, http.StatusOK, a.status, string(a.body))
 		r := a.response(t)
 		require.Equal(t, 20, r.TitleOnlyCandidates)
-		require.NotEqual(t, plugin.ModeBM25Fallback, r.Mode, r.FallbackReason)
+		require.NotEqual(t, plugin.ModeFirstStageFallback, r.Mode, r.FallbackReason)
 		f.healthy(t)
 	})
 

@@ -129,8 +129,8 @@ func TestFirstStage(t *testing.T) {
 	}
 
 	t.Run("the first stage alone: hybrid, its cosines those of the documents' vectors", func(t *testing.T) {
-		resp := postSearch(t, hs.URL, plugin.SearchRequest{Query: query, Size: 10, Policy: "bm25"})
-		require.Equal(t, plugin.ModeBM25, resp.Mode)
+		resp := postSearch(t, hs.URL, plugin.SearchRequest{Query: query, Size: 10, Policy: plugin.PolicyFirstStage})
+		require.Equal(t, plugin.ModeFirstStage, resp.Mode)
 		require.NotNil(t, resp.Baseline)
 		require.Equal(t, retrieve.BaselineHybrid, resp.Baseline.Kind)
 		require.Equal(t, enc.Name(), resp.Baseline.Encoder)
@@ -157,7 +157,7 @@ func TestFirstStage(t *testing.T) {
 		for _, d := range resp.Context {
 			require.False(t, byDocID[d].Seen, "context documents are new: %q", d)
 		}
-		first := postSearch(t, hs.URL, plugin.SearchRequest{Query: query, Size: 100, Policy: "bm25"})
+		first := postSearch(t, hs.URL, plugin.SearchRequest{Query: query, Size: 100, Policy: plugin.PolicyFirstStage})
 		var newOrder []string
 		for _, res := range first.Results {
 			if !byDocID[res.DocID].Seen {
@@ -169,7 +169,7 @@ func TestFirstStage(t *testing.T) {
 	t.Run("rerank re-scores the caller's hits", func(t *testing.T) {
 		hits, err := es.SearchAll(t.Context(), query, 10)
 		require.NoError(t, err)
-		resp := postRerank(t, hs.URL, query, hits, "bm25")
+		resp := postRerank(t, hs.URL, query, hits, plugin.PolicyFirstStage)
 		require.Equal(t, retrieve.BaselineHybrid, resp.Baseline.Kind)
 		for _, res := range resp.Results {
 			require.NotNil(t, res.DenseScore)
@@ -185,7 +185,7 @@ func TestFirstStage(t *testing.T) {
 			require.Equal(t, retrieve.BaselineBM25, resp.Baseline.Kind)
 			require.Equal(t, retrieve.ReasonEncoderError, resp.Baseline.Reason)
 			require.Equal(t, plugin.ModeReranked, resp.Mode, "the model still reranks, over BM25's candidates")
-			base := postSearch(t, hs.URL, plugin.SearchRequest{Query: query, Size: 10, Policy: "bm25"})
+			base := postSearch(t, hs.URL, plugin.SearchRequest{Query: query, Size: 10, Policy: plugin.PolicyFirstStage})
 			require.Equal(t, want, docIDs(base.Results))
 			require.Equal(t, plugin.FromBM25, base.Results[0].Provenance)
 		}

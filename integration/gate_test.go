@@ -65,7 +65,7 @@ func TestConfiguredDefaultIsTheGate(t *testing.T) {
 		require.Zero(t, resp.CandidatesInContext)
 	}
 	metrics := getText(t, url+"/metrics")
-	require.Contains(t, metrics, fmt.Sprintf(`icicle_gate_decisions_total{decision="keep_bm25"} %d`, len(queries)))
+	require.Contains(t, metrics, fmt.Sprintf(`icicle_gate_decisions_total{decision="keep_first_stage"} %d`, len(queries)))
 	require.Contains(t, metrics, `icicle_gate_decisions_total{decision="promote_model"} 0`)
 
 	// A gate.json that always promotes: the model's top first, then BM25 over the whole index without it.

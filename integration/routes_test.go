@@ -125,7 +125,7 @@ func TestRoutes(t *testing.T) {
 		require.GreaterOrEqual(t, float64(c[0])/float64(c[1]), routeFloor[route], "%s route", route)
 	}
 
-	// The same queries with policy.route_by_first_stage: of the model's best answer from each route, the one
+	// The same queries with experimental.route_by_first_stage: of the model's best answer from each route, the one
 	// BM25 over the whole index ranks higher comes first, and the response says rerouted exactly where that
 	// changed the router's first (the engine is deterministic, so the beams are the ones above).
 	routed := s.withOptions(t, func(o *plugin.Options) { o.RouteByFirstStage = true })

@@ -205,7 +205,7 @@ func TestTeamIndex(t *testing.T) {
 	t.Cleanup(hs.Close)
 	const query = "similarity laws for models of heated high speed aircraft"
 
-	first := postSearch(t, hs.URL, plugin.SearchRequest{Query: query, Size: 5, Policy: "bm25"})
+	first := postSearch(t, hs.URL, plugin.SearchRequest{Query: query, Size: 5, Policy: plugin.PolicyFirstStage})
 	require.Equal(t, retrieve.BaselineHybrid, first.Baseline.Kind)
 	for _, r := range first.Results {
 		require.NotEmpty(t, r.Title, "titles come from the team's name field")

@@ -24,7 +24,7 @@ type Arm string
 const (
 	// ArmA is Elasticsearch BM25 over all documents: the baseline.
 	ArmA Arm = "A"
-	// ArmB is the ICICLE answer: /v1/search under policy.mode (default gate: BM25 over all documents,
+	// ArmB is the sidecar's answer: /v1/search under policy.mode (default gate: the first stage's order,
 	// the model's top promoted where its gate says so).
 	ArmB Arm = "B"
 	// ArmInterleaved is a team-draft interleaving of A and B, each result saying its team.
@@ -134,7 +134,7 @@ func (s *Server) searchAB(ctx context.Context, c *gin.Context, req SearchRequest
 	case ArmInterleaved:
 		resp, err = s.searchInterleaved(ctx, req.Query, req.Size, a.seed)
 	default:
-		resp, err = s.searchModel(ctx, req.Query, req.Size, s.policy(req.Policy))
+		resp, err = s.searchModel(ctx, req.Query, req.Size, req.Policy)
 	}
 	if err != nil {
 		return Response{}, err

@@ -31,7 +31,7 @@ const (
 	ReasonModelError = "model_error"
 	// ReasonContextFull: the prompt does not fit the model's context (the request's size, not a failure).
 	ReasonContextFull = "context_full"
-	// ReasonLowConfidence: the model answered below policy.min_copy_prob or policy.min_top_score (rank).
+	// ReasonLowConfidence: the model answered below experimental.min_copy_prob or experimental.min_top_score (rank).
 	ReasonLowConfidence = "low_confidence"
 	// ReasonContextUnavailable: the new-document search (the model's context) failed while the baseline
 	// answered (searchModel).
@@ -317,7 +317,7 @@ func (s *Server) runModel(ctx context.Context, query string, in []inference.Cand
 	)
 	opts := s.opts.Decode
 	opts.MemoryScope = memory
-	// policy.route_by_first_stage weighs the two routes' best answers: both must be in the answer.
+	// experimental.route_by_first_stage weighs the two routes' best answers: both must be in the answer.
 	opts.EachRoute = s.opts.RouteByFirstStage
 	opts.Admit = func(n int) error {
 		tokens, start = n, time.Now()
@@ -406,6 +406,20 @@ type ModelEndpoint struct {
 	// Index is the Elasticsearch index the sidecar serves (elasticsearch.index): a client measuring against the
 	// same cluster (`icicle eval`'s BM25 arm) checks that it searches the same one.
 	Index string `json:"index"`
+	// Reader is false when the sidecar serves no model (model.dir empty): every answer is the first stage's.
+	Reader bool `json:"reader"`
+	// Policy is the configured policy (policy.mode) and whether requests may ask for another.
+	Policy PolicyInfo `json:"policy"`
+	// Profile names the reader profile loaded (config/profiles); absent for none.
+	Profile string `json:"profile,omitempty"`
+	// Experimental lists the experimental settings in force (config's experimental section), by key.
+	Experimental map[string]string `json:"experimental,omitempty"`
+}
+
+// PolicyInfo is the configured policy as /v1/model shows it.
+type PolicyInfo struct {
+	Mode          string `json:"mode"`
+	AllowOverride bool   `json:"allow_override"`
 }
 
 // ConcurrencyInfo is the admission control as /v1/model shows it.
@@ -429,5 +443,8 @@ func (s *Server) modelEndpoint(c *gin.Context) {
 			QueueTimeoutMS: ms(s.opts.QueueTimeout), Cost: s.costs().snapshot()},
 		FirstStage: FirstStageInfo{Encoder: s.first.Encoder(), Params: s.first.Params()},
 		Index:      s.es.Index(),
+		Reader:     s.model != nil,
+		Policy:     PolicyInfo{Mode: s.opts.Policy, AllowOverride: s.opts.AllowPolicyOverride},
+		Profile:    s.opts.Profile, Experimental: s.opts.Experimental,
 	})
 }

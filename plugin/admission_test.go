@@ -69,7 +69,7 @@ func TestAdmissionQueueTimeoutIsNotABreakerFailure(t *testing.T) {
 	for i := range 3 {
 		start := time.Now()
 		mode, reason := rerankReason(t, s)
-		require.Equal(t, "bm25_fallback", mode, "request %d", i)
+		require.Equal(t, "first_stage_fallback", mode, "request %d", i)
 		require.Equal(t, ReasonOverloaded, reason, "request %d", i)
 		require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond, "it waited queue_timeout for a session")
 		require.Equal(t, gobreaker.StateClosed, s.breaker.State(), "a wait for a session is not a model failure")
@@ -221,7 +221,7 @@ func TestMetricsExistFromStart(t *testing.T) {
 		`icicle_ab_interleaved_results_total{team="A"} 0`, `icicle_ab_interleaved_results_total{team="B"} 0`,
 		`icicle_routes_total{route="copy"} 0`, `icicle_routes_total{route="parametric"} 0`,
 		`icicle_requests_total{endpoint="search",mode="reranked",status="200"} 0`,
-		`icicle_requests_total{endpoint="rerank",mode="bm25_fallback",status="200"} 0`,
+		`icicle_requests_total{endpoint="rerank",mode="first_stage_fallback",status="200"} 0`,
 		`icicle_breaker_state 0`, `icicle_model_queued 0`, `icicle_model_running 0`,
 		`icicle_breaker_transitions_total{to="open"} 0`,
 		`icicle_block_store_bytes 0`, `icicle_block_store_blocks 0`, `icicle_block_store_hits_total 0`,

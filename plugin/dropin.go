@@ -49,10 +49,13 @@ const (
 // DropinInfo is the "icicle" object the drop-in adds to Elasticsearch's search response.
 type DropinInfo struct {
 	RequestID string `json:"request_id"`
-	// Mode is reranked, fused, bm25, bm25_fallback or passthrough.
+	// Mode is first_stage, gated, reranked, fused, first_stage_fallback or passthrough.
 	Mode Mode `json:"mode"`
-	// Reason says why Mode is bm25_fallback (as Response.FallbackReason) or passthrough (Reason* constants).
+	// Reason says why Mode is first_stage_fallback (as Response.FallbackReason) or passthrough (Reason*
+	// constants).
 	Reason string `json:"reason,omitempty"`
+	// ModelSkipped says why the model was not run although nothing failed (as Response.ModelSkipped).
+	ModelSkipped string `json:"model_skipped,omitempty"`
 	// QueryFrom names where the query text was found: "ext.icicle.query" or the query's JSON path, such as
 	// "query.bool.must.match.title". Empty when none was.
 	QueryFrom string `json:"query_from,omitempty"`
@@ -65,7 +68,7 @@ type DropinInfo struct {
 	Snippets            int  `json:"snippets,omitempty"`
 	// RouterProb is p([COPY]) at the first decoding step; absent when the model did not run.
 	RouterProb *float64 `json:"router_prob,omitempty"`
-	// Rerouted: policy.route_by_first_stage put the model's other route's answer first.
+	// Rerouted: experimental.route_by_first_stage put the model's other route's answer first.
 	Rerouted bool `json:"rerouted,omitempty"`
 	// Unresolved counts parametric docids that were not found in the index and so are not among the hits.
 	Unresolved int `json:"unresolved,omitempty"`
@@ -125,6 +128,12 @@ func (s *Server) dropinSearch(c *gin.Context, index string) {
 	}
 	body, err := s.readBody(c)
 	if err != nil {
+		s.failES(c, "dropin", err)
+		return
+	}
+	// The body is planned (and forwarded) re-encoded, which would keep the last of two equal keys where
+	// Elasticsearch refuses the body: refuse it as Elasticsearch does, at the place in the caller's body.
+	if err := checkDuplicateKeys(body); err != nil {
 		s.failES(c, "dropin", err)
 		return
 	}
@@ -201,6 +210,7 @@ func (s *Server) dropinSearch(c *gin.Context, index string) {
 				var unresolved int
 				placed, unresolved = placeHits(resp.Results, raw, recalled, plan.fetch)
 				info.Mode, info.Reason, info.Timings = resp.Mode, resp.FallbackReason, resp.Timings
+				info.ModelSkipped = resp.ModelSkipped
 				info.CandidatesInContext, info.CandidatesTruncated = resp.CandidatesInContext, resp.CandidatesTruncated
 				info.TitleOnlyCandidates, info.RouterProb, info.Rerouted, info.Unresolved = resp.TitleOnlyCandidates, resp.RouterProb, resp.Rerouted, unresolved
 				info.Snippets = resp.Snippets

@@ -89,6 +89,8 @@ func (s *Server) refreshAllowList() {
 // ForbiddenError is a request the sidecar refuses by policy: an index outside the allow-list, a script,
 // an API it does not proxy. It is answered 403 with Elasticsearch's security_exception.
 type ForbiddenError struct {
+	// Field is the request field refused ("policy"); "" when the request as a whole is.
+	Field  string
 	Reason string
 }
 
@@ -98,8 +100,8 @@ func (e *ForbiddenError) Error() string { return e.Reason }
 func (s *Server) checkIndex(action, expr string) error {
 	al := s.allowed()
 	if bad := al.denied(expr); bad != "" {
-		return &ForbiddenError{Reason: fmt.Sprintf("action [%s] is unauthorized for index [%s] through the icicle sidecar, which serves only [%s] (elasticsearch.allowed_indices)",
-			action, bad, strings.Join(al.list, ","))}
+		return &ForbiddenError{Reason: fmt.Sprintf("action [%s] is unauthorized for index [%s] through the icicle sidecar "+
+			"(elasticsearch.allowed_indices)", action, bad)}
 	}
 	return nil
 }

@@ -247,9 +247,9 @@ func TestDropinModes(t *testing.T) {
 		{name: "fused", body: match, model: &fakeReranker{rank: copyBeta}, opts: func(o *Options) { o.Policy = "fusion" },
 			mode: "fused", order: []string{"Beta/copy", "Alpha/bm25", "Seen Doc/parametric", "Gamma/bm25"}},
 		{name: "bm25 policy", body: match, model: failing, opts: func(o *Options) { o.Policy = "bm25" },
-			mode: "bm25", order: []string{"Alpha/bm25", "Beta/bm25", "Gamma/bm25"}},
+			mode: "first_stage", order: []string{"Alpha/bm25", "Beta/bm25", "Gamma/bm25"}},
 		{name: "model error falls back", body: match, model: failing,
-			mode: "bm25_fallback", reason: "model_error", order: []string{"Alpha/bm25", "Beta/bm25", "Gamma/bm25"}},
+			mode: "first_stage_fallback", reason: "model_error", order: []string{"Alpha/bm25", "Beta/bm25", "Gamma/bm25"}},
 		{name: "no query text", body: `{"query":{"match_all":{}}}`, model: failing,
 			mode: "passthrough", reason: ReasonNoQueryText, order: []string{"Alpha/-", "Beta/-", "Gamma/-"}},
 		{name: "GET without body", path: "/icicle-docs/_search?q=alpha", model: failing,
@@ -372,6 +372,13 @@ func TestDropinRoutes(t *testing.T) {
 			code, out, _ := do(t, s, tt.method, tt.path, tt.body)
 			require.Equal(t, tt.code, code)
 			require.Equal(t, tt.dropin, out["icicle"] != nil)
+			if code == http.StatusForbidden && strings.Contains(tt.path, "logs-") {
+				// The refusal names what was asked, never what the sidecar serves.
+				reason := out["error"].(map[string]any)["reason"].(string)
+				require.Contains(t, reason, "logs-*")
+				require.NotContains(t, reason, "icicle-docs")
+				require.NotContains(t, reason, "my-alias")
+			}
 		})
 	}
 }

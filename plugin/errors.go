@@ -21,6 +21,12 @@ type InputError struct {
 
 func (e *InputError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Problem) }
 
+// BusyError is a request the sidecar cannot take now for lack of capacity (an ingest finding the encoder
+// saturated): 503 with Retry-After, to be sent again unchanged.
+type BusyError struct{ What string }
+
+func (e *BusyError) Error() string { return e.What }
+
 // ErrUpstream marks an Elasticsearch failure (unreachable, rejecting or erroring).
 var ErrUpstream = errors.New("elasticsearch unavailable")
 
@@ -44,9 +50,14 @@ func classify(c *gin.Context, log *slog.Logger, err error) wireError {
 	var tooBig *http.MaxBytesError
 	var denied *adapter.ResponseError
 	var forbidden *ForbiddenError
+	var busy *BusyError
+	var dup *DuplicateKeyError
 	switch {
+	case errors.As(err, &dup):
+		return wireError{http.StatusBadRequest, fmt.Sprintf("duplicate key (line %d, column %d)", dup.Line, dup.Column),
+			dup.field(), "x_content_parse_exception", dup.Error()}
 	case errors.As(err, &forbidden):
-		return wireError{http.StatusForbidden, forbidden.Reason, "", "security_exception", forbidden.Reason}
+		return wireError{http.StatusForbidden, forbidden.Reason, forbidden.Field, "security_exception", forbidden.Reason}
 	case errors.As(err, &in):
 		typ := "illegal_argument_exception"
 		if in.Field == "body" {
@@ -68,6 +79,9 @@ func classify(c *gin.Context, log *slog.Logger, err error) wireError {
 	case errors.Is(err, context.Canceled):
 		log.Info("client canceled", "request_id", rid)
 		return wireError{statusClientClosed, "client closed request", "", "task_cancelled_exception", "client closed request"}
+	case errors.As(err, &busy):
+		c.Header("Retry-After", "1")
+		return wireError{http.StatusServiceUnavailable, busy.What, "", "es_rejected_execution_exception", busy.What}
 	case errors.Is(err, ErrLogFull): // POST /v1/click
 		log.Warn("click not logged", "request_id", rid, "err", err)
 		c.Header("Retry-After", "1")

@@ -63,7 +63,7 @@ func TestGatePolicy(t *testing.T) {
 			g := body["gate"].(map[string]any)
 			require.Equal(t, tt.decision, g["decision"])
 			require.Equal(t, "Beta", g["model_top"])
-			require.Equal(t, "Seen Doc", g["bm25_top"])
+			require.Equal(t, "Seen Doc", g["first_stage_top"])
 			require.NotEmpty(t, g["reason"])
 			require.Contains(t, g["features"], "p_copy")
 			require.EqualValues(t, 1, newCalls.Load(), "the copy context is BM25 over new documents")
@@ -91,9 +91,9 @@ func TestBaselineIsBM25OverAllDocuments(t *testing.T) {
 		mode     string
 		newCalls int64
 	}{
-		{"policy bm25 never searches new documents", "bm25", &fakeReranker{rank: copyBeta}, "bm25", 0},
-		{"a fallback answers BM25 over all documents (gate)", "gate", failing, "bm25_fallback", 1},
-		{"a fallback answers BM25 over all documents (model)", "model", failing, "bm25_fallback", 1},
+		{"policy first_stage (bm25, its former name) never searches new documents", "bm25", &fakeReranker{rank: copyBeta}, "first_stage", 0},
+		{"a fallback answers BM25 over all documents (gate)", "gate", failing, "first_stage_fallback", 1},
+		{"a fallback answers BM25 over all documents (model)", "model", failing, "first_stage_fallback", 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -114,7 +114,7 @@ func TestBaselineIsBM25OverAllDocuments(t *testing.T) {
 		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.Policy, o.Gate = "gate", fixedGate(-3, 0.5) })
 		code, body := search(t, s, "", "", `{"query":"q","size":4}`)
 		require.Equal(t, http.StatusOK, code, body)
-		require.Equal(t, "bm25_fallback", body["mode"])
+		require.Equal(t, "first_stage_fallback", body["mode"])
 		require.Equal(t, "context_unavailable", body["fallback_reason"])
 		require.Equal(t, []string{"Seen Doc", "Alpha", "Old One", "Old Two"}, docids(body))
 	})
@@ -141,7 +141,7 @@ func TestGateTravelsWithTheModel(t *testing.T) {
 
 // TestGateIdle: under policy gate with a gate that never promotes (none, or gate.json's never), the model
 // is not run and the new documents are not searched: the request costs what policy bm25 costs, and says
-// why. Policy model per request, and policy.run_model_when_gate_never, still run it.
+// why. Policy model per request, and experimental.run_model_when_gate_never, still run it.
 func TestGateIdle(t *testing.T) {
 	never := fixedGate(3, 0.5)
 	never.Never = true
@@ -160,7 +160,7 @@ func TestGateIdle(t *testing.T) {
 		require.Equal(t, GateKeep, rep["decision"])
 		require.Equal(t, ReasonGateIdle, rep["reason"])
 		require.Equal(t, true, rep["never"])
-		require.Equal(t, "Seen Doc", rep["bm25_top"])
+		require.Equal(t, "Seen Doc", rep["first_stage_top"])
 		require.NotContains(t, rep, "model_top", "the model was not run")
 		require.NotContains(t, rep, "features")
 		require.NotContains(t, body, "router_prob")

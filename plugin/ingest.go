@@ -47,6 +47,11 @@ type IngestResponse struct {
 	// lines after LinesRead were not read. Resending the whole body is safe: ingestion is idempotent (a
 	// document's _id derives from its docid).
 	Error string `json:"error,omitempty"`
+	// Embedded counts the written documents that got the first stage's vector from this request (a stored
+	// document sent again unchanged keeps its own); VectorModel names the encoder. Without an encoder the
+	// documents are written without vectors and VectorModel is absent.
+	Embedded    int    `json:"embedded"`
+	VectorModel string `json:"vector_model,omitempty"`
 	// SummaryCompressor names the compressor of the computed summaries (compress.Compressor.ID).
 	SummaryCompressor string  `json:"summary_compressor"`
 	TookMS            float64 `json:"took_ms"`
@@ -73,6 +78,9 @@ type IngestRejection struct {
 // reasonUnavailable replaces the transport error text of a retryable failure: a 207 body must not carry
 // internal error text either. The original is logged.
 const reasonUnavailable = "not written: elasticsearch unavailable"
+
+// errEncoderBusy answers an ingest request that finds every embedding slot taken (Options.EmbedSlots).
+var errEncoderBusy = &BusyError{What: "the encoder is embedding other ingested documents; retry"}
 
 // Reasons of the documents a compressor failure left unwritten (the error itself is logged).
 const (
@@ -126,6 +134,17 @@ func (s *Server) ingest(c *gin.Context) {
 			modelSeen[d] = true
 		}
 	}
+	// The encoder is shared with the searches: a request that finds it saturated by other ingests is told
+	// to come back, rather than queue behind them and slow the searches down.
+	if s.opts.Embed != nil {
+		select {
+		case s.embedSlots <- struct{}{}:
+			defer func() { <-s.embedSlots }()
+		default:
+			s.fail(c, "ingest", errEncoderBusy)
+			return
+		}
+	}
 	body, err := s.readBody(c)
 	if err != nil {
 		s.fail(c, "ingest", err)
@@ -141,7 +160,8 @@ func (s *Server) ingest(c *gin.Context) {
 	if comp == nil {
 		comp = compress.Lead{}
 	}
-	resp := IngestResponse{Failed: []IngestFailure{}, Rejected: []IngestRejection{}, SummaryCompressor: comp.ID()}
+	resp := IngestResponse{Failed: []IngestFailure{}, Rejected: []IngestRejection{}, SummaryCompressor: comp.ID(),
+		VectorModel: s.opts.VectorModel}
 	cr := adapter.NewCorpusReader(bytes.NewReader(lines), adapter.CorpusLimits{})
 	cur := lineCursor{buf: lines}
 	var (
@@ -187,7 +207,9 @@ func (s *Server) ingest(c *gin.Context) {
 			}
 		}
 	}
-	rep, ingestErr := s.opts.Ingester.Ingest(ctx, docs, adapter.IngestOptions{Refresh: refresh, KeepStored: true, Replace: replace})
+	rep, ingestErr := s.opts.Ingester.Ingest(ctx, docs, adapter.IngestOptions{Refresh: refresh, KeepStored: true, Replace: replace,
+		Embed: s.opts.Embed, VectorModel: s.opts.VectorModel})
+	resp.Embedded = rep.Embedded
 	compErr := compressErr()
 
 	resp.RequestID = requestID(c)

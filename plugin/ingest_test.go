@@ -27,7 +27,7 @@ type fakeIngester struct {
 }
 
 func (f *fakeIngester) Ingest(ctx context.Context, docs iter.Seq[adapter.Doc], opts adapter.IngestOptions) (adapter.IngestReport, error) {
-	f.opts = opts
+	f.opts, f.got = opts, nil
 	for d := range docs {
 		f.got = append(f.got, d)
 	}
@@ -372,4 +372,47 @@ func TestIngestHandlerAppliesTheModelsSeenCorpus(t *testing.T) {
 	w, _ = postIngest(t, s, "?replace=maybe", lineAlpha)
 	require.Equal(t, http.StatusBadRequest, w.Code, w.Body.String())
 	require.Contains(t, w.Body.String(), `"field":"replace"`)
+}
+
+// TestIngestHandlerEmbeds: with the first stage's encoder (Options.Embed) every written document is given a
+// vector by the ingester, and the answer says how many and by which encoder; while other ingests hold every
+// embedding slot the request is a 503 with Retry-After before its body is read.
+func TestIngestHandlerEmbeds(t *testing.T) {
+	release := make(chan struct{})
+	embedding := make(chan struct{}, 1)
+	embed := func(_ context.Context, docs []adapter.Doc) ([][]float32, error) {
+		return make([][]float32, len(docs)), nil
+	}
+	ing := &fakeIngester{ingest: func(ctx context.Context, docs []adapter.Doc) (adapter.IngestReport, error) {
+		select {
+		case embedding <- struct{}{}:
+			<-release // the first request holds the encoder until the test lets it go
+		default:
+		}
+		return adapter.IngestReport{Indexed: len(docs), Embedded: len(docs)}, nil
+	}}
+	s := newTestServer(t, &fakeSearcher{}, &fakeReranker{}, func(o *Options) {
+		o.Ingester, o.Embed, o.VectorModel = ing, embed, "fake-encoder"
+	})
+	first := make(chan IngestResponse)
+	go func() {
+		_, resp := postIngest(t, s, "", lineAlpha+"\n"+lineBeta)
+		first <- resp
+	}()
+	<-embedding
+	w, _ := postIngest(t, s, "", lineGamma)
+	require.Equal(t, http.StatusServiceUnavailable, w.Code, w.Body.String())
+	require.Equal(t, "1", w.Header().Get("Retry-After"))
+	require.Contains(t, w.Body.String(), "encoder")
+	close(release)
+	resp := <-first
+	require.Equal(t, 2, resp.Indexed)
+	require.Equal(t, 2, resp.Embedded)
+	require.Equal(t, "fake-encoder", resp.VectorModel)
+	require.NotNil(t, ing.opts.Embed, "the ingester embeds with the sidecar's encoder")
+	require.Equal(t, "fake-encoder", ing.opts.VectorModel)
+
+	w, resp = postIngest(t, s, "", lineGamma)
+	require.Equal(t, http.StatusOK, w.Code, "the slot is free again: %s", w.Body.String())
+	require.Equal(t, 1, resp.Embedded)
 }

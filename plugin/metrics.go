@@ -45,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		routes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_routes_total",
 			Help: "Top-1 results by route (copy, parametric)."}, []string{"route"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_fallbacks_total",
-			Help: "Responses that fell back to BM25, by reason."}, []string{"reason"}),
+			Help: "Responses that fell back to the first stage's order, by reason."}, []string{"reason"}),
 		inContext: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "icicle_candidates_in_context",
 			Help: "Candidates in the model's prompt.", Buckets: []float64{0, 1, 3, 10, 20, 50, 100}}),
 		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{Name: "icicle_breaker_state",
@@ -71,7 +71,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.abArms, m.interleaved, m.swaps, m.queued, m.running, m.queueWait, m.breakerTransitions, m.admissionRefused)
 	// Issue 14 (gate): decisions of policy gate, each label registered at zero.
 	m.gateDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_gate_decisions_total",
-		Help: "Gate decisions (policy gate): promote_model (the model's top moved to rank 1) or keep_bm25."}, []string{"decision"})
+		Help: "Gate decisions (policy gate): promote_model (the model's top moved to rank 1) or keep_first_stage."}, []string{"decision"})
 	for _, d := range []string{GatePromote, GateKeep} {
 		m.gateDecisions.WithLabelValues(d)
 	}
@@ -92,7 +92,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 // from the first scrape rather than from its first increment.
 func (m *metrics) zero() {
 	for _, endpoint := range []string{"rerank", "search", "dropin"} {
-		for _, mode := range []Mode{ModeGated, ModeReranked, ModeFused, ModeBM25Fallback, ModeBM25} {
+		for _, mode := range []Mode{ModeGated, ModeReranked, ModeFused, ModeFirstStageFallback, ModeFirstStage, ModeBM25} {
 			m.requests.WithLabelValues(endpoint, "200", string(mode))
 		}
 		m.duration.WithLabelValues(endpoint)
@@ -148,7 +148,7 @@ func watchLog(reg prometheus.Registerer, what, writtenHelp, droppedHelp string, 
 	)
 }
 
-// watchBlocks exports the serving model's block store (decode.block_reading), read at scrape time: what it holds
+// watchBlocks exports the serving model's block store (experimental.block_reading), read at scrape time: what it holds
 // and its lookups. A swapped model brings its own, empty store, so the counters restart at a swap (Prometheus
 // reads that as a counter reset). Without block reading every series is 0.
 func (s *Server) watchBlocks(reg prometheus.Registerer) {
@@ -173,6 +173,6 @@ func (s *Server) watchBlocks(reg prometheus.Registerer) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "icicle_block_store_evicted_total",
 			Help: "Blocks dropped from the serving model's block store to make room."}, stat(func(st inference.BlockStoreStats) float64 { return float64(st.Evicted) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "icicle_block_store_refused_total",
-			Help: "Blocks the serving model's full file-backed block store did not keep (decode.block_dir)."}, stat(func(st inference.BlockStoreStats) float64 { return float64(st.Refused) })),
+			Help: "Blocks the serving model's full file-backed block store did not keep (experimental.block_dir)."}, stat(func(st inference.BlockStoreStats) float64 { return float64(st.Refused) })),
 	)
 }

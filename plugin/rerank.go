@@ -36,7 +36,8 @@ func (s *Server) rerank(c *gin.Context) {
 		s.fail(c, "rerank", err)
 		return
 	}
-	if err := checkPolicy(req.Policy); err != nil {
+	policy, err := s.requestPolicy(req.Policy)
+	if err != nil {
 		s.fail(c, "rerank", err)
 		return
 	}
@@ -51,7 +52,7 @@ func (s *Server) rerank(c *gin.Context) {
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.RequestTimeout)
 	defer cancel()
-	resp, err := s.rank(ctx, req.Query, hits, req.Size, 0, s.policy(req.Policy))
+	resp, err := s.rank(ctx, req.Query, hits, req.Size, 0, policy)
 	if err != nil {
 		s.fail(c, "rerank", err)
 		return
@@ -73,7 +74,8 @@ func (s *Server) search(c *gin.Context) {
 		s.fail(c, "search", err)
 		return
 	}
-	if err := checkPolicy(req.Policy); err != nil {
+	var err error
+	if req.Policy, err = s.requestPolicy(req.Policy); err != nil {
 		s.fail(c, "search", err)
 		return
 	}
@@ -97,7 +99,7 @@ func (s *Server) searchModel(ctx context.Context, query string, size int, policy
 	policy = s.resolvePolicy(policy)
 	req := retrieve.Request{Query: query, NewK: s.opts.MaxCandidates, Size: s.resultSize(size) + 1}
 	switch policy {
-	case "bm25", policyGateIdle:
+	case PolicyFirstStage, policyGateIdle, policyNoModel:
 		req.NewK = 0 // the model is not called: no context
 	case "fusion":
 		req.Size = 0 // any baseline hit may reach the fused top
@@ -159,6 +161,9 @@ func (s *Server) decode(c *gin.Context, v any) error {
 	if !utf8.Valid(body) {
 		return &InputError{Field: "body", Problem: "invalid UTF-8"}
 	}
+	if err := checkDuplicateKeys(body); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
@@ -186,19 +191,50 @@ func (s *Server) checkQuery(q string, size int) error {
 	return nil
 }
 
-// policies are the values of policy.mode and of a request's "policy".
-var policies = []string{"gate", "model", "fusion", "bm25"}
+// The policies: the values of policy.mode and of a request's "policy".
+const (
+	// PolicyFirstStage answers the first stage's order without running the model.
+	PolicyFirstStage = "first_stage"
+	// PolicyGate keeps the first stage's order unless the model's gate promotes its top.
+	PolicyGate = "gate"
+	// PolicyModel answers the model's own ranking.
+	PolicyModel = "model"
+	// PolicyFusion merges the model's ranking with the first stage's by reciprocal rank fusion.
+	PolicyFusion = "fusion"
+	// policyBM25 is the former name of PolicyFirstStage, accepted from requests and configurations.
+	policyBM25 = "bm25"
+)
 
-// checkPolicy accepts a request's policy override: empty (the configured policy.mode) or a policy.
-func checkPolicy(p string) error {
-	if p == "" || slices.Contains(policies, p) {
-		return nil
+// policies are the values of policy.mode and of a request's "policy".
+var policies = []string{PolicyFirstStage, PolicyGate, PolicyModel, PolicyFusion}
+
+// canonicalPolicy is p with the former name of the first-stage policy replaced.
+func canonicalPolicy(p string) string {
+	if p == policyBM25 {
+		return PolicyFirstStage
 	}
-	return &InputError{Field: "policy", Problem: fmt.Sprintf("%q, want one of %s (or absent: the configured policy.mode)", p, strings.Join(policies, ", "))}
+	return p
 }
 
-// policy is the request's policy override, else the configured one.
-func (s *Server) policy(override string) string { return cmp.Or(override, s.opts.Policy) }
+// requestPolicy is the policy a request runs under: the configured one when it asks for none, else the one
+// it asks for. Asking for the first stage alone is always allowed (it never costs more); another policy than
+// the configured one needs Options.AllowPolicyOverride, so that a caller cannot make every request run a
+// reader the operator did not enable.
+func (s *Server) requestPolicy(p string) (string, error) {
+	if p == "" {
+		return s.opts.Policy, nil
+	}
+	p = canonicalPolicy(p)
+	if !slices.Contains(policies, p) {
+		return "", &InputError{Field: "policy", Problem: fmt.Sprintf("%q, want one of %s (or absent: the configured policy.mode)",
+			p, strings.Join(policies, ", "))}
+	}
+	if p != PolicyFirstStage && p != s.opts.Policy && !s.opts.AllowPolicyOverride {
+		return "", &ForbiddenError{Field: "policy", Reason: fmt.Sprintf("policy %q: this sidecar answers policy %q or %q; "+
+			"another needs policy.allow_override", p, s.opts.Policy, PolicyFirstStage)}
+	}
+	return p, nil
+}
 
 // hitsFromES reads the title (docid) and summary out of each hit's _source.
 //
@@ -295,18 +331,23 @@ func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapte
 	size = min(cmp.Or(size, s.opts.Decode.BeamWidth), 100)
 	resp := Response{RequestID: "", HitsReceived: len(hits), Model: s.modelInfo().Name, Baseline: s.baseline(info)}
 	resp.Timings.ES = ms(esDur)
-	if policy == "bm25" {
+	switch policy {
+	case PolicyFirstStage, policyNoModel:
 		resp.HitsReceived = len(base)
-		resp.Mode, resp.Results = ModeBM25, baselineResults(base, size, info.Baseline)
+		resp.Mode, resp.Results = ModeFirstStage, baselineResults(base, size, info.Baseline)
+		resp.ModelSkipped = SkipPolicy
+		if policy == policyNoModel {
+			resp.ModelSkipped = SkipNoModel
+		}
 		return resp, nil
-	}
-	if policy == policyGateIdle {
+	case policyGateIdle:
 		resp.HitsReceived = len(base)
 		resp.Mode, resp.Results = ModeGated, baselineResults(base, size, info.Baseline)
+		resp.ModelSkipped = SkipGateNever
 		g := s.gate()
 		resp.Gate = &GateReport{Decision: GateKeep, Reason: ReasonGateIdle, Threshold: g.Threshold, Never: true}
 		if len(base) > 0 {
-			resp.Gate.BM25Top = base[0].DocID
+			resp.Gate.FirstStageTop = base[0].DocID
 		}
 		s.metrics.gateDecisions.WithLabelValues(GateKeep).Inc()
 		return resp, nil
@@ -359,11 +400,11 @@ func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapte
 	}
 	s.metrics.routes.WithLabelValues(string(res.Beams[0].Route)).Inc()
 	switch policy {
-	case "gate":
+	case PolicyGate:
 		resp.Mode = ModeGated
 		resp.Gate, resp.Results = s.gated(ctx, res, cands, base, size, baseKind)
 		s.metrics.gateDecisions.WithLabelValues(resp.Gate.Decision).Inc()
-	case "fusion":
+	case PolicyFusion:
 		resp.Mode = ModeFused
 		model := rebase(s.modelResults(ctx, res.Beams, cands, cands), base)
 		resp.Results = fuse(model, baselineResults(base, len(base), baseKind), s.opts.FusionK, size)
@@ -375,16 +416,23 @@ func (s *Server) rankWith(ctx context.Context, query string, base, hits []adapte
 }
 
 // ReasonGateIdle is a gate report's reason when the model was not run: its gate never promotes.
-const ReasonGateIdle = "the model's gate never promotes: the model is not run (policy.run_model_when_gate_never)"
+const ReasonGateIdle = "the model's gate never promotes: the model is not run (experimental.run_model_when_gate_never)"
 
 // policyGateIdle is policy gate under a gate that never promotes (resolvePolicy): the model is not run.
 const policyGateIdle = "gate_idle"
 
+// policyNoModel is any policy of a sidecar that serves no model (resolvePolicy): the first stage answers.
+const policyNoModel = "no_model"
+
 // resolvePolicy is the policy a request runs under, decided once per request (a swap may change the gate):
-// policyGateIdle for gate when the gate never promotes its answer, so that the model is not run at all
-// (Options.RunModelWhenGateNever runs it anyway, for calibration); policy otherwise.
+// policyNoModel when no model is served; policyGateIdle for gate when the gate never promotes its answer, so
+// that the model is not run at all (Options.RunModelWhenGateNever runs it anyway, for calibration); policy
+// otherwise.
 func (s *Server) resolvePolicy(policy string) string {
-	if policy == "gate" && !s.opts.RunModelWhenGateNever && s.gate().Never {
+	switch {
+	case s.model == nil:
+		return policyNoModel
+	case policy == PolicyGate && !s.opts.RunModelWhenGateNever && s.gate().Never:
 		return policyGateIdle
 	}
 	return policy
@@ -393,7 +441,7 @@ func (s *Server) resolvePolicy(policy string) string {
 // fallback answers base's order (the first stage's), saying why.
 func (s *Server) fallback(resp Response, base []adapter.Hit, size int, reason string) Response {
 	s.metrics.fallbacks.WithLabelValues(reason).Inc()
-	resp.Mode, resp.FallbackReason = ModeBM25Fallback, reason
+	resp.Mode, resp.FallbackReason = ModeFirstStageFallback, reason
 	kind := retrieve.BaselineBM25
 	if resp.Baseline != nil {
 		kind = resp.Baseline.Kind
@@ -423,7 +471,7 @@ func (s *Server) gated(ctx context.Context, res inference.Result, cands, base []
 	rep := &GateReport{Decision: GateKeep, Reason: d.Reason, P: d.P, Threshold: g.Threshold, Never: g.Never,
 		ModelTop: res.Beams[0].DocID, Features: f}
 	if len(base) > 0 {
-		rep.BM25Top = base[0].DocID
+		rep.FirstStageTop = base[0].DocID
 	}
 	if !d.Promote {
 		return rep, baselineResults(base, size, baseKind)
@@ -605,7 +653,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func ptr[T any](v T) *T { return &v }
 
 // snippets gives the model's candidates the passages of their bodies that best match the query
-// (decode.snippet_chars) instead of their stored summaries, on copies: the results keep the stored summaries.
+// (experimental.snippet_chars) instead of their stored summaries, on copies: the results keep the stored summaries.
 // Elasticsearch failing, or not answering by the working deadline (the first stage's), leaves the stored
 // summaries, said in the log; the time counts as Elasticsearch's.
 func (s *Server) snippets(ctx context.Context, query string, cands []adapter.Hit, resp *Response) []adapter.Hit {

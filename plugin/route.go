@@ -8,7 +8,7 @@ import (
 )
 
 // routeByFirstStage settles the model's choice between its two routes with the first stage's evidence
-// (policy.route_by_first_stage): the model's best answer from each route, the copy route's (a candidate in
+// (experimental.route_by_first_stage): the model's best answer from each route, the copy route's (a candidate in
 // its prompt) and the memory route's (a title it was trained on), goes first by the first stage's rank over
 // the whole index (base), and the router's own order stands where the first stage ranks neither (the server
 // asks the engine to keep each route's best in its answer: inference.Options.EachRoute). The

@@ -52,7 +52,7 @@ func TestRouteByFirstStage(t *testing.T) {
 }
 
 // TestRouteByFirstStageServed: the fake model copies Beta (not in the first stage's list over the whole
-// index) and remembers Seen Doc (its first): with policy.route_by_first_stage the memory's answer leads and
+// index) and remembers Seen Doc (its first): with experimental.route_by_first_stage the memory's answer leads and
 // the response says so, and the engine was asked for each route's best; without it the router's choice does.
 func TestRouteByFirstStageServed(t *testing.T) {
 	for _, on := range []bool{false, true} {
@@ -78,7 +78,7 @@ func TestRouteByFirstStageServed(t *testing.T) {
 	}
 }
 
-// TestMemoryFromFirstStage: with decode.memory_scope first_stage the model is asked to recall among the
+// TestMemoryFromFirstStage: with experimental.memory_scope first_stage the model is asked to recall among the
 // docids of the first stage's list over the whole index (the seen ones among them are the engine's to pick),
 // on /v1/search and on /v1/rerank (the caller's hits); without it, among the whole seen corpus (nil).
 func TestMemoryFromFirstStage(t *testing.T) {

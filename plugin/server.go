@@ -53,12 +53,12 @@ type Searcher interface {
 	// Index is the index Resolve reads: the _index of the parametric hits the drop-in inserts.
 	Index() string
 	// Snippets replaces each hit's Summary by the passage of its body that best matches the query, about chars
-	// characters (Elasticsearch's highlighter): the model's context under decode.snippet_chars.
+	// characters (Elasticsearch's highlighter): the model's context under experimental.snippet_chars.
 	Snippets(ctx context.Context, query string, hits []adapter.Hit, chars int) error
 }
 
 // FirstStage is the ranking every answer starts from (*retrieve.Stage): BM25 fused with a dense encoder, or
-// BM25 alone. Its order is the baseline (what policy bm25, a gate that keeps and every fallback answer)
+// BM25 alone. Its order is the baseline (what policy first_stage, a gate that keeps and every fallback answer)
 // and the order of the model's candidates.
 type FirstStage interface {
 	// Search ranks a query over all documents (the baseline) and over new ones (the model's context, the
@@ -97,7 +97,7 @@ type ModelInfo struct {
 	Dir          string `json:"dir"`
 	// Gate describes the model's gate (policy gate); absent when the caller did not say.
 	Gate *GateInfo `json:"gate,omitempty"`
-	// Serving lists the settings that shape the model's answer ("decode.scoring": "vocab", ...): what
+	// Serving lists the settings that shape the model's answer ("experimental.scoring": "vocab", ...): what
 	// `icicle calibrate` records in the gate it fits, and a gate fitted under others is not applied. Absent
 	// when the caller did not say. (A pointer keeps ModelInfo comparable: the seen-corpus diff is kept per
 	// loaded model.)
@@ -105,7 +105,7 @@ type ModelInfo struct {
 	// Run is how the model runs on this machine, measured when it was loaded; absent when the caller did
 	// not say.
 	Run *RunInfo `json:"run,omitempty"`
-	// Blocks is the block store's state when the model reads by blocks (decode.block_reading), read at
+	// Blocks is the block store's state when the model reads by blocks (experimental.block_reading), read at
 	// request time from BlockStore; absent otherwise.
 	Blocks *BlocksInfo `json:"blocks,omitempty"`
 	// BlockStore and BlockLayout are the model's block store and layout; nil without block reading.
@@ -113,7 +113,7 @@ type ModelInfo struct {
 	BlockLayout string                `json:"-"`
 }
 
-// Settings are configuration settings by their YAML path ("decode.scoring") with their values as text.
+// Settings are configuration settings by their YAML path ("experimental.scoring") with their values as text.
 type Settings map[string]string
 
 // BlocksInfo describes the block store of a model that reads by blocks (inference/blocks.go): its layout
@@ -173,7 +173,7 @@ type Options struct {
 	MaxHits          int
 	MaxCandidates    int
 	// SnippetChars, when positive, gives the model each candidate's best-matching passage of about this many
-	// characters instead of its stored summary (decode.snippet_chars; Searcher.Snippets).
+	// characters instead of its stored summary (experimental.snippet_chars; Searcher.Snippets).
 	SnippetChars int
 	Decode       inference.Options
 	// FirstStage ranks every answer's baseline; nil is BM25 alone (retrieve.Stage without an encoder).
@@ -196,22 +196,26 @@ type Options struct {
 	BreakerCountInterval time.Duration
 	// Policy is "model" (the model's ranking; the plugin's default when empty, while cmd/icicle passes
 	// config's policy.mode, default "gate"), "fusion" (reciprocal rank fusion of the model's ranking and
-	// BM25, constant FusionK), "gate" (BM25's order unless the model's gate promotes the
-	// model's top; mode "gated") or "bm25" (never call the model; mode "bm25"). BM25 is always over the
-	// whole index on /v1/search, the caller's hits on /v1/rerank.
+	// the first stage's, constant FusionK), "gate" (the first stage's order unless the model's gate promotes
+	// the model's top; mode "gated") or "first_stage" (never call the model; mode "first_stage"; "bm25" is its
+	// former name). The first stage ranks the whole index on /v1/search, the caller's hits on /v1/rerank.
+	// Without a model (New's model nil) every policy answers the first stage's order.
 	Policy  string
 	FusionK int
+	// AllowPolicyOverride lets a request's "policy" ask for another policy than Policy (config's
+	// policy.allow_override); without it a request may ask only for Policy or "first_stage".
+	AllowPolicyOverride bool
 	// Gate is the gate of a model that is not a *Swapper (a Swapper carries its model's); nil never
 	// overrides BM25.
 	Gate *gate.Gate
 	// RunModelWhenGateNever runs the model under policy gate although the gate never promotes
-	// (config's policy.run_model_when_gate_never); without it such a request does not run the model.
+	// (config's experimental.run_model_when_gate_never); without it such a request does not run the model.
 	RunModelWhenGateNever bool
 	// RouteByFirstStage puts first the model's answer, of its best copied and its best remembered, that the
-	// first stage ranks higher (config's policy.route_by_first_stage; route.go).
+	// first stage ranks higher (config's experimental.route_by_first_stage; route.go).
 	RouteByFirstStage bool
 	// MemoryFromFirstStage has the model's memory route recall only the seen documents of the first stage's
-	// list (inference.Options.MemoryScope; config's decode.memory_scope first_stage).
+	// list (inference.Options.MemoryScope; config's experimental.memory_scope first_stage).
 	MemoryFromFirstStage bool
 	// MinCopyProb and MinTopScore make the response fall back to BM25 on doubt.
 	MinCopyProb float64
@@ -228,6 +232,15 @@ type Options struct {
 	// CompressWorkers is how many documents Compressor summarises at once (documents are still written in
 	// body order); 0 or 1 is one at a time.
 	CompressWorkers int
+	// Embed, when set, gives every document POST /v1/ingest writes the first stage's vector (the encoder
+	// the sidecar searches with; adapter.IngestOptions.Embed), so that a document is found by meaning the
+	// moment it is written. VectorModel names the encoder. Nil writes documents without vectors (BM25 alone
+	// finds them until `icicle enrich` gives them one).
+	Embed       func(ctx context.Context, docs []adapter.Doc) ([][]float32, error)
+	VectorModel string
+	// EmbedSlots is how many ingest requests may embed at once (default 1); another finds the encoder
+	// saturated and is answered 503 with Retry-After at once, before its body is read.
+	EmbedSlots int
 	// AB is the A/B experiment on /v1/search (ab.go, docs/ab.md); the zero value is off.
 	AB ABOptions
 	// Impressions, when set, receives one line per /v1/search answer; the caller closes it after the
@@ -255,6 +268,10 @@ type Options struct {
 	Logger *slog.Logger
 
 	// The Elasticsearch drop-in (dropin.go, dropin_proxy.go, docs/api.md).
+	// TrustedProxies are the proxies (addresses or CIDR ranges) whose X-Forwarded-For names the client;
+	// nil trusts none (config's server.trusted_proxies).
+	TrustedProxies []string
+
 	// AllowedIndices are the index and alias names the drop-in and /v1/search may address (exact names, no
 	// patterns); empty: Searcher.IndexNames, resolved at New and on every /readyz.
 	AllowedIndices []string
@@ -264,6 +281,11 @@ type Options struct {
 	// RankWindowSize is how many of Elasticsearch's top hits a reranked drop-in search ranks when the request
 	// sets no ext.icicle.rank_window_size (widened to the page size); 0 is DefaultRankWindowSize.
 	RankWindowSize int
+
+	// Profile names the reader profile the configuration was loaded with ("" for none), and Experimental
+	// lists the experimental settings in force by key (config's experimental section): /v1/model shows both.
+	Profile      string
+	Experimental map[string]string
 
 	// Registry receives the metrics; nil creates a private one.
 	Registry *prometheus.Registry
@@ -282,6 +304,8 @@ type Server struct {
 	log     *slog.Logger
 	breaker *gobreaker.CircuitBreaker[inference.Result]
 	admit   *admission
+	// embedSlots bounds the ingest requests embedding at once (Options.EmbedSlots).
+	embedSlots chan struct{}
 	// inflight counts the runs in progress (the cost model's concurrency level); cost is the serving
 	// model's cost model, replaced on a swap (costs).
 	inflight atomic.Int64
@@ -305,15 +329,17 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	opts.MetricsPath = cmp.Or(opts.MetricsPath, "/metrics")
 	opts.ConsecutiveFailures = cmp.Or(opts.ConsecutiveFailures, 5)
 	opts.HalfOpenMaxRequests = cmp.Or(opts.HalfOpenMaxRequests, 1)
-	opts.Policy = cmp.Or(opts.Policy, "model")
+	opts.Policy = canonicalPolicy(cmp.Or(opts.Policy, PolicyModel))
 	opts.FusionK = cmp.Or(opts.FusionK, 60)
 	opts.SeenDiffInterval = cmp.Or(opts.SeenDiffInterval, 5*time.Minute)
+	opts.EmbedSlots = cmp.Or(opts.EmbedSlots, 1)
 	opts.AB = opts.AB.withDefaults()
 	opts.Fields.DocID = cmp.Or(opts.Fields.DocID, "docid")
 	opts.Fields.Title = cmp.Or(opts.Fields.Title, "title")
 	opts.Fields.Summary = cmp.Or(opts.Fields.Summary, "summary")
 	s := &Server{es: es, first: opts.FirstStage, model: model, opts: opts, log: opts.Logger,
-		admit: newAdmission(opts.MaxInflight, max(opts.QueueSize, 0), opts.QueueTimeout)}
+		embedSlots: make(chan struct{}, opts.EmbedSlots),
+		admit:      newAdmission(opts.MaxInflight, max(opts.QueueSize, 0), opts.QueueTimeout)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -362,6 +388,11 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
+	// The client a log line names is the connection's peer unless it is a trusted proxy (validated by config).
+	if err := r.SetTrustedProxies(opts.TrustedProxies); err != nil {
+		s.log.Error("server.trusted_proxies: none trusted", "err", err)
+		_ = r.SetTrustedProxies(nil)
+	}
 	r.Use(s.recoverer, s.requestID)
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", s.ready)
@@ -370,6 +401,9 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	admin := r
 	if opts.SeparateAdmin {
 		admin = gin.New()
+		if err := admin.SetTrustedProxies(opts.TrustedProxies); err != nil {
+			_ = admin.SetTrustedProxies(nil)
+		}
 		admin.Use(s.recoverer, s.requestID)
 		admin.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	}
@@ -444,7 +478,12 @@ func (s *Server) ready(c *gin.Context) {
 		c.JSON(http.StatusServiceUnavailable, gin.H{"ready": false, "elasticsearch": "unreachable or index unusable"})
 		return
 	}
-	s.refreshAllowList()   // an alias added since the start is allowed from now on
+	s.refreshAllowList() // an alias added since the start is allowed from now on
+	if s.model == nil {
+		// No model: nothing to compare the index's seen documents with, no breaker in use.
+		c.JSON(http.StatusOK, gin.H{"ready": true, "model": "none"})
+		return
+	}
 	model := s.modelInfo() // the current one: a hot swap changes the seen corpus
 	body := gin.H{"ready": true, "model": model.Name, "breaker": s.breaker.State().String()}
 	if b := model.withBlocks().Blocks; b != nil {

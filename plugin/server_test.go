@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -219,11 +220,16 @@ func newTestServer(t *testing.T, es *fakeSearcher, m *fakeReranker, mod func(*Op
 	t.Helper()
 	opts := Options{MaxBodyBytes: 1 << 20, RequestTimeout: time.Second, ESBudgetFraction: 0.3, MaxQueryChars: 100,
 		MaxHits: 1000, MaxCandidates: 100, MaxInflight: 2, QueueSize: 2, ConsecutiveFailures: 2, OpenTimeout: time.Hour,
-		MinTopScore: -1e9, Model: ModelInfo{Name: "fake", SeenDocIDs: 200}, WriteToken: testWriteToken}
+		MinTopScore: -1e9, Model: ModelInfo{Name: "fake", SeenDocIDs: 200}, WriteToken: testWriteToken,
+		AllowPolicyOverride: true}
 	if mod != nil {
 		mod(&opts)
 	}
-	return New(es, m, opts)
+	var r Reranker // a nil *fakeReranker is a server without a model
+	if m != nil {
+		r = m
+	}
+	return New(es, r, opts)
 }
 
 func do(t *testing.T, s *Server, method, path, body string) (int, map[string]any, http.Header) {
@@ -291,7 +297,7 @@ func TestRerankModes(t *testing.T) {
 		for i, want := range []string{"model_error", "model_error", "breaker_open", "breaker_open"} {
 			code, body, _ := do(t, s, "POST", "/v1/rerank", rerankBody(threeHits(), "q"))
 			require.Equal(t, http.StatusOK, code)
-			require.Equal(t, "bm25_fallback", body["mode"])
+			require.Equal(t, "first_stage_fallback", body["mode"])
 			require.Equal(t, want, body["fallback_reason"], "request %d", i)
 			res := body["results"].([]any)
 			require.Equal(t, "Alpha", res[0].(map[string]any)["docid"], "BM25 order")
@@ -438,6 +444,59 @@ func TestHealthAndMetrics(t *testing.T) {
 	require.Contains(t, rec.Body.String(), `icicle_stage_duration_seconds_sum{stage="model_decode"} 0.003`)
 }
 
+// TestNoModel: a sidecar without a model (model.dir empty, the default) answers the first stage's order under
+// every policy, says why in every response, and never searches new documents for a context.
+func TestNoModel(t *testing.T) {
+	var newCalls, allCalls atomic.Int64
+	for _, policy := range []string{"gate", "model", "fusion", "first_stage"} {
+		t.Run(policy, func(t *testing.T) {
+			s := newTestServer(t, abSearcher(&newCalls, &allCalls), nil, func(o *Options) { o.Policy = policy })
+			code, body := search(t, s, "", "", `{"query":"q","size":4}`)
+			require.Equal(t, http.StatusOK, code, body)
+			require.Equal(t, "first_stage", body["mode"])
+			require.Equal(t, "no_model", body["model_skipped"])
+			require.Equal(t, []string{"Seen Doc", "Alpha", "Old One", "Old Two"}, docids(body))
+			require.NotContains(t, body, "fallback_reason")
+			require.NotContains(t, body, "gate")
+
+			code, body, _ = do(t, s, "POST", "/v1/rerank", rerankBody(threeHits(), "q"))
+			require.Equal(t, http.StatusOK, code, body)
+			require.Equal(t, "no_model", body["model_skipped"])
+
+			code, body, _ = do(t, s, "GET", "/v1/model", "")
+			require.Equal(t, http.StatusOK, code, body)
+			require.Equal(t, false, body["reader"])
+		})
+	}
+	require.Zero(t, newCalls.Load(), "no context is searched without a model")
+	require.EqualValues(t, 4, allCalls.Load())
+}
+
+// TestPolicyOverride: without policy.allow_override a request may ask only for the configured policy or the
+// first stage alone; anything else is a 403 naming the field, and the model is not run.
+func TestPolicyOverride(t *testing.T) {
+	m := &fakeReranker{rank: func(context.Context, string, []inference.Candidate) (inference.Result, error) {
+		t.Fatal("the model ran for a refused policy")
+		return inference.Result{}, nil
+	}}
+	es := &fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }}
+	s := newTestServer(t, es, m, func(o *Options) { o.Policy, o.AllowPolicyOverride = "first_stage", false })
+	for _, p := range []string{"model", "fusion", "gate"} {
+		code, body, _ := do(t, s, "POST", "/v1/search", `{"query":"q","policy":"`+p+`"}`)
+		require.Equal(t, http.StatusForbidden, code, body)
+		require.Equal(t, "policy", body["field"])
+		require.Contains(t, body["error"], `policy "`+p+`"`)
+	}
+	for _, p := range []string{"first_stage", "bm25", ""} {
+		code, body, _ := do(t, s, "POST", "/v1/search", `{"query":"q","policy":"`+p+`"}`)
+		require.Equal(t, http.StatusOK, code, body)
+		require.Equal(t, "first_stage", body["mode"])
+	}
+	code, body, _ := do(t, s, "POST", "/v1/search", `{"query":"q","policy":"neural"}`)
+	require.Equal(t, http.StatusBadRequest, code, body)
+	require.Equal(t, "policy", body["field"])
+}
+
 func TestPolicies(t *testing.T) {
 	es := &fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }}
 	t.Run("bm25 never calls the model", func(t *testing.T) {
@@ -448,7 +507,8 @@ func TestPolicies(t *testing.T) {
 		s := newTestServer(t, es, m, func(o *Options) { o.Policy = "bm25" })
 		code, body, _ := do(t, s, "POST", "/v1/search", `{"query":"q"}`)
 		require.Equal(t, http.StatusOK, code)
-		require.Equal(t, "bm25", body["mode"])
+		require.Equal(t, "first_stage", body["mode"])
+		require.Equal(t, "policy", body["model_skipped"])
 		require.NotContains(t, body, "fallback_reason")
 		require.Equal(t, "Alpha", body["results"].([]any)[0].(map[string]any)["docid"])
 	})
@@ -480,7 +540,7 @@ func TestNothingToRankFallsBackWithoutTrippingTheBreaker(t *testing.T) {
 	s := newTestServer(t, es, m, func(o *Options) { o.Policy = "model" }) // the breaker opens after 2 failures
 	for range 4 {
 		_, body, _ := do(t, s, "POST", "/v1/search", `{"query":"q"}`)
-		require.Equal(t, "bm25_fallback", body["mode"])
+		require.Equal(t, "first_stage_fallback", body["mode"])
 		require.Equal(t, "nothing_to_rank", body["fallback_reason"])
 	}
 }

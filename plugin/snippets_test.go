@@ -13,7 +13,7 @@ import (
 	"github.com/icicle-search/sidecar/inference"
 )
 
-// decode.snippet_chars: the model reads each candidate's query snippet (fakeSearcher.Snippets), the results
+// experimental.snippet_chars: the model reads each candidate's query snippet (fakeSearcher.Snippets), the results
 // keep the stored summaries, the response counts the snippets; Elasticsearch failing leaves the summaries.
 func TestSnippets(t *testing.T) {
 	var read []inference.Candidate

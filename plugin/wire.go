@@ -12,23 +12,37 @@ type Mode string
 const (
 	// ModeReranked is the model's ranking.
 	ModeReranked Mode = "reranked"
-	// ModeFused is a reciprocal rank fusion of the model's ranking and BM25.
+	// ModeFused is a reciprocal rank fusion of the model's ranking and the first stage's.
 	ModeFused Mode = "fused"
-	// ModeBM25Fallback is the BM25 order, because the model failed, was too slow, was shed or was doubted.
-	ModeBM25Fallback Mode = "bm25_fallback"
-	// ModeBM25 is the BM25 order because the policy or the A/B arm asked for it.
+	// ModeFirstStageFallback is the first stage's order, because the model failed, was too slow, was shed or
+	// was doubted (Response.FallbackReason says which).
+	ModeFirstStageFallback Mode = "first_stage_fallback"
+	// ModeFirstStage is the first stage's order because no model is configured or the policy asked for it
+	// (Response.ModelSkipped says which).
+	ModeFirstStage Mode = "first_stage"
+	// ModeBM25 is BM25's own order: arm A of the A/B experiment.
 	ModeBM25 Mode = "bm25"
-	// ModeGated is BM25's order, with the model's top moved to rank 1 when the gate promoted it
+	// ModeGated is the first stage's order, with the model's top moved to rank 1 when the gate promoted it
 	// (policy gate; Response.Gate says what it decided and why).
 	ModeGated Mode = "gated"
 )
 
+// Why a response did not run the model (Response.ModelSkipped).
+const (
+	// SkipNoModel: the sidecar serves no reader (model.dir is empty).
+	SkipNoModel = "no_model"
+	// SkipPolicy: the request or policy.mode asked for the first stage alone.
+	SkipPolicy = "policy"
+	// SkipGateNever: policy gate, and the model's gate never promotes, so its answer could not change the order.
+	SkipGateNever = "gate_never"
+)
+
 // Gate decisions (GateReport.Decision).
 const (
-	// GatePromote: the model's top was moved to rank 1, the rest in BM25 order.
+	// GatePromote: the model's top was moved to rank 1, the rest in the first stage's order.
 	GatePromote = "promote_model"
-	// GateKeep: BM25's order was kept.
-	GateKeep = "keep_bm25"
+	// GateKeep: the first stage's order was kept.
+	GateKeep = "keep_first_stage"
 )
 
 // Provenance says where one result came from.
@@ -65,14 +79,15 @@ type HitSource struct {
 type RerankRequest struct {
 	// Query is the user's query text.
 	Query string `json:"query"`
-	// Hits are the caller's BM25 hits, best first, as Elasticsearch returned them: the model's context and
-	// the baseline of policy gate, bm25 and every fallback.
+	// Hits are the caller's hits, best first, as Elasticsearch returned them: re-scored by the first stage,
+	// they are the model's context and the order of policy gate, first_stage and every fallback.
 	Hits []ESHit `json:"hits"`
 	// Size is how many results to return (default: the beam width).
 	Size int `json:"size"`
-	// Policy overrides policy.mode for this request: gate, model, fusion or bm25 (the first stage alone,
-	// the model not called). Default "": the configured one. `icicle eval` asks for bm25 to measure the
-	// first stage on the same queries as the sidecar.
+	// Policy overrides policy.mode for this request: first_stage (the first stage alone, the model not
+	// called; "bm25" is its former name), gate, model or fusion. Default "": the configured one. A request may
+	// ask for first_stage or the configured policy; others need policy.allow_override. `icicle eval` asks for
+	// first_stage to measure the first stage on the same queries as the sidecar.
 	Policy string `json:"policy,omitempty"`
 }
 
@@ -83,7 +98,7 @@ type SearchRequest struct {
 	// Size is how many results to return (default: the beam width).
 	Size int `json:"size"`
 	// Policy overrides policy.mode for this request (RerankRequest.Policy). With the A/B experiment on, it
-	// applies to arm B's answers; arm A stays BM25.
+	// applies to arm B's answers; arm A stays BM25 alone.
 	Policy string `json:"policy,omitempty"`
 }
 
@@ -145,12 +160,18 @@ type Baseline struct {
 type Response struct {
 	RequestID string `json:"request_id"`
 	Mode      Mode   `json:"mode"`
-	// FallbackReason says why Mode is bm25_fallback: model_error, model_timeout, breaker_open, overloaded,
-	// low_confidence, context_full (the query alone does not fit the model's prompt budget).
+	// FallbackReason says why Mode is first_stage_fallback: model_error, model_timeout, breaker_open,
+	// overloaded, low_confidence, context_full (the query alone does not fit the model's prompt budget),
+	// context_unavailable, nothing_to_rank.
 	FallbackReason string `json:"fallback_reason,omitempty"`
+	// ModelSkipped says why the model was not run although nothing failed: no_model (none is configured),
+	// policy (first_stage was asked for) or gate_never (its gate never promotes). Absent when the model ran
+	// or FallbackReason says why it did not answer.
+	ModelSkipped string `json:"model_skipped,omitempty"`
 	// HitsReceived is the number of first-stage hits the ranking started from.
 	HitsReceived int `json:"hits_received"`
-	// Baseline says which first stage ranked the baseline (bm25 mode, bm25_fallback, gated's order).
+	// Baseline says which first stage ranked the baseline (the order of first_stage, first_stage_fallback and
+	// gated answers).
 	Baseline *Baseline `json:"baseline,omitempty"`
 	// CandidatesInContext is how many of them were in the model's prompt.
 	CandidatesInContext int `json:"candidates_in_context"`
@@ -160,14 +181,14 @@ type Response struct {
 	// CandidatesTruncated is true when hits beyond decode.max_candidates never reached the model.
 	CandidatesTruncated bool `json:"candidates_truncated,omitempty"`
 	// TitleOnlyCandidates counts hits that went in by title alone: without a summary, or past
-	// decode.summary_candidates.
+	// experimental.summary_candidates.
 	TitleOnlyCandidates int `json:"title_only_candidates,omitempty"`
 	// Snippets counts the candidates that went in with the passage best matching the query instead of their
-	// stored summary (decode.snippet_chars).
+	// stored summary (experimental.snippet_chars).
 	Snippets int `json:"snippets,omitempty"`
 	// RouterProb is p([COPY]) at the first decoding step; absent when the model did not run.
 	RouterProb *float64 `json:"router_prob,omitempty"`
-	// Rerouted is true when policy.route_by_first_stage put the model's other route's answer first: the
+	// Rerouted is true when experimental.route_by_first_stage put the model's other route's answer first: the
 	// first stage ranks it above the router's choice.
 	Rerouted bool     `json:"rerouted,omitempty"`
 	Results  []Result `json:"results"`
@@ -194,17 +215,17 @@ type GateReport struct {
 	P         float64 `json:"p"`
 	Threshold float64 `json:"threshold"`
 	Never     bool    `json:"never,omitempty"`
-	// ModelTop and BM25Top are the model's and BM25's first docids (what icicle calibrate labels).
-	// ModelTop is absent when the model was not run (Reason ReasonGateIdle: the gate never promotes).
-	ModelTop string `json:"model_top,omitempty"`
-	BM25Top  string `json:"bm25_top,omitempty"`
+	// ModelTop and FirstStageTop are the model's and the first stage's first docids (what icicle calibrate
+	// labels). ModelTop is absent when the model was not run (Reason ReasonGateIdle: the gate never promotes).
+	ModelTop      string `json:"model_top,omitempty"`
+	FirstStageTop string `json:"first_stage_top,omitempty"`
 	// Features are the gate's inputs; absent when the model was not run.
 	Features gate.Features `json:"features,omitzero"`
 }
 
 // ABInfo is the A/B section of a /v1/search response (docs/ab.md).
 type ABInfo struct {
-	// Arm is A (BM25 over all documents), B (ICICLE) or interleaved (each result has a team).
+	// Arm is A (BM25 over all documents), B (the sidecar's policy) or interleaved (each result has a team).
 	Arm Arm `json:"arm"`
 	// Experiment is ab.experiment.
 	Experiment string `json:"experiment"`

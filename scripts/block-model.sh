@@ -5,7 +5,7 @@
 # SRC's: a model trained on causal prompts reads blocks zero-shot (docs/evaluation.md, "Block reading").
 # ROUTES=copy writes "routes": ["copy"] (a model trained with no seen-corpus instances, as b1: MODEL_FORMAT.md).
 #   [ROUTES=copy] scripts/block-model.sh SRC DST [MAX=4096]
-# Serve it with decode.block_reading contiguous or shared (ICICLE_DECODE_BLOCK_READING).
+# Serve it with experimental.block_reading contiguous or shared (ICICLE_EXPERIMENTAL_BLOCK_READING).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 die() { echo "block-model.sh: $*" >&2; exit 1; }

@@ -53,7 +53,7 @@ fi
 export ICICLE_ELASTICSEARCH_ADDRESSES=$es_url ICICLE_ELASTICSEARCH_INDEX=icicle-calibrate
 export ICICLE_MODEL_DIR=$model ICICLE_POLICY_MODE=gate
 # The model's answer is what the gate is fitted on, even where the model's current gate.json never promotes.
-export ICICLE_POLICY_RUN_MODEL_WHEN_GATE_NEVER=true
+export ICICLE_EXPERIMENTAL_RUN_MODEL_WHEN_GATE_NEVER=true
 # The gate decides against the baseline the sidecar serves: the first stage fitted on nq_qed's training queries.
 export ICICLE_FIRST_STAGE_PARAMS_FILE=${ICICLE_FIRST_STAGE_PARAMS_FILE:-data/nq_qed/first_stage.json}
 export ICICLE_SERVER_ADDR=${ICICLE_CALIBRATE_ADDR:-127.0.0.1:8170}

@@ -158,7 +158,7 @@ func abSimulate(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("ab-simulate", flag.ContinueOnError)
 	var l labelledFlags
 	l.register(fs, "dev", 100, "model.dir, server.write_token", "ab.enabled, ab.impression_log and ab.click_log set")
-	sidecar, queries, qrelsPath, split, n, modelDir, cfgPath := &l.sidecar, &l.queries, &l.qrels, &l.split, &l.n, &l.modelDir, &l.cfgPath
+	sidecar, queries, qrelsPath, split, n, modelDir := &l.sidecar, &l.queries, &l.qrels, &l.split, &l.n, &l.modelDir
 	repeat := fs.Int("repeat", 1, "send each query this many times (request ids qid#1, qid#2, ...), as returning users do")
 	size := fs.Int("size", 10, "results per answer")
 	token := fs.String("write-token", "", "bearer token of /v1/click (default: server.write_token from config, e.g. ICICLE_SERVER_WRITE_TOKEN)")
@@ -185,7 +185,7 @@ func abSimulate(ctx context.Context, args []string, stdout io.Writer) error {
 	case *concurrency < 1:
 		return fmt.Errorf("-concurrency: want at least 1, got %d", *concurrency)
 	}
-	cfg, err := loadConfig(*cfgPath)
+	cfg, err := l.load()
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/icicle-search/sidecar/plugin"
 )
 
-// The background fill of a model's block store (issue 26, decode.block_fill): when a model that reads by
+// The background fill of a model's block store (issue 26, experimental.block_fill): when a model that reads by
 // blocks is loaded (at start or by a hot swap), the index's new documents are listed (adapter.ListNew) and
 // their blocks computed and kept (inference.Engine.FillBlocks) before requests ask for them. Requests come
 // first: a fill step runs only on a free session, computes at most fillGroup blocks, and waits while every
@@ -41,7 +41,7 @@ func startBlockFill(es *adapter.Adapter, eng *inference.Engine, store *inference
 			log.Info("block store filled from the index", "documents", f.Documents, "computed", f.Computed,
 				"seconds", f.Seconds, "store", store.Stats())
 		case f.State == "full":
-			log.Warn("block store full before every new document of the index was filled: raise decode.block_store_mb; "+
+			log.Warn("block store full before every new document of the index was filled: raise experimental.block_store_mb; "+
 				"requests compute the other blocks", "documents", f.Documents, "computed", f.Computed, "store", store.Stats())
 		case ctx.Err() == nil:
 			log.Error("block store fill failed; requests compute the missing blocks", "err", f.Error,
@@ -55,7 +55,7 @@ func startBlockFill(es *adapter.Adapter, eng *inference.Engine, store *inference
 var errStoreFull = errors.New("the block store is full")
 
 // fillBlocks is startBlockFill's work; it records its progress in the store and returns the last of it. It
-// stops when the store starts evicting, or refusing blocks (a full file; state "full": decode.block_store_mb
+// stops when the store starts evicting, or refusing blocks (a full file; state "full": experimental.block_store_mb
 // holds fewer blocks than the index has new documents), since filling on would only drop the blocks it computed.
 func fillBlocks(ctx context.Context, es *adapter.Adapter, eng *inference.Engine, store *inference.BlockStore, opts inference.Options) inference.BlockFill {
 	st := store.Stats()

@@ -69,7 +69,7 @@ func calibrate(ctx context.Context, args []string, out io.Writer) error {
 }
 
 func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) error {
-	cfg, err := loadConfig(f.cfgPath)
+	cfg, err := f.load()
 	if err != nil {
 		return err
 	}
@@ -171,15 +171,15 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 		switch {
 		case err != nil:
 			errs[i] = err
-		case resp.Mode == plugin.ModeBM25Fallback:
+		case resp.Mode == plugin.ModeFirstStageFallback:
 			skipped[i] = resp.FallbackReason
 		case resp.Gate == nil:
 			errs[i] = fmt.Errorf("answer in mode %q without a gate section: run the sidecar with policy.mode gate", resp.Mode)
 		case resp.Gate.ModelTop == "":
-			errs[i] = fmt.Errorf("the sidecar did not run the model (%s): run it with policy.run_model_when_gate_never true", resp.Gate.Reason)
+			errs[i] = fmt.Errorf("the sidecar did not run the model (%s): run it with experimental.run_model_when_gate_never true", resp.Gate.Reason)
 		default:
 			g := resp.Gate
-			samples[i] = &gate.Sample{Features: g.Features, ModelRight: qs[i].Relevant[g.ModelTop], BM25Right: qs[i].Relevant[g.BM25Top]}
+			samples[i] = &gate.Sample{Features: g.Features, ModelRight: qs[i].Relevant[g.ModelTop], BM25Right: qs[i].Relevant[g.FirstStageTop]}
 		}
 	}, func(i int) {
 		if (i+1)%50 == 0 {

@@ -30,7 +30,7 @@ type firstStageFit struct {
 // (then MRR@10) is written to FILE with its k-fold held-out score. The sidecar loads it with
 // first_stage.params_file. No model runs: the first stage does not depend on it.
 func calibrateFirstStage(ctx context.Context, f calibrateFlags, path string, out, log io.Writer) error {
-	cfg, err := loadConfig(f.cfgPath)
+	cfg, err := f.load()
 	if err != nil {
 		return err
 	}

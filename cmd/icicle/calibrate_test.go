@@ -33,7 +33,7 @@ func fakeGateSidecar(t *testing.T, answer string, asked *sync.Map) *httptest.Ser
 	weak := gate.Compute(0.4, []gate.Beam{{DocID: "x", Copy: true, Score: -2.5}, {DocID: "y", Copy: true, Score: -2.6}}, []string{"b", "c"}, []float64{10, 3}, nil)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/model" {
-			_ = json.NewEncoder(w).Encode(plugin.ModelInfo{Name: "fake-model", Serving: &plugin.Settings{"decode.scoring": "vocab"}})
+			_ = json.NewEncoder(w).Encode(plugin.ModelInfo{Name: "fake-model", Serving: &plugin.Settings{"experimental.scoring": "vocab"}})
 			return
 		}
 		var req plugin.SearchRequest
@@ -47,14 +47,14 @@ func fakeGateSidecar(t *testing.T, answer string, asked *sync.Map) *httptest.Ser
 		rel := fmt.Sprintf("D%d", n)
 		switch answer {
 		case fakeGated:
-			resp.Gate = &plugin.GateReport{Decision: plugin.GateKeep, ModelTop: "other", BM25Top: rel, Features: weak}
+			resp.Gate = &plugin.GateReport{Decision: plugin.GateKeep, ModelTop: "other", FirstStageTop: rel, Features: weak}
 			if good {
-				resp.Gate.ModelTop, resp.Gate.BM25Top, resp.Gate.Features = rel, "other", strong
+				resp.Gate.ModelTop, resp.Gate.FirstStageTop, resp.Gate.Features = rel, "other", strong
 			}
 		case fakeFused:
 			resp.Mode = plugin.ModeFused
 		case fakeIdle:
-			resp.Gate = &plugin.GateReport{Decision: plugin.GateKeep, Reason: plugin.ReasonGateIdle, Never: true, BM25Top: rel}
+			resp.Gate = &plugin.GateReport{Decision: plugin.GateKeep, Reason: plugin.ReasonGateIdle, Never: true, FirstStageTop: rel}
 		}
 		_ = json.NewEncoder(w).Encode(resp)
 	}))
@@ -95,7 +95,7 @@ func TestCalibrate(t *testing.T) {
 		require.Equal(t, 40, g.Fit.N)
 		require.Equal(t, 20, g.Fit.Positives)
 		require.Equal(t, "fake-model", g.Fit.Model)
-		require.Equal(t, map[string]string{"decode.scoring": "vocab"}, g.Fit.Serving, "the settings the answers came under")
+		require.Equal(t, map[string]string{"experimental.scoring": "vocab"}, g.Fit.Serving, "the settings the answers came under")
 		require.Contains(t, g.Fit.Data, `split "train"`)
 		require.Greater(t, g.Fit.CVGain, 0)
 		asked.Range(func(q, _ any) bool {
@@ -117,7 +117,7 @@ func TestCalibrate(t *testing.T) {
 		b, err := os.ReadFile(f.samplesOut)
 		require.NoError(t, err)
 		lines := strings.SplitAfter(strings.TrimSpace(string(b)), "\n")
-		lines[3] = strings.Replace(lines[3], `"decode.scoring":"vocab"`, `"decode.scoring":"trie"`, 1)
+		lines[3] = strings.Replace(lines[3], `"experimental.scoring":"vocab"`, `"experimental.scoring":"trie"`, 1)
 		f.samplesIn, f.outDir = write("mixed.jsonl", strings.Join(lines, "")), filepath.Join(dir, "mixed")
 		require.ErrorContains(t, runCalibrate(context.Background(), f, io.Discard, io.Discard), "line 4 was answered under other settings")
 		_, statErr := os.Stat(filepath.Join(f.outDir, gate.FileName))
@@ -125,7 +125,7 @@ func TestCalibrate(t *testing.T) {
 	})
 	for _, tt := range []struct{ name, answer, want string }{
 		{"a sidecar not in policy gate is an error naming the policy", fakeFused, "policy.mode gate"},
-		{"a sidecar that did not run the model (its gate never promotes) is an error naming the setting", fakeIdle, "policy.run_model_when_gate_never true"},
+		{"a sidecar that did not run the model (its gate never promotes) is an error naming the setting", fakeIdle, "experimental.run_model_when_gate_never true"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var asked sync.Map

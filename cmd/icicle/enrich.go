@@ -21,7 +21,8 @@ import (
 // what it wrote, and the next run does only the rest.
 func enrich(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("enrich", flag.ContinueOnError)
-	cfgPath := fs.String("config", "", "YAML config file (Elasticsearch connection, fields.*, first_stage.encoder_dir, compressor)")
+	var cf configFlags
+	cf.register(fs, "YAML config file (Elasticsearch connection, fields.*, first_stage.encoder_dir, compressor)")
 	page := fs.Int("page", 128, "documents read, enriched and written at once")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	vectors := fs.Bool("vectors", true, "add the first stage's vector (first_stage.encoder_dir) where it is missing or another encoder's")
@@ -34,7 +35,7 @@ func enrich(ctx context.Context, args []string, out io.Writer) error {
 	if *page < 1 || *page > 10000 {
 		return fmt.Errorf("-page %d: want 1..10000", *page)
 	}
-	cfg, err := loadConfig(*cfgPath)
+	cfg, err := cf.load()
 	if err != nil {
 		return err
 	}

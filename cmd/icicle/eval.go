@@ -73,8 +73,9 @@ func evaluate(ctx context.Context, args []string, out io.Writer) error {
 // labelledFlags are the flags of the commands that send labelled queries (BEIR queries + qrels) to a
 // running sidecar: eval, calibrate and ab-simulate.
 type labelledFlags struct {
-	cfgPath, sidecar, queries, qrels, split, modelDir string
-	n                                                 int
+	configFlags
+	sidecar, queries, qrels, split, modelDir string
+	n                                        int
 }
 
 // register defines the flags on fs with the command's default split and n; configFor says what the command
@@ -84,7 +85,7 @@ func (l *labelledFlags) register(fs *flag.FlagSet, split string, n int, configFo
 	if sidecarNeeds != "" {
 		sidecarHelp += " (" + sidecarNeeds + ")"
 	}
-	fs.StringVar(&l.cfgPath, "config", "", "YAML config file ("+configFor+")")
+	l.configFlags.register(fs, "YAML config file ("+configFor+")")
 	fs.StringVar(&l.sidecar, "sidecar", "http://127.0.0.1:8080", sidecarHelp)
 	fs.StringVar(&l.queries, "queries", "data/nq_qed/queries.jsonl.gz", "BEIR queries JSONL (.gz allowed): qid (or _id), query (or text), optional split")
 	fs.StringVar(&l.qrels, "qrels", "data/nq_qed/qrels.tsv", "qrels TSV: qid, docid, relevance (header line allowed)")
@@ -154,7 +155,7 @@ type evalRun struct {
 
 func runEval(ctx context.Context, f evalFlags, out, log io.Writer) error {
 	started := time.Now()
-	cfg, err := loadConfig(f.cfgPath)
+	cfg, err := f.load()
 	if err != nil {
 		return err
 	}
@@ -253,7 +254,7 @@ func writeReport(dir string, rep eval.Report) error {
 }
 
 // armsAB runs, on every query, arm A (BM25 over all documents, by the adapter: what a team runs today),
-// the first stage alone (the sidecar's /v1/search with policy bm25: BM25 and the dense encoder, the model
+// the first stage alone (the sidecar's /v1/search with policy first_stage: BM25 and the dense encoder, the model
 // not called) and arm B (the sidecar's /v1/search under its policy). For arm B it reads the model's
 // candidates from the response to tell whether the relevant document was among those that fitted the
 // prompt.
@@ -277,7 +278,7 @@ func (r *evalRun) armsAB(ctx context.Context) (eval.Arm, eval.Arm, eval.Arm) {
 
 		f[i] = r.outcome(q)
 		start = time.Now()
-		resp, err := r.client.search(ctx, plugin.SearchRequest{Query: q.Text, Size: r.f.size, Policy: "bm25"})
+		resp, err := r.client.search(ctx, plugin.SearchRequest{Query: q.Text, Size: r.f.size, Policy: plugin.PolicyFirstStage})
 		f[i].Latency = time.Since(start)
 		if err != nil {
 			f[i].Err = err.Error()
@@ -445,7 +446,7 @@ func (r *evalRun) fill(o *eval.Outcome, resp plugin.Response) {
 		}
 		o.InContext = &in
 	}
-	o.Fallback = resp.Mode == plugin.ModeBM25Fallback
+	o.Fallback = resp.Mode == plugin.ModeFirstStageFallback
 	o.FallbackReason = resp.FallbackReason
 	o.RouterProb = resp.RouterProb
 	if g := resp.Gate; g != nil && g.ModelTop != "" { // the model's own route, whatever the gate showed

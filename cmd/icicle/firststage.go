@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/config"
 	"github.com/icicle-search/sidecar/inference/dense"
 	"github.com/icicle-search/sidecar/inference/loader"
 	"github.com/icicle-search/sidecar/inference/ort"
+	"github.com/icicle-search/sidecar/internal/vecfile"
 	"github.com/icicle-search/sidecar/retrieve"
 )
 
@@ -72,6 +74,36 @@ func embedDocs(enc *dense.Encoder) func(ctx context.Context, docs []adapter.Doc)
 			texts[i] = dense.PassageText(d.Title, d.Text)
 		}
 		return enc.Passages(ctx, texts)
+	}
+}
+
+// embedKnown embeds docs with embed, except those whose title and text have a vector in set (made by the
+// same encoder: the caller checks), which are taken from it; known counts them.
+func embedKnown(set *vecfile.Set, embed func(context.Context, []adapter.Doc) ([][]float32, error),
+	known *atomic.Int64) func(context.Context, []adapter.Doc) ([][]float32, error) {
+	return func(ctx context.Context, docs []adapter.Doc) ([][]float32, error) {
+		out := make([][]float32, len(docs))
+		var rest []adapter.Doc
+		var at []int
+		for i, d := range docs {
+			if v, ok := set.Get(d.Title, d.Text); ok {
+				out[i] = v
+				continue
+			}
+			rest, at = append(rest, d), append(at, i)
+		}
+		known.Add(int64(len(docs) - len(rest)))
+		if len(rest) == 0 {
+			return out, nil
+		}
+		vs, err := embed(ctx, rest)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range at {
+			out[i] = vs[j]
+		}
+		return out, nil
 	}
 }
 

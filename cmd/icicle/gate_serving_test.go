@@ -14,6 +14,7 @@ import (
 	"github.com/icicle-search/sidecar/config"
 	"github.com/icicle-search/sidecar/inference/ort"
 	"github.com/icicle-search/sidecar/internal/gate"
+	"github.com/icicle-search/sidecar/plugin"
 )
 
 // TestOpenModelGateServing: a gate fitted under other settings than the sidecar's is loaded as one that never
@@ -35,7 +36,7 @@ func TestOpenModelGateServing(t *testing.T) {
 	}
 	n := len(gate.FeatureNames)
 	g := &gate.Gate{Version: gate.Version, Features: gate.FeatureNames, Mean: make([]float64, n), Scale: make([]float64, n),
-		Weights: make([]float64, n), Threshold: 0.5, Fit: &gate.FitInfo{N: 10, Folds: 2, Serving: map[string]string{"decode.scoring": "vocab"}}}
+		Weights: make([]float64, n), Threshold: 0.5, Fit: &gate.FitInfo{N: 10, Folds: 2, Serving: map[string]string{"experimental.scoring": "vocab"}}}
 	for i := range g.Scale {
 		g.Scale[i] = 1
 	}
@@ -45,15 +46,16 @@ func TestOpenModelGateServing(t *testing.T) {
 	cfg := config.Default()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, scoring := range []string{"vocab", "trie"} {
-		cfg.Decode.Scoring = scoring
-		m, err := openModel(dir, cfg.Model, runPlan{sessions: 1, threads: 1}, cfg.Decode, servingSettings(cfg), nil, log)
+		cfg.Experimental.Scoring = scoring
+		m, err := openModel(dir, cfg.Model, runPlan{sessions: 1, threads: 1}, cfg.Decode.BeamWidth, cfg.Experimental,
+			plugin.Settings(cfg.ServingSettings()), nil, log)
 		require.NoError(t, err)
-		require.Equal(t, scoring, (*m.Info.Serving)["decode.scoring"], "/v1/model says what it serves under")
+		require.Equal(t, scoring, (*m.Info.Serving)["experimental.scoring"], "/v1/model says what it serves under")
 		if scoring == "vocab" {
 			require.False(t, m.Gate.Never, "fitted under these settings: applied")
 		} else {
 			require.True(t, m.Gate.Never, "fitted under vocab, served under trie: not applied")
-			require.Contains(t, m.Info.Gate.Source, "not applied: fitted under other settings (decode.scoring: fitted under vocab, now trie)")
+			require.Contains(t, m.Info.Gate.Source, "not applied: fitted under other settings (experimental.scoring: fitted under vocab, now trie)")
 		}
 		require.NoError(t, m.Close())
 	}

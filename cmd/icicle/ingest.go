@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,11 +22,13 @@ import (
 	"github.com/icicle-search/sidecar/inference/dense"
 	"github.com/icicle-search/sidecar/inference/ort"
 	"github.com/icicle-search/sidecar/internal/compress"
+	"github.com/icicle-search/sidecar/internal/vecfile"
 )
 
 func ingest(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
-	cfgPath := fs.String("config", "", "YAML config file")
+	var cf configFlags
+	cf.register(fs, "YAML config file")
 	corpus := fs.String("corpus", "data/nq_qed/corpus.jsonl.gz", "BEIR corpus JSONL (.gz allowed): docid, title, text, optional summary")
 	modelDir := fs.String("model-dir", "", "model directory whose seen_docids.txt marks documents seen (default: model.dir from config)")
 	refresh := fs.Bool("refresh", true, "make documents searchable before returning")
@@ -35,11 +38,12 @@ func ingest(ctx context.Context, args []string) error {
 	compressorKind := fs.String("compressor", "", "summaries of documents without one: extractive or llm (default: compressor.kind from config, extractive)")
 	llmURL := fs.String("llm-url", "", "OpenAI-compatible base URL up to /v1 for -compressor llm (default: compressor.llm_url)")
 	llmModel := fs.String("llm-model", "", "model name for -compressor llm (default: compressor.llm_model)")
+	vectorsFile := fs.String("vectors", "", "precomputed vectors (`icicle vectors`) of the first stage's encoder: a document whose title and text have one is not embedded again")
 	noVectors := fs.Bool("no-vectors", false, "write documents without the first stage's vectors (`icicle enrich` adds them later; default: embed with first_stage.encoder_dir when set)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg, err := loadConfig(*cfgPath)
+	cfg, err := cf.load()
 	if err != nil {
 		return err
 	}
@@ -111,9 +115,24 @@ func ingest(ctx context.Context, args []string) error {
 	// Read before write, as POST /v1/ingest does: a different document stored under a docid is not
 	// overwritten unless -replace. The seen flag is the model's seen_docids.txt here, never kept.
 	opts := adapter.IngestOptions{Refresh: *refresh, KeepStored: true, Replace: *replace}
+	var precomputed atomic.Int64
 	if enc != nil {
-		// Each document's vector for the first stage; a stored document with the same text keeps its own.
+		// Each document's vector for the first stage; a stored document with the same text keeps its own, and
+		// one in the -vectors file (made by the same encoder) is taken from there.
 		opts.Embed, opts.VectorModel = embedDocs(enc), enc.Name()
+		if *vectorsFile != "" {
+			set, err := vecfile.Read(*vectorsFile)
+			if err != nil {
+				return err
+			}
+			if set.Encoder != enc.Name() || set.Dims != enc.Dims() {
+				return fmt.Errorf("-vectors %s: made by %s (%d dims), the first stage's encoder is %s (%d dims)",
+					*vectorsFile, set.Encoder, set.Dims, enc.Name(), enc.Dims())
+			}
+			opts.Embed = embedKnown(set, opts.Embed, &precomputed)
+		}
+	} else if *vectorsFile != "" {
+		return errors.New("-vectors: the first stage has no encoder (first_stage.encoder_dir, -no-vectors): nothing to give vectors to")
 	}
 	if prog != nil {
 		opts.Progress = prog.accounted
@@ -134,7 +153,8 @@ func ingest(ctx context.Context, args []string) error {
 	}
 	vectors := "no vectors"
 	if enc != nil {
-		vectors = fmt.Sprintf("vectors by %s", enc.Name())
+		vectors = fmt.Sprintf("vectors by %s (%d embedded, %d from %s)", enc.Name(), rep.Embedded-int(precomputed.Load()),
+			precomputed.Load(), cmp.Or(*vectorsFile, "no -vectors file"))
 	}
 	fmt.Printf("ingest %s into %s: indexed %d, updated %d, unchanged %d, failed %d, rejected %d; seen %d, summaries computed %d (%s); %s; %.1f s\n",
 		*corpus, cfg.Elasticsearch.Index, rep.Indexed, rep.Updated, rep.Unchanged, len(rep.Failed), len(r.Rejected()), nSeen, compressed.Load(), comp.ID(),

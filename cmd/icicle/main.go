@@ -27,6 +27,7 @@ const usage = `usage: icicle <command> [flags]
 commands:
   serve     run the sidecar HTTP server
   ingest    bulk-index a BEIR corpus (JSONL, optionally .gz) into Elasticsearch, with the first stage's vectors
+  vectors   compute a corpus's first-stage vectors into a file that ingest -vectors reads (no Elasticsearch needed)
   enrich    give the index's documents what the sidecar needs and lacks (the first stage's vectors); resumable
   seen      compare the index's seen documents with the model's seen_docids.txt (-list: print them)
   eval      BM25 vs the sidecar on labelled queries, N-shot sweep, paper protocol (alias: compare)
@@ -52,6 +53,8 @@ func main() {
 		err = serve(ctx, args)
 	case "ingest":
 		err = ingest(ctx, args)
+	case "vectors":
+		err = vectors(ctx, args, os.Stdout)
 	case "enrich":
 		err = enrich(ctx, args, os.Stdout)
 	case "seen":
@@ -79,9 +82,25 @@ func main() {
 	}
 }
 
-// loadConfig reads -config (may be empty) and the environment.
-func loadConfig(path string) (config.Config, error) {
-	cfg, err := config.Load(path, os.LookupEnv)
+// configFlags are the -config and -profile flags every command that reads the configuration takes.
+type configFlags struct {
+	path, profile string
+}
+
+// register defines -config (with the command's own help) and -profile on fs.
+func (c *configFlags) register(fs *flag.FlagSet, help string) {
+	fs.StringVar(&c.path, "config", "", help)
+	fs.StringVar(&c.profile, "profile", "", "reader profile: a name in config/profiles (b7, r24e, reader135, gpu) or a "+
+		"YAML file, applied before -config (default $"+config.EnvProfile+"; none: the first stage alone)")
+}
+
+// load reads the profile (-profile, else $ICICLE_PROFILE), the -config file and the environment.
+func (c configFlags) load() (config.Config, error) {
+	profile := c.profile
+	if profile == "" {
+		profile = os.Getenv(config.EnvProfile)
+	}
+	cfg, err := config.LoadWith(profile, c.path, os.LookupEnv)
 	if err != nil {
 		return config.Config{}, fmt.Errorf("load config: %w", err)
 	}
@@ -99,8 +118,12 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// readSeen reads dir/seen_docids.txt, the model's seen corpus, as a set.
+// readSeen reads dir/seen_docids.txt, the model's seen corpus, as a set; without a model (dir "") nothing is
+// seen.
 func readSeen(dir string) (map[string]bool, error) {
+	if dir == "" {
+		return map[string]bool{}, nil
+	}
 	ids, err := inference.ReadDocIDs(filepath.Join(dir, "seen_docids.txt"))
 	if err != nil {
 		return nil, fmt.Errorf("seen corpus: %w", err)

@@ -22,14 +22,15 @@ var errSeenDiffers = errors.New("the index's seen documents differ from the mode
 // prints every seen docid of the index, one per line, in byte order.
 func seen(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("seen", flag.ContinueOnError)
-	cfgPath := fs.String("config", "", "YAML config file")
+	var cf configFlags
+	cf.register(fs, "YAML config file")
 	modelDir := fs.String("model-dir", "", "model directory whose seen_docids.txt is compared (default: model.dir from config)")
 	list := fs.Bool("list", false, "print every docid marked seen in the index instead of comparing")
 	asJSON := fs.Bool("json", false, "print the comparison as JSON")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg, err := loadConfig(*cfgPath)
+	cfg, err := cf.load()
 	if err != nil {
 		return err
 	}

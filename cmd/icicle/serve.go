@@ -13,7 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,11 +32,12 @@ import (
 
 func serve(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	cfgPath := fs.String("config", "", "YAML config file (default: built-in defaults and ICICLE_* environment)")
+	var cf configFlags
+	cf.register(fs, "YAML config file (default: built-in defaults and ICICLE_* environment)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg, err := loadConfig(*cfgPath)
+	cfg, err := cf.load()
 	if err != nil {
 		return err
 	}
@@ -96,32 +97,43 @@ func serve(ctx context.Context, args []string) error {
 
 	// Every model, the first and those hot-swapped in later (docs/model-swap.md), opens with the same
 	// sessions and threads (planRun); the Swapper closes each after its last request. A model that reads by
-	// blocks fills its store from the index in the background (blockfill.go).
+	// blocks fills its store from the index in the background (blockfill.go). Without one (model.dir empty,
+	// the default) the first stage answers every request and no model session is opened.
 	plan := planRun(cfg.Concurrency.MaxInflight, cfg.Model.IntraOpThreads, runtime.NumCPU())
 	var fillFrom *adapter.Adapter
-	if cfg.Decode.BlockFill {
+	if cfg.Experimental.BlockFill {
 		fillFrom = es
 	}
+	serving := plugin.Settings(cfg.ServingSettings())
 	open := func(dir string) (plugin.LoadedModel, error) {
-		return openModel(dir, cfg.Model, plan, cfg.Decode, servingSettings(cfg), fillFrom, log)
+		return openModel(dir, cfg.Model, plan, cfg.Decode.BeamWidth, cfg.Experimental, serving, fillFrom, log)
 	}
-	first, err := open(cfg.Model.Dir)
-	if err != nil {
-		return err
-	}
-	cfg.Concurrency.MaxInflight = plan.sessions
-	info := first.Info
-	model := plugin.NewSwapper(first, open, log)
-	defer func() {
-		if err := model.Close(); err != nil {
-			log.Error("close model", "err", err)
+	var (
+		model plugin.Reranker // nil: no model
+		info  plugin.ModelInfo
+	)
+	if cfg.Model.Dir != "" {
+		first, err := open(cfg.Model.Dir)
+		if err != nil {
+			return err
 		}
-	}()
-	checkCtx, cancel = context.WithTimeout(ctx, 30*time.Second)
-	if n, err := es.SeenCount(checkCtx); err == nil && n != info.SeenDocIDs {
-		log.Warn("seen corpus differs between the index and the model", "index_seen", n, "model_seen", info.SeenDocIDs)
+		cfg.Concurrency.MaxInflight = plan.sessions
+		info = first.Info
+		sw := plugin.NewSwapper(first, open, log)
+		defer func() {
+			if err := sw.Close(); err != nil {
+				log.Error("close model", "err", err)
+			}
+		}()
+		model = sw
+		checkCtx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		if n, err := es.SeenCount(checkCtx); err == nil && n != info.SeenDocIDs {
+			log.Warn("seen corpus differs between the index and the model", "index_seen", n, "model_seen", info.SeenDocIDs)
+		}
+		cancel()
+	} else {
+		log.Info("no reader model (model.dir is empty): the first stage answers every request")
 	}
-	cancel()
 	var embedder retrieve.Embedder
 	if enc != nil {
 		embedder = enc
@@ -163,21 +175,34 @@ func serve(ctx context.Context, args []string) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// POST /v1/ingest gives each document the first stage's vector, so a new document is found by meaning at
+	// once; the ingest command does the same.
+	var (
+		ingestEmbed       func(context.Context, []adapter.Doc) ([][]float32, error)
+		ingestVectorModel string
+	)
+	if enc != nil {
+		ingestEmbed, ingestVectorModel = embedDocs(enc), enc.Name()
+	}
+	x := cfg.Experimental
 	srv := plugin.New(es, model, plugin.Options{
 		MaxBodyBytes: cfg.Server.MaxBodyBytes, RequestTimeout: cfg.Server.RequestTimeout,
 		ESBudgetFraction: cfg.Server.ESBudgetFraction, MaxQueryChars: cfg.Server.MaxQueryChars,
-		MaxHits: cfg.Server.MaxHits, MaxCandidates: cfg.Decode.MaxCandidates, SnippetChars: cfg.Decode.SnippetChars, FirstStage: stage,
+		MaxHits: cfg.Server.MaxHits, MaxCandidates: cfg.Decode.MaxCandidates, SnippetChars: x.SnippetChars, FirstStage: stage,
 		Fields:      plugin.SourceFields{DocID: cfg.Fields.DocID, Title: cfg.Fields.Title, Summary: cfg.Fields.Summary},
-		Decode:      decodeOptions(cfg.Decode),
+		Decode:      decodeOptions(cfg.Decode.BeamWidth, x),
 		MaxInflight: cfg.Concurrency.MaxInflight, QueueSize: cfg.Concurrency.QueueSize, QueueTimeout: cfg.Concurrency.QueueTimeout,
 		MetricsPath: cfg.Metrics.Path, MetricsOff: !cfg.Metrics.Enabled,
 		ConsecutiveFailures: cfg.Breaker.ConsecutiveFailures, OpenTimeout: cfg.Breaker.OpenTimeout,
 		HalfOpenMaxRequests: cfg.Breaker.HalfOpenMaxRequests, BreakerCountInterval: cfg.Breaker.Interval,
-		Policy: cfg.Policy.Mode, FusionK: cfg.Policy.FusionK, RouteByFirstStage: cfg.Policy.RouteByFirstStage,
-		MinCopyProb: cfg.Policy.MinCopyProb, MinTopScore: cfg.Policy.MinTopScore, RunModelWhenGateNever: cfg.Policy.RunModelWhenGateNever,
-		MemoryFromFirstStage: cfg.Decode.MemoryScope == config.MemoryFirstStage, Model: info, Logger: log, Registry: reg, Ingester: es, Compressor: comp, CompressWorkers: compWorkers,
+		Policy: cfg.Policy.Mode, AllowPolicyOverride: cfg.Policy.AllowOverride, FusionK: x.FusionK,
+		RouteByFirstStage: x.RouteByFirstStage, MinCopyProb: x.MinCopyProb, MinTopScore: x.MinTopScore,
+		RunModelWhenGateNever: x.RunModelWhenGateNever, Profile: cfg.Profile(), Experimental: experimentalSettings(cfg),
+		TrustedProxies:       cfg.Server.TrustedProxies,
+		MemoryFromFirstStage: x.MemoryScope == config.MemoryFirstStage, Model: info, Logger: log, Registry: reg, Ingester: es, Compressor: comp, CompressWorkers: compWorkers,
 		AB: plugin.ABOptions{Enabled: cfg.AB.Enabled, Mode: cfg.AB.Mode, SplitB: cfg.AB.SplitB, KeyHeader: cfg.AB.KeyHeader,
 			Experiment: cfg.AB.Experiment},
+		Embed: ingestEmbed, VectorModel: ingestVectorModel,
 		Impressions: impressions, AdminToken: cfg.Server.AdminToken,
 		Clicks: clicks, CallerCredentials: cfg.Elasticsearch.CallerCredentials, WriteToken: cfg.Server.WriteToken,
 		SeparateAdmin:  cfg.Server.AdminAddr != "",
@@ -269,69 +294,63 @@ func planRun(sessions, threads, cores int) runPlan {
 }
 
 // openBlockStore returns the block store of the model in dir (nil when block reading is off): in memory, or
-// with decode.block_dir the model's file there, its blocks of earlier runs read back.
-func openBlockStore(dir string, d config.Decode, log *slog.Logger) (*inference.BlockStore, error) {
-	if d.BlockReading == config.BlockReadingOff {
+// with experimental.block_dir the model's file there, its blocks of earlier runs read back.
+func openBlockStore(dir string, x config.Experimental, log *slog.Logger) (*inference.BlockStore, error) {
+	if x.BlockReading == config.BlockReadingOff {
 		return nil, nil
 	}
-	maxBytes, quant := int64(d.BlockStoreMB)<<20, d.BlockPrecision == config.BlockPrecisionInt8
-	if d.BlockDir == "" {
+	maxBytes, quant := int64(x.BlockStoreMB)<<20, x.BlockPrecision == config.BlockPrecisionInt8
+	if x.BlockDir == "" {
 		return inference.NewBlockStore(maxBytes, quant), nil
 	}
-	if err := os.MkdirAll(d.BlockDir, 0o755); err != nil {
-		return nil, fmt.Errorf("decode.block_dir: %w", err)
+	if err := os.MkdirAll(x.BlockDir, 0o755); err != nil {
+		return nil, fmt.Errorf("experimental.block_dir: %w", err)
 	}
 	start := time.Now()
-	path, spec, err := loader.BlockFile(d.BlockDir, dir, d.BlockReading, d.BlockPrecision)
+	path, spec, err := loader.BlockFile(x.BlockDir, dir, x.BlockReading, x.BlockPrecision)
 	if err != nil {
-		return nil, fmt.Errorf("decode.block_dir: %w", err)
+		return nil, fmt.Errorf("experimental.block_dir: %w", err)
 	}
 	s, err := inference.OpenBlockStore(path, maxBytes, quant, spec)
 	if err != nil {
-		return nil, fmt.Errorf("decode.block_dir: %w", err)
+		return nil, fmt.Errorf("experimental.block_dir: %w", err)
 	}
 	st := s.Stats()
 	log.Info("block store opened", "file", path, "blocks", st.Loaded, "bytes", st.Bytes, "took_ms", time.Since(start).Milliseconds())
 	return s, nil
 }
 
-// decodeOptions are the engine's per-request options from the decode section: what requests run with and what
-// a model is warmed up with.
-func decodeOptions(d config.Decode) inference.Options {
-	return inference.Options{BeamWidth: d.BeamWidth, MaxPromptTokens: d.MaxPromptTokens, MaxSummaryTokens: d.MaxSummaryTokens,
-		TitleOnly: d.TitleOnly, SummaryCandidates: d.SummaryCandidates, Scoring: d.Scoring, CopyLogPrior: d.CopyLogPrior,
-		CopyRankPrior: d.CopyRankPrior, MemoryRankPrior: d.MemoryRankPrior}
+// decodeOptions are the engine's per-request options: the beam width (decode.beam_width) and the
+// experimental settings that shape the decoding. What requests run with and what a model is warmed up with.
+func decodeOptions(beamWidth int, x config.Experimental) inference.Options {
+	return inference.Options{BeamWidth: beamWidth, MaxPromptTokens: x.MaxPromptTokens, MaxSummaryTokens: x.MaxSummaryTokens,
+		TitleOnly: x.TitleOnly, SummaryCandidates: x.SummaryCandidates, Scoring: x.Scoring, CopyLogPrior: x.CopyLogPrior,
+		CopyRankPrior: x.CopyRankPrior, MemoryRankPrior: x.MemoryRankPrior}
 }
 
-// servingSettings are the settings that shape the model's answer, as /v1/model reports them and a gate's fit
-// records them (`icicle calibrate`): a gate fitted under others is not applied (openModel).
-func servingSettings(cfg config.Config) plugin.Settings {
-	d := cfg.Decode
-	return plugin.Settings{
-		"decode.beam_width": strconv.Itoa(d.BeamWidth), "decode.max_candidates": strconv.Itoa(d.MaxCandidates),
-		"decode.max_summary_tokens": strconv.Itoa(d.MaxSummaryTokens), "decode.max_prompt_tokens": strconv.Itoa(d.MaxPromptTokens),
-		"decode.title_only": strconv.FormatBool(d.TitleOnly), "decode.summary_candidates": strconv.Itoa(d.SummaryCandidates),
-		"decode.snippet_chars": strconv.Itoa(d.SnippetChars), "decode.scoring": d.Scoring,
-		"decode.copy_log_prior":  strconv.FormatFloat(d.CopyLogPrior, 'g', -1, 64),
-		"decode.copy_rank_prior": strconv.FormatFloat(d.CopyRankPrior, 'g', -1, 64), "decode.block_reading": d.BlockReading,
-		"decode.block_precision": d.BlockPrecision, "model.quantized": strconv.FormatBool(cfg.Model.Quantized),
-		"policy.route_by_first_stage": strconv.FormatBool(cfg.Policy.RouteByFirstStage),
-		"decode.memory_scope":         cfg.Decode.MemoryScope,
-		"decode.memory_rank_prior":    strconv.FormatFloat(d.MemoryRankPrior, 'g', -1, 64),
+// experimentalSettings are the experimental section's settings by key, as /v1/model lists them.
+func experimentalSettings(cfg config.Config) map[string]string {
+	out := map[string]string{}
+	for k, v := range cfg.ServingSettings() {
+		if strings.HasPrefix(k, "experimental.") {
+			out[k] = v
+		}
 	}
+	return out
 }
 
 // openModel opens a model directory with plan's sessions and threads and times a full-size warm-up run
 // (the cost model's first estimate, and /v1/model's run section); ONNX Runtime is initialised once, before.
 // serving are the sidecar's settings (servingSettings): the model's gate applies only if fitted under them.
-func openModel(dir string, c config.Model, plan runPlan, d config.Decode, serving plugin.Settings, fillFrom *adapter.Adapter, log *slog.Logger) (plugin.LoadedModel, error) {
+func openModel(dir string, c config.Model, plan runPlan, beamWidth int, x config.Experimental, serving plugin.Settings,
+	fillFrom *adapter.Adapter, log *slog.Logger) (plugin.LoadedModel, error) {
 	// Each model its own store: a swapped model starts empty (or with its own file) and fills as it serves.
-	blocks, err := openBlockStore(dir, d, log)
+	blocks, err := openBlockStore(dir, x, log)
 	if err != nil {
 		return plugin.LoadedModel{}, err
 	}
 	m, err := loader.Open(dir, loader.Options{Sessions: plan.sessions, Quantized: c.Quantized, Logger: log,
-		Blocks: blocks, BlockLayout: d.BlockReading,
+		Blocks: blocks, BlockLayout: x.BlockReading,
 		Runtime: ort.Options{Threads: plan.threads, InterOpThreads: c.InterOpThreads, Provider: c.Provider, CUDADevice: c.DeviceID,
 			NoSpin: plan.sessions > 1}})
 	if err != nil {
@@ -339,7 +358,7 @@ func openModel(dir string, c config.Model, plan runPlan, d config.Decode, servin
 	}
 	closeModel := func() error { return errors.Join(m.Close(), blocks.Close()) }
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	opts := decodeOptions(d)
+	opts := decodeOptions(beamWidth, x)
 	tokens, took, err := m.Engine.WarmUp(ctx, opts)
 	cancel()
 	if err != nil {
@@ -347,8 +366,16 @@ func openModel(dir string, c config.Model, plan runPlan, d config.Decode, servin
 		return plugin.LoadedModel{}, fmt.Errorf("open model %s: %w", dir, err)
 	}
 	man := m.Manifest
-	// The gate travels with the model (gate.json beside the manifest); none is the safe default.
+	// The gate travels with the model (gate.json beside the manifest); none is the safe default. A gate fitted
+	// by an earlier version recorded its settings under their earlier names.
 	g, err := gate.Load(dir)
+	if err == nil && g.Fit != nil && g.Fit.Serving != nil {
+		renamed := make(map[string]string, len(g.Fit.Serving))
+		for k, v := range g.Fit.Serving {
+			renamed[config.CurrentKey(k)] = v
+		}
+		g.Fit.Serving = renamed
+	}
 	if err != nil {
 		_ = closeModel()
 		return plugin.LoadedModel{}, err
@@ -362,9 +389,9 @@ func openModel(dir string, c config.Model, plan runPlan, d config.Decode, servin
 		DataVersion: man.DataVersion, SeenDocIDs: len(m.Seen), Dir: dir, Gate: plugin.NewGateInfo(g), Serving: &serving,
 		Run: &plugin.RunInfo{Sessions: plan.sessions, IntraOpThreads: plan.threads, Chosen: plan.chosen,
 			WarmPromptTokens: tokens, WarmRunMS: float64(took.Microseconds()) / 1000},
-		BlockStore: blocks, BlockLayout: d.BlockReading}
+		BlockStore: blocks, BlockLayout: x.BlockReading}
 	if g.Never {
-		log.Warn("model gate never overrides the first stage: policy gate answers its order without running the model (unless policy.run_model_when_gate_never)", "gate", g.Source)
+		log.Warn("model gate never overrides the first stage: policy gate answers its order without running the model (unless experimental.run_model_when_gate_never)", "gate", g.Source)
 	} else {
 		log.Info("model gate loaded", "gate", g.Source, "threshold", g.Threshold)
 	}

@@ -155,13 +155,13 @@ type FitInfo struct {
 	// Note is free text (why Never, for example).
 	Note string `json:"note,omitempty"`
 	// Serving records the sidecar's settings that shape the model's answer (`/v1/model`'s serving section:
-	// decode.scoring, policy.route_by_first_stage, ...) when the calibration queries were answered: the
+	// experimental.scoring, experimental.route_by_first_stage, ...) when the calibration queries were answered: the
 	// features were those settings' answers. Absent in gates fitted before it was recorded.
 	Serving map[string]string `json:"serving,omitempty"`
 }
 
 // ServingMismatch lists, one per setting, where now differs from the settings the gate was fitted under
-// ("decode.scoring: fitted under vocab, now trie"), in the settings' order; none when they agree or the fit
+// ("experimental.scoring: fitted under vocab, now trie"), in the settings' order; none when they agree or the fit
 // recorded none. A setting the fit did not record is not compared.
 func (g *Gate) ServingMismatch(now map[string]string) []string {
 	if g == nil || g.Fit == nil {

@@ -228,23 +228,23 @@ func TestLoadVersion1(t *testing.T) {
 
 func TestServingMismatch(t *testing.T) {
 	g := &Gate{Version: Version, Threshold: 0.6, Source: "models/x/gate.json",
-		Fit: &FitInfo{Serving: map[string]string{"decode.scoring": "vocab", "policy.route_by_first_stage": "true"}}}
-	if why := g.ServingMismatch(map[string]string{"decode.scoring": "vocab", "policy.route_by_first_stage": "true", "decode.beam_width": "10"}); len(why) != 0 {
+		Fit: &FitInfo{Serving: map[string]string{"experimental.scoring": "vocab", "experimental.route_by_first_stage": "true"}}}
+	if why := g.ServingMismatch(map[string]string{"experimental.scoring": "vocab", "experimental.route_by_first_stage": "true", "decode.beam_width": "10"}); len(why) != 0 {
 		t.Fatalf("the same settings, and one the fit did not record: %q", why)
 	}
-	why := g.ServingMismatch(map[string]string{"decode.scoring": "trie", "policy.route_by_first_stage": "false"})
-	want := []string{"decode.scoring: fitted under vocab, now trie", "policy.route_by_first_stage: fitted under true, now false"}
+	why := g.ServingMismatch(map[string]string{"experimental.scoring": "trie", "experimental.route_by_first_stage": "false"})
+	want := []string{"experimental.route_by_first_stage: fitted under true, now false", "experimental.scoring: fitted under vocab, now trie"}
 	if !slices.Equal(why, want) {
 		t.Fatalf("mismatch %q, want %q", why, want)
 	}
-	if why := (&Gate{}).ServingMismatch(map[string]string{"decode.scoring": "trie"}); len(why) != 0 {
+	if why := (&Gate{}).ServingMismatch(map[string]string{"experimental.scoring": "trie"}); len(why) != 0 {
 		t.Fatalf("a fit that recorded no settings is not compared: %q", why)
 	}
 	u := g.Unfitted(want)
 	if !u.Never || g.Never {
 		t.Fatalf("the copy never promotes (%v), the gate itself is left as it was (%v)", u.Never, g.Never)
 	}
-	if !strings.Contains(u.Source, "models/x/gate.json, not applied: fitted under other settings (decode.scoring: fitted under vocab, now trie;") {
+	if !strings.Contains(u.Source, "models/x/gate.json, not applied: fitted under other settings (experimental.route_by_first_stage: fitted under true, now false;") {
 		t.Fatalf("source %q does not say why", u.Source)
 	}
 }

@@ -59,6 +59,9 @@ type Latency struct {
 	Max float64 `json:"max_ms"`
 }
 
+// fallbackMode is the mode of an answer that fell back to the first stage's order (plugin.ModeFirstStageFallback).
+const fallbackMode = "first_stage_fallback"
+
 // Summary aggregates a run's samples.
 type Summary struct {
 	// Requests counts the requests that completed (with or without an HTTP answer) within the run.
@@ -72,7 +75,7 @@ type Summary struct {
 	// ByStatus counts requests by HTTP status, StatusTransport for none; ErrorRate is the share not 200.
 	ByStatus  map[string]int `json:"by_status"`
 	ErrorRate float64        `json:"error_rate"`
-	// Modes counts the 200 answers by mode; Fallbacks counts bm25_fallback answers by reason, and
+	// Modes counts the 200 answers by mode; Fallbacks counts first_stage_fallback answers by reason, and
 	// FallbackRate is their share of the 200 answers.
 	Modes        map[string]int `json:"modes"`
 	Fallbacks    map[string]int `json:"fallbacks"`
@@ -95,7 +98,7 @@ func Aggregate(samples []Sample, elapsed time.Duration) Summary {
 		}
 		ok = append(ok, x.Latency)
 		s.Modes[x.Mode]++
-		if x.Mode == "bm25_fallback" {
+		if x.Mode == fallbackMode {
 			s.Fallbacks[x.Reason]++
 		}
 	}
@@ -107,7 +110,7 @@ func Aggregate(samples []Sample, elapsed time.Duration) Summary {
 		s.ErrorRate = float64(len(samples)-len(ok)) / float64(len(samples))
 	}
 	if len(ok) > 0 {
-		s.FallbackRate = float64(s.Modes["bm25_fallback"]) / float64(len(ok))
+		s.FallbackRate = float64(s.Modes[fallbackMode]) / float64(len(ok))
 		slices.Sort(ok)
 		s.Latency = Latency{P50: ms(eval.Percentile(ok, 0.50)), P95: ms(eval.Percentile(ok, 0.95)),
 			P99: ms(eval.Percentile(ok, 0.99)), Max: ms(ok[len(ok)-1])}

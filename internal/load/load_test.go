@@ -17,9 +17,9 @@ func TestAggregate(t *testing.T) {
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	samples := []Sample{
 		{Status: 200, Latency: ms(10), Mode: "reranked"},
-		{Status: 200, Latency: ms(40), Mode: "bm25_fallback", Reason: "overloaded"},
+		{Status: 200, Latency: ms(40), Mode: "first_stage_fallback", Reason: "overloaded"},
 		{Status: 200, Latency: ms(20), Mode: "reranked"},
-		{Status: 200, Latency: ms(30), Mode: "bm25_fallback", Reason: "model_timeout"},
+		{Status: 200, Latency: ms(30), Mode: "first_stage_fallback", Reason: "model_timeout"},
 		{Status: 503, Latency: ms(1)},
 		{Status: 0, Latency: ms(2)},
 	}
@@ -29,7 +29,7 @@ func TestAggregate(t *testing.T) {
 	require.InDelta(t, 2.0, s.OKThroughput, 1e-12)
 	require.Equal(t, map[string]int{"200": 4, "503": 1, StatusTransport: 1}, s.ByStatus)
 	require.InDelta(t, 2.0/6, s.ErrorRate, 1e-12)
-	require.Equal(t, map[string]int{"reranked": 2, "bm25_fallback": 2}, s.Modes)
+	require.Equal(t, map[string]int{"reranked": 2, "first_stage_fallback": 2}, s.Modes)
 	require.Equal(t, map[string]int{"overloaded": 1, "model_timeout": 1}, s.Fallbacks)
 	require.InDelta(t, 0.5, s.FallbackRate, 1e-12)
 	// Percentiles over the four 200s only: 10 20 30 40 ms.
@@ -89,11 +89,11 @@ func TestRunSmoke(t *testing.T) {
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, `{"error":"elasticsearch unavailable"}`, http.StatusServiceUnavailable)
 		case i%3 == 0:
-			_, _ = w.Write([]byte(`{"mode":"bm25_fallback","fallback_reason":"overloaded","results":[]}`))
+			_, _ = w.Write([]byte(`{"mode":"first_stage_fallback","fallback_reason":"overloaded","results":[]}`))
 		case i%7 == 0: // a gate that never promotes: the model did not run
-			_, _ = w.Write([]byte(`{"mode":"gated","gate":{"decision":"keep_bm25","never":true},"results":[]}`))
+			_, _ = w.Write([]byte(`{"mode":"gated","gate":{"decision":"keep_first_stage","never":true},"results":[]}`))
 		case i%2 == 0: // the model ran and the gate kept the first stage's order
-			_, _ = w.Write([]byte(`{"mode":"gated","router_prob":0.98,"gate":{"decision":"keep_bm25"},"results":[]}`))
+			_, _ = w.Write([]byte(`{"mode":"gated","router_prob":0.98,"gate":{"decision":"keep_first_stage"},"results":[]}`))
 		default:
 			_, _ = w.Write([]byte(`{"mode":"reranked","results":[]}`))
 		}
@@ -113,10 +113,10 @@ func TestRunSmoke(t *testing.T) {
 	require.Positive(t, s.Requests)
 	require.LessOrEqual(t, int64(s.Requests), n.Load(), "cut-off requests are not counted")
 	require.Equal(t, s.Requests, s.ByStatus["200"]+s.ByStatus["503"], "only 200 and 503 answers: %v", s.ByStatus)
-	require.Equal(t, s.ByStatus["200"], s.Modes["reranked"]+s.Modes["bm25_fallback"]+s.Modes["gated"]+s.Modes[ModeGatedIdle], "%v", s.Modes)
+	require.Equal(t, s.ByStatus["200"], s.Modes["reranked"]+s.Modes["first_stage_fallback"]+s.Modes["gated"]+s.Modes[ModeGatedIdle], "%v", s.Modes)
 	require.Positive(t, s.Modes[ModeGatedIdle], "a gated answer without router_prob is told apart: %v", s.Modes)
 	require.Positive(t, s.Modes["gated"])
-	require.Equal(t, s.Modes["bm25_fallback"], s.Fallbacks["overloaded"])
+	require.Equal(t, s.Modes["first_stage_fallback"], s.Fallbacks["overloaded"])
 	require.Equal(t, "metrics", res.Memory.Source)
 	require.Equal(t, int64(4<<20), res.Memory.Max)
 	require.GreaterOrEqual(t, res.Memory.Samples, 2, "before and after the run")

@@ -345,9 +345,9 @@ func Calibrate(ctx context.Context, baseURL, path string, queries []string, n, s
 }
 
 // servedModes are the response modes of an answer the model served: its ranking (reranked), fused with
-// BM25's (fused), or judged by the model's gate (gated: the model ran and the gate decided). The other modes
-// (bm25, bm25_fallback, and gated_idle: a gate that never promotes, the model not run) never ran the model
-// or fell back.
+// the first stage's (fused), or judged by the model's gate (gated: the model ran and the gate decided). The
+// other modes (first_stage, first_stage_fallback, bm25) never ran the model or fell back; a gated answer
+// whose gate never promotes did not run it either (model_skipped).
 var servedModes = map[string]bool{"reranked": true, "fused": true, "gated": true}
 
 // modelServed counts the answers of modes (mode -> count) that the model served.

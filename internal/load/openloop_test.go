@@ -27,7 +27,7 @@ func fakeSidecar(t *testing.T, delay time.Duration) (*httptest.Server, *atomic.I
 		case i%7 == 0:
 			http.Error(w, `{"error":"internal"}`, http.StatusInternalServerError)
 		case i%4 == 0:
-			_, _ = w.Write([]byte(`{"mode":"bm25_fallback","fallback_reason":"overloaded","results":[]}`))
+			_, _ = w.Write([]byte(`{"mode":"first_stage_fallback","fallback_reason":"overloaded","results":[]}`))
 		default:
 			_, _ = w.Write([]byte(`{"mode":"reranked","results":[],"timings":{"model_ms":250}}`))
 		}
@@ -121,7 +121,7 @@ func TestParseTransitions(t *testing.T) {
 // TestModelServed: the gate's answers (the model ran, the gate decided) count as served by the model; BM25
 // answers and fallbacks do not.
 func TestModelServed(t *testing.T) {
-	modes := map[string]int{"reranked": 1, "fused": 2, "gated": 4, "bm25": 8, "bm25_fallback": 16, ModeGatedIdle: 32}
+	modes := map[string]int{"reranked": 1, "fused": 2, "gated": 4, "bm25": 8, "first_stage_fallback": 16, ModeGatedIdle: 32}
 	if got := modelServed(modes); got != 7 {
 		t.Fatalf("modelServed(%v) = %d, want 7", modes, got)
 	}

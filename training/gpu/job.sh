@@ -32,7 +32,7 @@ job_args() {
     # twice the memory's share: r24e reads better than r24a, but r24e and r24d lost memory in their own runs (seen
     # 0.39 -> 0.27-0.29 at --seen 0.15 --index 0.05, before the delta's cut)
     r24g) echo "$(job_args r24e) --seen 0.3 --index 0.1" ;;
-    # issue 26's 100 candidates: r26e's reading falls with the list (served with decode.copy_rank_prior 4, dev new
+    # issue 26's 100 candidates: r26e's reading falls with the list (served with experimental.copy_rank_prior 4, dev new
     # 0.92 at 10, 0.84 at about 52, 0.73 at 100; its top copied score -4.2 nats at 10, -19.6 at 100: session 29),
     # trained on lists of at most 20. Lists to 100 (stage.sh --set a set of readerdata build --depth 100), the
     # prompt room for them, micro-batches of 8 (the mask is [B, t, t]), held out at 10 and at 100 candidates
@@ -49,12 +49,12 @@ job_args() {
     # and positions): the reader's best model fine-tuned to block reading
     r26a) echo "$(job_args r24d) --blocks shared --budget 1024" ;;
     r26b) echo "$(job_args r24d) --blocks contiguous --budget 1024" ;;
-    # the sidecar's 100 candidates with decode.summary_candidates 10: the first stage's top 10 with summaries
+    # the sidecar's 100 candidates with experimental.summary_candidates 10: the first stage's top 10 with summaries
     r26c) echo "$(job_args r26a) --summary-candidates 10" ;;
     # r24e read by blocks, shared positions: whether block reading keeps what 64-token summaries give, where a
     # causal prefill of them costs 1.2 s a query on 2 cores (docs/evaluation.md); runs beside r24e in one loan
     r26e) echo "$(job_args r24e) --blocks shared" ;;
-    # issue 24: r24d reading each candidate's query snippet (the sidecar's decode.snippet_chars 150) instead of its
+    # issue 24: r24d reading each candidate's query snippet (the sidecar's experimental.snippet_chars 150) instead of its
     # summary; needs the set with snippets (python -m icicle.readerdata snippets; stage.sh --set it --parts 4).
     # r24a zero-shot on snippets: held-out new +4.2 points, seen -8 (the router copies); s1, 163 CPU steps of 8 on
     # them, got seen back (0.35) and lost new (0.769): the router leant to memory. s2, the same at r24a's share (seen

@@ -25,7 +25,7 @@ Parametric route, beam width W:
 Final: union of the copy-route docids and the finished parametric beams; a docid in both keeps the higher
 score and its route (copy on an exact tie); sort by (score desc, docid utf-8 bytes asc); first W.
 
-Scoring "vocab" (the sidecar's decode.scoring: vocab): every step after step 0 is normalised over the whole
+Scoring "vocab" (the sidecar's experimental.scoring: vocab): every step after step 0 is normalised over the whole
 vocabulary instead of the allowed set, z[t] - logsumexp(z), and a node with one child is scored (and run) like any
 other, so every token of a title costs the model's own log-probability (a seen title the trie completes where the
 model was heading for another costs what the model gives it). The parametric route still takes a forced chain

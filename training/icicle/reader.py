@@ -23,7 +23,7 @@ teacher term. Prompts: reader135's format (2), --budget tokens (512), 24-token s
 shared (issue 26) every prompt is built in the block template (no "[i]", every summary cut to 24) and read by
 blocks (decode.block_attention: a mask and position ids, no new parameters), in training and in the evaluation.
 --summary-candidates K keeps the summaries of the first stage's top K only in training prompts, the rest by title
-alone (the sidecar's decode.summary_candidates); the evaluation's lists of 10 are read as before.
+alone (the sidecar's experimental.summary_candidates); the evaluation's lists of 10 are read as before.
 
 A run lives in WORK: ckpt.pt (weights, optimizer, scheduler, step, RNG states, seconds so far; written every
 --save-every steps, at the end, and on SIGTERM/SIGINT), log.jsonl (loss every 25 steps, each evaluation), run.json
@@ -104,12 +104,12 @@ class Args:
     # landed model's manifest and golden decodes take both from the run (icicle.delta build: reader_caps).
     summary_tokens: int = SUMMARY_TOKENS
     # issue 26: only the list's first K (the first stage's top K) keep their summaries, the rest go in by title
-    # alone, as the sidecar reads them with decode.summary_candidates K; 0 = every candidate with its summary.
+    # alone, as the sidecar reads them with experimental.summary_candidates K; 0 = every candidate with its summary.
     summary_candidates: int = 0
     # each candidate is shown by its query snippet (the set's q["snip"], `readerdata snippets`) instead of its
-    # summary, as the sidecar serves with decode.snippet_chars; in training and in the evaluation.
+    # summary, as the sidecar serves with experimental.snippet_chars; in training and in the evaluation.
     snippets: bool = False
-    # how the evaluation's decoder scores a title's tokens (decode.SCORINGS; the sidecar's decode.scoring):
+    # how the evaluation's decoder scores a title's tokens (decode.SCORINGS; the sidecar's experimental.scoring):
     # "trie" renormalises over the trie, "vocab" pays every token at the model's probability over the vocabulary
     scoring: str = "trie"
     # CPU runs: after a step that leaves the process above this many GB resident, the C heap's free pages go back

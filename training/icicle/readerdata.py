@@ -27,7 +27,7 @@ over the question's pool in its fused order, with the dense cosines (the teacher
 - part "seen_heldout": 100 of the seen questions whose document has another question, kept out of training: the
   parametric route's test on questions it never saw.
 `snippets` adds, per question, each listed document's query snippet (q["snip"], parallel to q["list"]) as the
-sidecar's `decode.snippet_chars` reads it: the same Elasticsearch highlight request as adapter.Snippets, against a
+sidecar's `experimental.snippet_chars` reads it: the same Elasticsearch highlight request as adapter.Snippets, against a
 scratch index of the set's documents on the node at URL, so that a reader trained with `--snippets` reads what it
 will be served (a document with no fragment keeps its summary, as there).
 The first stage is data/nq_qed/first_stage.json's fusion (linear: w x minmax(cosine) + (1 - w) x BM25 / max BM25
@@ -440,7 +440,7 @@ def main(argv=None) -> None:
     sn.add_argument("--set", required=True, help="readerset.json.gz")
     sn.add_argument("--out", required=True, help="the new readerset.json.gz")
     sn.add_argument("--es", default="http://127.0.0.1:9200", help="an Elasticsearch node for the scratch index")
-    sn.add_argument("--chars", type=int, default=150, help="the sidecar's decode.snippet_chars")
+    sn.add_argument("--chars", type=int, default=150, help="the sidecar's experimental.snippet_chars")
     a = ap.parse_args(argv)
     if a.cmd == "snippets":
         save(add_snippets(load(a.set), a.es, a.chars), a.out)

@@ -42,7 +42,7 @@ def serve_table(step, empty, encode: Callable[[str], list[int]], end_id: int, co
     queries and contexts default to serve_queries and BM25 over D_new. layout: read the prompt by blocks
     (model.block_attention's "contiguous" or "shared"; the prompt's segments) instead of causally. query_summary(query,
     docid), when given, replaces summary (a query's snippets). scoring: decode's ("trie" or "vocab", the sidecar's
-    decode.scoring)."""
+    experimental.scoring)."""
     summary = summary or (lambda d: cached_extractive(split.docs[d].text))
     contexts = contexts or BM25Contexts(split.d_new, split.docs)
     qs = queries if queries is not None else serve_queries(split, n)

@@ -9,8 +9,8 @@ Per held-out question of a set built 100 deep (`readerdata build --depth 100`): 
 (64-token summaries, shared positions), the header and each block computed once (each block over the header, as
 the sidecar stores it), then one step over the header and the first K blocks whose rows are the query, [COPY], and
 every listed title's tokens (each title's rows see the query, [COPY] and its own earlier tokens: the sidecar's
-`decode.scoring: vocab`). A title's copy score is the sum of its tokens' log-probabilities over the vocabulary; per
-K and ref it prints the copy pick without a prior and with `decode.copy_rank_prior` 4 (W x ln(place) off each
+`experimental.scoring: vocab`). A title's copy score is the sum of its tokens' log-probabilities over the vocabulary; per
+K and ref it prints the copy pick without a prior and with `experimental.copy_rank_prior` 4 (W x ln(place) off each
 score), the list's own first, and the median score of the top title. K = 10 is read unscaled (its rows see about
 ref positions); each ref > 0 is tried at 100. fp32 torch on this machine's cores: about 100 s a question on 2 AVX2
 cores (the blocks 20 s, each step over about 4,500 positions and 700 rows 15 s).

@@ -10,7 +10,7 @@ sidecar's context): top-1 of the first stage's order, of the encoder on "title\\
 title and the stored summary (the first 120 words), on the title and the summary's first K tokens of the reader's
 tokenizer (the reader's manifest cuts summaries to max_summary_tokens), on the title and the K-token window of the
 passage holding the most of the query's rarer words (IDF-weighted over the corpus: what a query snippet,
-decode.snippet_chars, can show in K tokens), and the reader's own top (the collect file's copy log-probabilities).
+experimental.snippet_chars, can show in K tokens), and the reader's own top (the collect file's copy log-probabilities).
 The encoder on the reader's view is the bar the reader's reading can be held to. `against_reader` compares each
 ranking's top with the reader's, query by query: how often they pick the same candidate, and how often only one of
 them is right (a reader that imitates the encoder agrees with it more than the encoder's views agree among themselves).
