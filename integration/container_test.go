@@ -135,28 +135,26 @@ func TestContainerStack(t *testing.T) {
 		var ing plugin.IngestResponse
 		require.NoError(t, json.Unmarshal(body, &ing), "%s", body)
 		require.Equal(t, 1, ing.Indexed, "%s", body)
+		require.Equal(t, 1, ing.Embedded, "the sidecar embedded it with the image's encoder: %s", body)
+		require.NotEmpty(t, ing.VectorModel, "%s", body)
 
-		// POST /v1/ingest writes no vector (the client may send one): BM25 finds the document, at its first
-		// rank on words no other document has.
 		res := containerSearch(t, base, "quokka lattice resonance")
 		requireFirstStage(t, res)
-		var found *plugin.Result
-		for i := range res.Results {
-			if res.Results[i].DocID == doc.DocID {
-				found = &res.Results[i]
-			}
-		}
-		require.NotNil(t, found, "the posted document is among the results: %+v", res.Results)
-		require.NotNil(t, found.BM25Rank)
-		require.Equal(t, 1, *found.BM25Rank)
-		require.Equal(t, containerDocs+1, esCount(t, es, `{"query": {"match_all": {}}}`))
+		require.NotEmpty(t, res.Results)
+		require.Equal(t, doc.DocID, res.Results[0].DocID, "words no other document has put it first")
+		require.NotNil(t, res.Results[0].BM25Rank)
+		require.Equal(t, 1, *res.Results[0].BM25Rank)
+		require.Equal(t, containerDocs+1, esCount(t, es, `{"query": {"exists": {"field": "vector"}}}`))
 	})
 }
 
-// requireFirstStage checks that an answer is the first stage's: BM25 fused with the image's dense encoder,
-// no reader model in the way.
+// requireFirstStage checks that an answer is the first stage's, as the image serves by default: BM25 fused
+// with the image's dense encoder, and no reader model.
 func requireFirstStage(t *testing.T, res plugin.Response) {
 	t.Helper()
+	require.Equal(t, plugin.ModeFirstStage, res.Mode, "the first stage's order")
+	require.Equal(t, plugin.SkipNoModel, res.ModelSkipped, "because the image serves no reader model")
+	require.Empty(t, res.FallbackReason)
 	require.NotNil(t, res.Baseline, "the answer names its first stage")
 	require.Equal(t, "hybrid", res.Baseline.Kind, "BM25 fused with the encoder (baseline %+v)", *res.Baseline)
 	require.NotEmpty(t, res.Baseline.Encoder, "the encoder the image carries")
