@@ -38,7 +38,7 @@ import (
 
 // The stack's corpus: the first containerDocs documents of data/cranfield; the ones after them are not
 // ingested, and a search for one of them must not return it.
-const containerDocs = 300
+const containerDocs = 150
 
 type corpusDoc struct {
 	DocID string `json:"docid"`

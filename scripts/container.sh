@@ -77,6 +77,8 @@ sha() { sha256sum | cut -c1-16; }
 [[ -n $GO_VERSION ]] || die "Dockerfile: no 'ARG GOLANG_IMAGE=golang:<version>-bookworm...' line to take the Go version from"
 for p in "$ES_PORT_HOST" "$PORT_HOST"; do [[ $p =~ ^[0-9]+$ ]] || die "port '$p' is not a number (ICICLE_CONTAINER_ES_PORT, ICICLE_CONTAINER_PORT)"; done
 case $NATIVE in prebuilt | fetch) ;; *) die "ICICLE_CONTAINER_NATIVE=$NATIVE: want prebuilt or fetch" ;; esac
+[[ $NATIVE == prebuilt || -n ${ICICLE_CONTAINER_RUST_IMAGE:-} ]] ||
+  die "ICICLE_CONTAINER_NATIVE=fetch builds libtokenizers.a with cargo: set ICICLE_CONTAINER_RUST_IMAGE to a local image that has it (the public rust image cannot be pulled here)"
 
 VENV=$CACHE/venv-$(sha <"$CDIR/requirements.txt")
 COMPOSE=$VENV/bin/podman-compose
@@ -220,8 +222,8 @@ base_es() {
   say "building $BASE_ES (the node of scripts/es.sh, from $esdir)"
   podman build "${BUILD_LIMITS[@]}" --quiet --layers --label "$LABEL=$inputs" \
     --build-arg BASE="$BASE_DEBIAN" --build-context esnode="$esdir" \
-    -f "$CDIR/es.Containerfile" -t "$BASE_ES" "$CDIR" >"$RUN/base.log" 2>&1 ||
-    { tail -n 40 "$RUN/base.log" >&2; die "building $BASE_ES failed (log $RUN/base.log)"; }
+    -f "$CDIR/es.Containerfile" -t "$BASE_ES" "$CDIR" >"$RUN/base-es.log" 2>&1 ||
+    { tail -n 40 "$RUN/base-es.log" >&2; die "building $BASE_ES failed (log $RUN/base-es.log)"; }
 }
 
 base() {
@@ -230,6 +232,29 @@ base() {
   base_debian
   base_golang
   base_es
+}
+
+build() {
+  base
+  build_image
+}
+
+# base_and_build: the sidecar's build (CPU-bound) beside the Elasticsearch image's (mostly downloads).
+base_and_build() {
+  need_podman
+  mkdir -p "$CACHE"
+  base_debian
+  local es_log=$RUN/base-es.out es_pid
+  (base_es) >"$es_log" 2>&1 &
+  es_pid=$!
+  base_golang
+  # In a subshell, so that a failed build still waits for the other one before the script exits.
+  if ! (build_image); then
+    wait "$es_pid" || true
+    exit 1
+  fi
+  wait "$es_pid" || { cat "$es_log" >&2; die "the Elasticsearch image failed (above)"; }
+  cat "$es_log" >&2
 }
 
 # copy_if_changed SRC DST: keep DST's inode (and the build's cached layers) when the bytes are the same.
@@ -251,16 +276,16 @@ stage_prebuilt() {
   echo "$dir"
 }
 
-build() {
-  base
-  local args=("${BUILD_LIMITS[@]}" --layers -f "$REPO/Dockerfile" -t "$IMAGE"
+# build_image: the sidecar's image, on base images already there.
+build_image() {
+  local args=("${BUILD_LIMITS[@]}" --layers --format docker -f "$REPO/Dockerfile" -t "$IMAGE"
     --build-arg GOLANG_IMAGE="$BASE_GOLANG" --build-arg RUNTIME_IMAGE="$BASE_DEBIAN")
   if [[ $NATIVE == prebuilt ]]; then
     # The tokenizers stage only copies the prebuilt library: any Debian image with /usr/local/go serves.
-    args+=(--build-arg RUST_IMAGE="$BASE_GOLANG" --build-context prebuilt="$(stage_prebuilt)")
+    local pre
+    pre=$(stage_prebuilt) || die "could not stage the prebuilt native inputs"
+    args+=(--build-arg RUST_IMAGE="$BASE_GOLANG" --build-context prebuilt="$pre")
   else
-    [[ -n ${ICICLE_CONTAINER_RUST_IMAGE:-} ]] ||
-      die "ICICLE_CONTAINER_NATIVE=fetch builds libtokenizers.a with cargo: set ICICLE_CONTAINER_RUST_IMAGE to a local image with it (the public rust image cannot be pulled here)"
     args+=(--build-arg RUST_IMAGE="$ICICLE_CONTAINER_RUST_IMAGE")
   fi
   local t0=$SECONDS log=$RUN/build.log
@@ -310,7 +335,7 @@ wait_healthy() {
 }
 
 up() {
-  build
+  base_and_build
   say "stack $PROJECT: Elasticsearch on 127.0.0.1:$ES_PORT_HOST, the sidecar on 127.0.0.1:$PORT_HOST"
   # What depends_on says, one service at a time (see the header).
   compose up -d --no-deps elasticsearch >"$RUN/compose.log" 2>&1 ||

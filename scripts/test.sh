@@ -145,4 +145,10 @@ fi
 run_real "Elasticsearch adapter (adapter, real node)" -count=1 -tags "integration ort tokenizers" ./adapter/...
 run_real "end to end (integration, real node + model)" -count=1 -tags "integration ort tokenizers" ./integration/...
 
+step "Container: the compose stack built and run with podman"
+# The image built from the Dockerfile, the stack of docker-compose.yml up (Elasticsearch, the ingest job, the
+# sidecar), searched and torn down (scripts/container.sh; integration/container_test.go). Its containers'
+# processes must not inherit the run's lock (fd 9).
+scripts/container.sh test 9>&-
+
 printf '\ntest.sh: all suites passed in %ss\n' "$(( $(date +%s) - start ))"
