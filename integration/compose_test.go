@@ -204,7 +204,8 @@ func TestComposePortsAndHealth(t *testing.T) {
 			published := slices.ContainsFunc(s.Ports, func(pc types.ServicePortConfig) bool {
 				return pc.Target == tt.port && pc.Published == itoa(tt.port) && pc.HostIP == "127.0.0.1"
 			})
-			require.True(t, published, "%s must publish 127.0.0.1:%d:%d by default, got %+v", tt.service, tt.port, tt.port, s.Ports)
+			require.True(t, published, "%s must publish 127.0.0.1:%d:%d by default, got %+v",
+				tt.service, tt.port, tt.port, s.Ports)
 
 			require.NotNil(t, s.HealthCheck, "%s needs a healthcheck", tt.service)
 			require.False(t, s.HealthCheck.Disable)
@@ -370,7 +371,9 @@ func TestDockerfile(t *testing.T) {
 	for _, st := range d.stages[:len(d.stages)-1] {
 		build += strings.Join(st.lines, "\n") + "\n"
 	}
-	for _, want := range []string{"scripts/ort.sh", "scripts/tokenizers.sh", `-tags "ort tokenizers"`, "CGO_ENABLED=1", "./cmd/icicle"} {
+	for _, want := range []string{
+		"scripts/ort.sh", "scripts/tokenizers.sh", `-tags "ort tokenizers"`, "CGO_ENABLED=1", "./cmd/icicle",
+	} {
 		require.Contains(t, build, want)
 	}
 	// The image carries the encoder the configured first stage opens: fetched into the models directory the

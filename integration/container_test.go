@@ -6,7 +6,8 @@ package integration
 // the Dockerfile and brings the stack up with podman (Elasticsearch, then the one-shot ingest job, then the
 // sidecar, as depends_on orders them), and the test talks to it over the published ports: the job's documents
 // are in the index with their vectors, the sidecar finds them through the first stage (BM25 and the image's
-// encoder), and a document posted to POST /v1/ingest is found too. The stack is removed afterwards, also when a check fails.
+// encoder), and a document posted to POST /v1/ingest is found too. The stack is removed afterwards, also when
+// a check fails.
 //
 // It needs podman and podman-compose (scripts/container.sh install) and minutes (the image build); scripts/
 // container.sh test runs it (build tag container):
@@ -48,7 +49,8 @@ type corpusDoc struct {
 
 func TestContainerStack(t *testing.T) {
 	if _, err := exec.LookPath("podman"); err != nil {
-		testenv.Missing(t, "podman not found: run scripts/container.sh install (this test builds and runs the compose stack with podman)")
+		testenv.Missing(t, "podman not found: run scripts/container.sh install "+
+			"(this test builds and runs the compose stack with podman)")
 	}
 	root := repoRoot(t)
 	docs := readCranfield(t, filepath.Join(root, "data", "cranfield", "corpus.jsonl.gz"), containerDocs+50)
@@ -108,7 +110,8 @@ func TestContainerStack(t *testing.T) {
 	})
 
 	t.Run("POST /v1/ingest needs the write token", func(t *testing.T) {
-		resp, err := http.Post(base+"/v1/ingest", "application/x-ndjson", strings.NewReader(`{"docid":"x","title":"x","text":"x"}`))
+		resp, err := http.Post(base+"/v1/ingest", "application/x-ndjson",
+			strings.NewReader(`{"docid":"x","title":"x","text":"x"}`))
 		require.NoError(t, err)
 		resp.Body.Close()
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)

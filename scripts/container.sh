@@ -2,12 +2,12 @@
 # The compose stack (docker-compose.yml: Elasticsearch, a one-shot ingest job, the sidecar) built and run with
 # podman, on a machine without a Docker engine and without access to the public image registries.
 #
-#   scripts/container.sh install   podman, runc, netavark, aardvark-dns and debootstrap (apt), and podman-compose
-#                                  (PyPI, pinned by hash) in a venv under the cache; idempotent
+#   scripts/container.sh install   podman, runc, netavark, aardvark-dns, iptables and debootstrap (apt), and
+#                                  podman-compose (PyPI, pinned by hash) in a venv under the cache; idempotent
 #   scripts/container.sh base      the local base images, each rebuilt only when its inputs change:
 #                                    localhost/icicle-base/debian:bookworm       debootstrap (minbase) of Debian 12
 #                                    localhost/icicle-base/golang:<go>-bookworm  the Go builder (golang.Containerfile)
-#                                    localhost/icicle-base/elasticsearch:<v>     the node of scripts/es.sh (es.Containerfile)
+#                                    localhost/icicle-base/elasticsearch:<v>     scripts/es.sh's node (es.Containerfile)
 #   scripts/container.sh build     the sidecar image from the Dockerfile, on those bases
 #   scripts/container.sh up        base, build, then the stack in the order of docker-compose.yml's depends_on
 #   scripts/container.sh down      remove the stack's containers, network and volumes
@@ -23,8 +23,9 @@
 #   ICICLE_CONTAINER_NATIVE    how the image gets libonnxruntime, libtokenizers.a and the encoder's files:
 #                              prebuilt (copies of what scripts/ort.sh, tokenizers.sh and encoder.sh put in
 #                              $ICICLE_CACHE, given to the build as the context "prebuilt") or fetch (the
-#                              Dockerfile's own path, from the registries; needs ICICLE_CONTAINER_RUST_IMAGE,
-#                              an image with cargo, since the public rust image cannot be pulled here) [prebuilt]
+#                              Dockerfile's own path: npm, crates.io, Maven Central; cargo comes from
+#                              ICICLE_CONTAINER_RUST_IMAGE, else from a local stand-in for the rust image
+#                              made of this machine's toolchain, rust.Containerfile) [prebuilt]
 #   CORPUS_DIR, CORPUS, ICICLE_SERVER_WRITE_TOKEN   passed to docker-compose.yml (see there)
 #   ICICLE_CACHE               cache root [$HOME/.cache/icicle]: the venv and debootstrap's tarball under container/
 #   ICICLE_RUN_DIR             run root [<repo>/.run]: container/ holds containers.conf and the prebuilt context
@@ -55,7 +56,7 @@ PROJECT=${ICICLE_CONTAINER_PROJECT:-icicle-test}
 IMAGE=${ICICLE_CONTAINER_IMAGE:-localhost/icicle-sidecar:test}
 NATIVE=${ICICLE_CONTAINER_NATIVE:-prebuilt}
 
-APT_PACKAGES=(podman runc netavark aardvark-dns debootstrap)
+APT_PACKAGES=(podman runc netavark aardvark-dns iptables debootstrap)
 DEBIAN_MIRROR=${ICICLE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 BASE_DEBIAN=localhost/icicle-base/debian:bookworm
 # The Go version of the builder is the one of the Dockerfile's GOLANG_IMAGE (golang:<version>-bookworm).
@@ -77,8 +78,6 @@ sha() { sha256sum | cut -c1-16; }
 [[ -n $GO_VERSION ]] || die "Dockerfile: no 'ARG GOLANG_IMAGE=golang:<version>-bookworm...' line to take the Go version from"
 for p in "$ES_PORT_HOST" "$PORT_HOST"; do [[ $p =~ ^[0-9]+$ ]] || die "port '$p' is not a number (ICICLE_CONTAINER_ES_PORT, ICICLE_CONTAINER_PORT)"; done
 case $NATIVE in prebuilt | fetch) ;; *) die "ICICLE_CONTAINER_NATIVE=$NATIVE: want prebuilt or fetch" ;; esac
-[[ $NATIVE == prebuilt || -n ${ICICLE_CONTAINER_RUST_IMAGE:-} ]] ||
-  die "ICICLE_CONTAINER_NATIVE=fetch builds libtokenizers.a with cargo: set ICICLE_CONTAINER_RUST_IMAGE to a local image that has it (the public rust image cannot be pulled here)"
 
 VENV=$CACHE/venv-$(sha <"$CDIR/requirements.txt")
 COMPOSE=$VENV/bin/podman-compose
@@ -119,7 +118,7 @@ install() {
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
   done
   if ((${#missing[@]})); then
-    command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and no apt-get: install podman 4.3+, runc, netavark, aardvark-dns and debootstrap yourself"
+    command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and no apt-get: install podman 4.3+, runc, netavark, aardvark-dns, iptables and debootstrap yourself"
     [[ $(id -u) == 0 ]] || die "missing ${missing[*]}: run as root (apt-get install), or install them yourself"
     say "installing ${missing[*]} (apt)"
     export DEBIAN_FRONTEND=noninteractive
@@ -213,6 +212,23 @@ base_golang() {
     { tail -n 40 "$RUN/base.log" >&2; die "building $BASE_GOLANG failed (log $RUN/base.log)"; }
 }
 
+# base_rust: the stand-in for the rust image, for ICICLE_CONTAINER_NATIVE=fetch (prints its name).
+base_rust() {
+  command -v rustc >/dev/null 2>&1 || die "rustc not found: the Rust image's stand-in takes this machine's toolchain (or set ICICLE_CONTAINER_RUST_IMAGE)"
+  local sysroot version name inputs
+  sysroot=$(rustc --print sysroot) version=$(rustc --version | awk '{print $2}')
+  name=localhost/icicle-base/rust:$version-slim-bookworm
+  inputs=$({ image_inputs "$BASE_DEBIAN"; cat "$CDIR/rust.Containerfile"; echo "$version $sysroot"; } | sha)
+  if [[ $(image_inputs "$name") != "$inputs" ]]; then
+    say "building $name (this machine's Rust $version from $sysroot)"
+    podman build "${BUILD_LIMITS[@]}" --quiet --layers --label "$LABEL=$inputs" \
+      --build-arg BASE="$BASE_DEBIAN" --build-context rust="$sysroot" \
+      -f "$CDIR/rust.Containerfile" -t "$name" "$CDIR" >"$RUN/base-rust.log" 2>&1 ||
+      { tail -n 40 "$RUN/base-rust.log" >&2; die "building $name failed (log $RUN/base-rust.log)"; }
+  fi
+  echo "$name"
+}
+
 base_es() {
   "$HERE/es.sh" install >/dev/null
   local esdir=${ICICLE_CACHE:-$HOME/.cache/icicle}/es/$ES_VERSION inputs
@@ -286,7 +302,9 @@ build_image() {
     pre=$(stage_prebuilt) || die "could not stage the prebuilt native inputs"
     args+=(--build-arg RUST_IMAGE="$BASE_GOLANG" --build-context prebuilt="$pre")
   else
-    args+=(--build-arg RUST_IMAGE="$ICICLE_CONTAINER_RUST_IMAGE")
+    local rust=${ICICLE_CONTAINER_RUST_IMAGE:-}
+    [[ -n $rust ]] || rust=$(base_rust) || die "no Rust image for the tokenizers stage"
+    args+=(--build-arg RUST_IMAGE="$rust")
   fi
   local t0=$SECONDS log=$RUN/build.log
   say "building $IMAGE from the Dockerfile (native inputs: $NATIVE; log $log)"
