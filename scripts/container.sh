@@ -151,7 +151,7 @@ local_cas() { find /usr/local/share/ca-certificates -name '*.crt' -type f 2>/dev
 base_debian() {
   local inputs tarball
   inputs=$({
-    echo "bookworm minbase $DEBIAN_MIRROR v1"
+    echo "bookworm minbase $DEBIAN_MIRROR v2"
     local f
     while IFS= read -r f; do sha256sum "$f"; done < <(local_cas)
   } | sha)
@@ -180,9 +180,19 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
     local f
+    # apt as the official images configure it: no package caches or downloaded .debs left in a layer, no
+    # translations.
+    cat >"$root/etc/apt/apt.conf.d/docker-clean" <<'EOF'
+DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+Dir::Cache::pkgcache "";
+Dir::Cache::srcpkgcache "";
+EOF
+    echo 'Acquire::Languages "none";' >"$root/etc/apt/apt.conf.d/docker-no-languages"
     mkdir -p "$root/usr/local/share/ca-certificates"
     while IFS= read -r f; do cp "$f" "$root/usr/local/share/ca-certificates/"; done < <(local_cas)
-    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/var/log/*.log
+    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/cache/apt/*.bin "$root"/var/lib/apt/lists/* \
+      "$root"/var/log/*.log
     tar -C "$root" --numeric-owner -cf "$tarball.tmp" .
     mv "$tarball.tmp" "$tarball"
     rm -rf "$root"
