@@ -126,6 +126,7 @@ install() {
     apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
       die "apt-get install ${missing[*]} failed"
   fi
+  podman_conf
   podman --version >/dev/null || die "podman does not run"
   if [[ ! -x $COMPOSE ]]; then
     local py=${ICICLE_PYTHON:-python3}
