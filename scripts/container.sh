@@ -8,6 +8,9 @@
 #                                    localhost/icicle-base/debian:bookworm       debootstrap (minbase) of Debian 12
 #                                    localhost/icicle-base/golang:<go>-bookworm  the Go builder (golang.Containerfile)
 #                                    localhost/icicle-base/elasticsearch:<v>     scripts/es.sh's node (es.Containerfile)
+#                                    localhost/icicle-base/rust:<v>-slim-bookworm  cargo, for ICICLE_CONTAINER_NATIVE=fetch
+#                                  (rust.Containerfile); the Debian base trusts the CA certificates this machine
+#                                  adds (/usr/local/share/ca-certificates), so builds reach the registries as it does
 #   scripts/container.sh build     the sidecar image from the Dockerfile, on those bases
 #   scripts/container.sh up        base, build, then the stack in the order of docker-compose.yml's depends_on
 #   scripts/container.sh down      remove the stack's containers, network and volumes
