@@ -24,7 +24,7 @@ run_real() {
   local name=$1 log rc=0 t0=$SECONDS
   shift
   log=$(mktemp)
-  go test -v "$@" >"$log" 2>&1 || rc=$?
+  go test -v -timeout 30m "$@" >"$log" 2>&1 || rc=$?
   grep -E '^(---|ok|FAIL|panic)' "$log" || true
   if [[ $rc != 0 ]]; then grep -E -B2 -A12 'Error Trace|panic:|real part missing' "$log" | head -n 80 || true; fi
   local pass skip

@@ -28,7 +28,8 @@ import (
 // evalFlags are the flags of `icicle eval`.
 type evalFlags struct {
 	labelledFlags
-	corpus, out                     string
+	corpus, out, reader             string
+	readerN                         int
 	concurrency, size, bins, warmup int
 	sweep, paperShots               []int
 	seed                            uint64
@@ -52,6 +53,8 @@ func evaluate(ctx context.Context, args []string, out io.Writer) error {
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the paper protocol's random documents (per query, independent of -concurrency)")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "timeout of one request to the sidecar")
 	fs.StringVar(&f.out, "out", "", "directory to write report.json, report.md and PNG plots into (created)")
+	fs.StringVar(&f.reader, "reader", "", "base URL of a second sidecar serving a reader profile with policy.mode model (icicle serve -profile NAME): arm R, its own ranking, beside A, F and B on the same queries")
+	fs.IntVar(&f.readerN, "reader-n", 20, "queries per subset sent to -reader (the first of each subset); a reader is slower than the first stage")
 	sweep := fs.String("sweep", "3,10,20,50,100", "N of the N-shot sweep (comma-separated; empty: none)")
 	paper := fs.String("paper-shots", "100", "N of the paper protocol (comma-separated, e.g. 3,10,20,50,100 for the appendix table; empty: none)")
 	if err := fs.Parse(args); err != nil {
@@ -195,6 +198,13 @@ func runEval(ctx context.Context, f evalFlags, out, log io.Writer) error {
 	var arms []eval.Arm
 	a, first, b := r.armsAB(ctx)
 	arms = append(arms, a, first, b)
+	if f.reader != "" {
+		rd, err := r.readerArm(ctx, a, first, b)
+		if err != nil {
+			return err
+		}
+		arms = append(arms, rd...)
+	}
 	if len(f.sweep) > 0 {
 		arms = append(arms, r.sweep(ctx)...)
 	}
@@ -299,6 +309,61 @@ func (r *evalRun) armsAB(ctx context.Context) (eval.Arm, eval.Arm, eval.Arm) {
 	return eval.NewArm("A: BM25 all docs", eval.ProtocolBM25All, 0, a, r.f.bins),
 		eval.NewArm("F: first stage alone", eval.ProtocolFirstStage, 0, f, r.f.bins),
 		eval.NewArm("B: sidecar /v1/search", eval.ProtocolSearch, 0, b, r.f.bins)
+}
+
+// readerArm asks the reader sidecar (-reader) for its own ranking on the first -reader-n queries of each
+// subset, and returns arm R with arms A, F and B cut to the same queries (ProtocolOnReaderQueries).
+func (r *evalRun) readerArm(ctx context.Context, arms ...eval.Arm) ([]eval.Arm, error) {
+	client := newSidecarClient(r.f.reader, r.f.timeout, 1)
+	var model plugin.ModelEndpoint
+	if err := client.get(ctx, "/v1/model", &model); err != nil {
+		return nil, fmt.Errorf("-reader %s not answering: %w", r.f.reader, err)
+	}
+	if !model.Reader || model.Policy.Mode != plugin.PolicyModel {
+		return nil, fmt.Errorf("-reader %s: want a sidecar serving a reader with policy.mode model (icicle serve -profile NAME, "+
+			"ICICLE_POLICY_MODE=model), got reader %v, policy %q", r.f.reader, model.Reader, model.Policy.Mode)
+	}
+	if err := sameIndex(model.Index, r.es.Index()); err != nil {
+		return nil, err
+	}
+	var idx []int
+	taken := map[string]int{}
+	for i, q := range r.qs {
+		if taken[q.Subset] < r.f.readerN {
+			taken[q.Subset]++
+			idx = append(idx, i)
+		}
+	}
+	outs := make([]eval.Outcome, len(idx))
+	start := time.Now()
+	// One at a time: a reader on a few cores answers one query at a time fastest (its own admission control
+	// would answer more at once from the first stage, as overloaded).
+	forEach(ctx, len(idx), 1, func(k int) {
+		q := r.qs[idx[k]]
+		outs[k] = r.outcome(q)
+		t0 := time.Now()
+		resp, err := client.search(ctx, plugin.SearchRequest{Query: q.Text, Size: r.f.size})
+		outs[k].Latency = time.Since(t0)
+		if err != nil {
+			outs[k].Err = err.Error()
+			return
+		}
+		r.fill(&outs[k], resp)
+	}, nil)
+	fmt.Fprintf(r.log, "eval: %-32s %4d queries %6.1f s\n", "reader "+model.Name, len(idx), time.Since(start).Seconds())
+	out := make([]eval.Arm, 0, len(arms)+1)
+	for _, a := range arms {
+		cut := make([]eval.Outcome, len(idx))
+		for k, i := range idx {
+			cut[k] = a.Outcomes[i]
+		}
+		out = append(out, eval.NewArm(a.Name, eval.ProtocolOnReaderQueries, 0, cut, r.f.bins))
+	}
+	name := "R: reader " + model.Name
+	if model.Profile != "" {
+		name = "R: reader profile " + model.Profile
+	}
+	return append(out, eval.NewArm(name, eval.ProtocolReader, 0, outs, r.f.bins)), nil
 }
 
 // sweep posts the BM25 top N new documents of every query to /v1/rerank, for each N of -sweep. The top
