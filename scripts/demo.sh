@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: a real Elasticsearch node on loopback, the demo corpus (nq_qed) with
-# the first stage's vectors, the default model, the sidecar, and a side-by-side comparison of BM25, the first
-# stage alone and the sidecar. Leaves the sidecar running.
+# the first stage's vectors, the sidecar (by default no reader: the first stage alone), and a side-by-side
+# comparison of BM25, the first stage alone and the sidecar. Leaves the sidecar running.
 #   scripts/demo.sh         (make demo)   set up and run
 #   scripts/demo.sh stop    (make stop)   stop the sidecar and the Elasticsearch node
-# Environment: ICICLE_MODEL_DIR [models/reader135; its model.onnx is built once, scripts/model.sh], ICICLE_SERVER_ADDR [127.0.0.1:8080],
+# Environment: ICICLE_MODEL_DIR [none: no reader; a reader's directory, e.g. models/reader135, has its model.onnx
+# built once by scripts/model.sh, and its seen_docids.txt marks the seen documents and splits the queries],
+# ICICLE_PROFILE [none: a reader profile of config/profiles, read by every command; set ICICLE_MODEL_DIR to its
+# reader too, so that the reader is built], ICICLE_SERVER_ADDR [127.0.0.1:8080],
 # ICICLE_FIRST_STAGE_PARAMS_FILE [data/nq_qed/first_stage.json: the fusion fitted on nq_qed's training queries],
 # ICICLE_ES_PORT [9200], DEMO_QUERIES [100] (dev queries per seen/new group), DEMO_SWEEP [none] and
 # DEMO_PAPER_SHOTS [none] (e.g. 3,10,20,50,100: the N-shot sweep and the paper protocol, slower),
-# DEMO_CONCURRENCY [1] (requests in flight). One at a time: on 2 cores the default model (0.7 s a query) serves
-# one query at a time; at 4 in flight every answer fell back to BM25 (model timeouts opened the breaker), which
-# is the sidecar protecting latency, not a comparison of rankings. `bin/icicle load` measures behaviour under load.
-# DEMO_CONFIG [none]: a YAML config for ingest, serve and eval (make demo-blocks: config/blocks100.yaml, with
-# ICICLE_MODEL_DIR=models/b7; the environment overrides its keys).
+# DEMO_CONCURRENCY [1] (requests in flight). One at a time: on 2 cores a causal reader (reader135: 0.7 s a query)
+# serves one query at a time; at 4 in flight every answer fell back to the first stage (model timeouts opened the
+# breaker), which is the sidecar protecting latency, not a comparison of rankings. `bin/icicle load` measures
+# behaviour under load.
+# DEMO_CONFIG [none]: a YAML config for ingest, serve and eval (the environment overrides its keys).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 run=${ICICLE_RUN_DIR:-$PWD/.run}
