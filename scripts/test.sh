@@ -57,8 +57,8 @@ free_space() {
 free_space
 
 # one_run: two runs on one machine share the Elasticsearch test port and the two cores, and each slows the other
-# for as long as both last (session 37: a run killed from outside left its test.sh going, and the next run
-# overlapped it for 20 minutes). The lock is the machine's, under the cache; the kernel frees it when its holder
+# for as long as both last (a run killed from outside once left its test.sh going, and the next run overlapped
+# it for 20 minutes). The lock is the machine's, under the cache; the kernel frees it when its holder
 # exits. The daemons a run starts (the node, nginx) are started without it, so that one left behind by a killed
 # run does not hold it: es.sh then names the port it holds.
 one_run() {
