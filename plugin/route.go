@@ -14,7 +14,7 @@ import (
 // asks the engine to keep each route's best in its answer: inference.Options.EachRoute). The
 // router's choice is what loses the seen-document questions, not the memory: with models/r24e the memory's
 // best answer is right on 0.58-0.63 of held-out seen questions and the router takes it on a third of them
-// (docs/evaluation.md, "Routing by the first stage"). The beams keep their scores; it returns beams reordered
+// (docs/research/2026-11-readers.md, "Routing by the first stage"). The beams keep their scores; it returns beams reordered
 // (a copy, beams untouched) and whether the first stage changed the top.
 func routeByFirstStage(beams []inference.Beam, base []adapter.Hit) ([]inference.Beam, bool) {
 	if len(beams) < 2 {

@@ -279,7 +279,7 @@ type runPlan struct {
 // left at 0 (auto), so that sessions x threads is the number of cores: sessions sharing cores with more
 // threads than cores slow every run down (measured on 2 cores: reader135 370 ms p50 alone with 2 threads,
 // 830-880 ms when two sessions of 2 threads ran at once). With both automatic: one session with every
-// core, the lowest latency at the same capacity (docs/evaluation.md, "Load").
+// core, the lowest latency at the same capacity (docs/evaluation.md, "Admission control").
 func planRun(sessions, threads, cores int) runPlan {
 	cores = max(cores, 1)
 	switch {
