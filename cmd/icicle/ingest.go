@@ -129,7 +129,7 @@ func ingest(ctx context.Context, args []string) error {
 				return fmt.Errorf("-vectors %s: made by %s (%d dims), the first stage's encoder is %s (%d dims)",
 					*vectorsFile, set.Encoder, set.Dims, enc.Name(), enc.Dims())
 			}
-			opts.Embed = embedKnown(set, opts.Embed, &precomputed)
+			opts.Embed = embedKnown(set, enc.Manifest().Normalize, opts.Embed, &precomputed)
 		}
 	} else if *vectorsFile != "" {
 		return errors.New("-vectors: the first stage has no encoder (first_stage.encoder_dir, -no-vectors): nothing to give vectors to")
