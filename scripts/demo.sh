@@ -99,7 +99,9 @@ if [[ -n $reader_dir ]]; then
   step "The $reader reader in a second sidecar (model mode, ${DEMO_READER_ADDR:-127.0.0.1:8081})"
   wait "$build_pid" || { echo "demo: building $reader_dir failed; log:" >&2; tail -n 30 "$run/reader-build.log" >&2; exit 1; }
   stop_pid "$readerpid"
+  # A long budget: the table shows the reader's own ranking and what it costs, not its fallbacks on a busy machine.
   ICICLE_SERVER_ADDR=${DEMO_READER_ADDR:-127.0.0.1:8081} ICICLE_POLICY_MODE=model \
+    ICICLE_SERVER_REQUEST_TIMEOUT=60s ICICLE_SERVER_WRITE_TIMEOUT=90s ICICLE_CONCURRENCY_QUEUE_TIMEOUT=50s \
     nohup bin/icicle serve "${cfg[@]}" -profile "$reader" >"$run/reader.log" 2>&1 &
   echo $! >"$readerpid"
   wait_ready "http://${DEMO_READER_ADDR:-127.0.0.1:8081}" "$readerpid" "$run/reader.log"
