@@ -360,3 +360,29 @@ func TestVectorIndexOptionsPinned(t *testing.T) {
 	require.ErrorIs(t, err, adapter.ErrMappingMismatch)
 	require.ErrorContains(t, err, `field "vector": index_options type is "`+def+`", want "hnsw"`)
 }
+
+// TestDenseWithoutVectorField: over an index that does not map the vector field, 8.x refuses the kNN search
+// and 9.x answers it with no hits; Dense fails on both, so the first stage answers BM25 with its reason.
+func TestDenseWithoutVectorField(t *testing.T) {
+	plainIdx, index := newIndex(t)
+	ctx := t.Context()
+	require.NoError(t, plainIdx.EnsureIndex(ctx))
+	docs := []adapter.Doc{{DocID: "a", Title: "A", Text: "alpha"}, {DocID: "b", Title: "B", Text: "beta"}}
+	_, err := plainIdx.Ingest(ctx, slices.Values(docs), adapter.IngestOptions{Refresh: true})
+	require.NoError(t, err)
+	// An adapter that expects vectors over it, never having run EnsureIndex (which would add the fields).
+	a, err := adapter.New(adapter.Options{Addresses: []string{esURL(t)}, Index: index, VectorDims: testDims,
+		RequestTimeout: 30 * time.Second}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	info, err := a.Check(ctx)
+	require.Error(t, err) // the mapping lacks the vector fields
+	for _, q := range []adapter.DenseQuery{{K: 3}, {IDs: []string{adapter.DocumentID("a")}}} {
+		_, err := a.Dense(ctx, hashVector("alpha"), []adapter.DenseQuery{q})
+		require.Error(t, err, "Elasticsearch %s, %+v", info.Version, q)
+		require.ErrorContains(t, err, "vector")
+		if !strings.HasPrefix(info.Version, "8.") {
+			require.ErrorIs(t, err, adapter.ErrMappingMismatch)
+		}
+	}
+}
