@@ -128,8 +128,9 @@ fi
 
 # Elasticsearch versions the integration suites run against (scripts/es.sh versions: 8.14.3, then 9.5.3;
 # ICICLE_TEST_ES_VERSIONS picks others). The first runs every suite below. Each further one, started on the
-# same port once the one before has stopped, runs the adapter suite and the end-to-end tests whose answers
-# come from the node (es_again below): the whole integration suite again would add about 6 minutes.
+# same port once the one before has stopped, runs the Python snippets test, the adapter suite and the
+# end-to-end tests whose answers come from the node (es_again below): the whole integration suite again
+# would add about 6 minutes, these about 3.
 read -r -a es_versions <<<"${ICICLE_TEST_ES_VERSIONS:-$(scripts/es.sh versions)}"
 es_stop_all() {
   scripts/authproxy.sh stop >/dev/null 2>&1 || true
@@ -145,13 +146,15 @@ export ICICLE_AUTHPROXY_PORT=${ICICLE_TEST_AUTHPROXY_PORT:-9280}
 eval "$(scripts/authproxy.sh start 9>&-)"
 eval "$(scripts/clients.sh)" # the official Python and JavaScript clients that integration/clients_test.go drives
 export ICICLE_ES_URL=$(scripts/es.sh url)
-if [[ "${ICICLE_TEST_SKIP_PYTHON:-0}" != 1 ]]; then
-  step "Python: the training set's snippets from the real node (pytest -m elasticsearch)"
-  rc=0
+es_pytest() {
+  [[ "${ICICLE_TEST_SKIP_PYTHON:-0}" != 1 ]] || return 0
+  step "Python: the training set's snippets from the real node $ICICLE_ES_VERSION (pytest -m elasticsearch)"
+  local rc=0
   (cd training && "$venv/bin/python" -m pytest -q -p no:cacheprovider -m elasticsearch tests) || rc=$?
   if [[ $rc == 5 ]]; then echo "test.sh: pytest collected no Elasticsearch tests; that is a failure here" >&2; exit 1; fi
   [[ $rc == 0 ]] || exit "$rc"
-fi
+}
+es_pytest
 run_real "Elasticsearch adapter (adapter, real node $ICICLE_ES_VERSION)" -count=1 -tags "integration ort tokenizers" ./adapter/...
 run_real "end to end (integration, real node $ICICLE_ES_VERSION + model)" -count=1 -tags "integration ort tokenizers" ./integration/...
 
@@ -164,6 +167,7 @@ for v in "${es_versions[@]:1}"; do
   scripts/es.sh stop
   export ICICLE_ES_VERSION=$v
   scripts/es.sh start 9>&-
+  es_pytest
   run_real "Elasticsearch adapter (adapter, real node $v)" -count=1 -tags "integration ort tokenizers" ./adapter/...
   run_real "end to end (integration, real node $v + model: the tests above)" -count=1 \
     -tags "integration ort tokenizers" -run "^($es_again)\$" ./integration/...
