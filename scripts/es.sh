@@ -264,7 +264,9 @@ start() {
     say "pid $pid is running but not yet healthy; waiting"
   else
     if curl -s -m 2 -o /dev/null "$URL/" 2>/dev/null; then
-      die "something else already answers on $URL; stop it or pick another port with ICICLE_ES_PORT"
+      local other
+      other=$(curl -s -m 2 "$URL/" 2>/dev/null | sed -n 's/.*"number" *: *"\([^"]*\)".*/ (Elasticsearch \1)/p') || true
+      die "something else already answers on $URL${other}; stop it (another version's node: ICICLE_ES_VERSION=... scripts/es.sh stop) or pick another port with ICICLE_ES_PORT"
     fi
     install
     find_jdk
