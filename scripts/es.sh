@@ -37,7 +37,7 @@
 # start is silenced in the node's log4j configuration (write_config).
 #
 # Each major has its own launcher twins (scripts/es/src/es8, src/es9: node construction, plugin loading and
-# REST registration changed in 9.0) beside the shared src/common. 9.x runs without the distribution's
+# REST registration changed in 9.x) beside the shared src/common. 9.x runs without the distribution's
 # launcher, so its entitlement agent is not loaded, as 8.x runs without its security manager.
 #
 # Why not org.codelibs:elasticsearch-cluster-runner: its 8.x releases are published only to
@@ -51,19 +51,21 @@
 set -euo pipefail
 
 # VERSIONS: each release es.sh can run, with the sha256 of the two jars that are Elasticsearch (sha1
-# cross-checked against Maven Central's .sha1 files), the oldest Java it runs on, and its launcher twins.
+# cross-checked against Maven Central's .sha1 files), the oldest Java it runs on, its major, and its
+# launcher twins (src/es8 compiles against 8.14, src/es9 against 9.5; 9.0 to 9.2 differ from both in how
+# REST handlers are registered and plugins described, and would need twins of their own).
 VERSIONS="8.14.3 9.5.3"
 ES_VERSION=${ICICLE_ES_VERSION:-8.14.3}
 case $ES_VERSION in
   8.14.3)
     ES_JAR_SHA256=80d33bfd4667f657f6bb6112db8f33ab955a1b12dd9d40a0a99d5eef8c799973
     NETTY_JAR_SHA256=832364618097e47031ab7f2e100dd1752cb77dec5efe17f044cb7f3db1f40586
-    JAVA_MIN=17 MAJOR=8
+    JAVA_MIN=17 MAJOR=8 TWINS=es8
     ;;
   9.5.3)
     ES_JAR_SHA256=d64564a4575fa1dfcb1bd95162d608005d82d3ee7dc18836d3f8c37025671f2d
     NETTY_JAR_SHA256=97bcc314d74f57a4dd071ee4f95bea10fc1eeca0de99394d625b947e4b0928ce
-    JAVA_MIN=21 MAJOR=9
+    JAVA_MIN=21 MAJOR=9 TWINS=es9
     ;;
   *)
     echo "es.sh: ICICLE_ES_VERSION=$ES_VERSION has no pins here; pick one of: $VERSIONS (adding a release means pinning its jars' sha256 in scripts/es.sh)" >&2
@@ -75,7 +77,7 @@ MAIN_CLASS=org.icicle.esnode.Main
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
 SRC=$HERE/es
-SRC_DIRS=("$SRC/src/common" "$SRC/src/es$MAJOR")
+SRC_DIRS=("$SRC/src/common" "$SRC/src/$TWINS")
 
 CACHE=${ICICLE_CACHE:-$HOME/.cache/icicle}/es/$ES_VERSION
 RUN=${ICICLE_RUN_DIR:-$REPO/.run}/es/$ES_VERSION

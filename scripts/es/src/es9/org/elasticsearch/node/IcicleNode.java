@@ -13,7 +13,7 @@ import org.elasticsearch.plugins.PluginsService;
  * IcicleNode is an unmodified Elasticsearch {@link Node} whose plugin service
  * also loads plugin classes that are already on the class path, so modules
  * that ship as plain jars (transport-netty4 from Maven Central) load without
- * the distribution's modules/ directory layout. Elasticsearch 9.x's API; the
+ * the distribution's modules/ directory layout. Elasticsearch 9.5's API; the
  * 8.x twin has the same create method.
  *
  * The node runs without the distribution's launcher, so 9.x's entitlement

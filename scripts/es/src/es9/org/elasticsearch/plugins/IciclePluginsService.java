@@ -14,7 +14,7 @@ import org.elasticsearch.env.Environment;
  * IciclePluginsService is the stock PluginsService over an empty plugin
  * loader (the distribution's modules/ and plugins/ bundles do not exist here)
  * plus a fixed list of plugin classes that are already on the class path.
- * Elasticsearch 9.x's API; the 8.x twin scans the empty directories itself.
+ * Elasticsearch 9.5's API; the 8.x twin scans the empty directories itself.
  *
  * It lives in org.elasticsearch.plugins because LoadedPlugin, loadPlugin and
  * loadExtensions are package-private.

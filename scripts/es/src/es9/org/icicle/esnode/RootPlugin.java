@@ -13,7 +13,7 @@ import org.elasticsearch.plugins.Plugin;
 import org.elasticsearch.rest.RestHandler;
 
 /**
- * RootPlugin registers GET / and HEAD / (RootHandler), Elasticsearch 9.x's plugin API.
+ * RootPlugin registers GET / and HEAD / (RootHandler), Elasticsearch 9.5's plugin API.
  *
  * In the distribution this is the rest-root module, which Elastic does not
  * publish to Maven Central; clients (go-elasticsearch Info/Ping) need it.
