@@ -15,6 +15,7 @@ if [[ "${1:-}" == "--demo" ]]; then
   echo "bootstrap: done for the demo (cache ${ICICLE_CACHE:-$HOME/.cache/icicle})" >&2
   exit 0
 fi
+step "Elasticsearch 9.x node for the tests (Maven Central jars)"; ICICLE_ES_VERSION=9.5.3 "$here/es.sh" install >/dev/null
 step "nginx, the tests' authenticating proxy (Debian)"; "$here/authproxy.sh" install >/dev/null
 step "Official Elasticsearch clients for the integration tests (PyPI, npm)"; "$here/clients.sh" >/dev/null
 if [[ "${1:-}" != "--no-python" ]]; then

@@ -161,7 +161,7 @@ run_real "end to end (integration, real node $ICICLE_ES_VERSION + model)" -count
 # The end-to-end tests run again on each further version: every test of these files (the proxy in front
 # keeps its port, so the security tests reach the new node).
 es_again=$(sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing\.T).*/\1/p' \
-  integration/{e2e,firststage,dropin,team,clients,security}_test.go | paste -sd '|')
+  integration/{e2e,firststage,dropin,team,clients,security,default}_test.go | paste -sd '|')
 for v in "${es_versions[@]:1}"; do
   step "Integration again on Elasticsearch $v: the adapter suite and the end-to-end tests (${es_again//|/, })"
   scripts/es.sh stop
