@@ -362,6 +362,7 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
+	_ = r.SetTrustedProxies(nil) // the client address is the peer's: no proxy's X-Forwarded-For is trusted
 	r.Use(s.recoverer, s.requestID)
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", s.ready)
@@ -370,6 +371,7 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	admin := r
 	if opts.SeparateAdmin {
 		admin = gin.New()
+		_ = admin.SetTrustedProxies(nil)
 		admin.Use(s.recoverer, s.requestID)
 		admin.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	}
