@@ -39,16 +39,16 @@ type stack struct {
 	config   string
 	ingested []string
 	// opts are the sidecar's options at url; withOptions serves the same index and engine under others.
-	opts plugin.Options
+	opts sidecarOptions
 }
 
 // withOptions serves the stack's index and engine from another sidecar whose options are the stack's changed
 // by mod; it returns that sidecar's URL.
-func (s *stack) withOptions(t *testing.T, mod func(*plugin.Options)) string {
+func (s *stack) withOptions(t *testing.T, mod func(*sidecarOptions)) string {
 	t.Helper()
 	o := s.opts
 	mod(&o)
-	hs := httptest.NewServer(plugin.New(s.es, s.fault, o).Handler())
+	hs := httptest.NewServer(newSidecar(s.es, s.fault, o).Handler())
 	t.Cleanup(hs.Close)
 	return hs.URL
 }
@@ -135,11 +135,11 @@ func newStack(t *testing.T, newDocs int) *stack {
 	require.Equal(t, len(seen), n, "every seen docid of the model is in the corpus and marked seen")
 
 	fault := &faultyReranker{inner: engine}
-	opts := plugin.Options{MaxBodyBytes: 4 << 20, RequestTimeout: 30 * time.Second,
+	opts := sidecarOptions{MaxBodyBytes: 4 << 20, RequestTimeout: 30 * time.Second,
 		ESBudgetFraction: 0.3, MaxQueryChars: 1024, MaxHits: 1000, MaxCandidates: 100, Decode: inference.Options{BeamWidth: 10},
 		MaxInflight: 1, QueueSize: 4, ConsecutiveFailures: 2, OpenTimeout: 2 * time.Second, MinTopScore: -1e9,
 		Model: plugin.ModelInfo{Name: man.Name}}
-	srv := plugin.New(es, fault, opts)
+	srv := newSidecar(es, fault, opts)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	ids := make([]string, len(docs))

@@ -127,7 +127,7 @@ func TestRoutes(t *testing.T) {
 	// The same queries with experimental.route_by_first_stage: of the model's best answer from each route, the one
 	// BM25 over the whole index ranks higher comes first, and the response says rerouted exactly where that
 	// changed the router's first (the engine is deterministic, so the beams are the ones above).
-	routed := s.withOptions(t, func(o *plugin.Options) { o.RouteByFirstStage = true })
+	routed := s.withOptions(t, func(o *sidecarOptions) { o.RouteByFirstStage = true })
 	rank := func(r plugin.Result) int {
 		if r.FirstStageRank == nil {
 			return 1 << 30

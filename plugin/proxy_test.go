@@ -20,7 +20,7 @@ func TestClientAddressIgnoresForwardedHeaders(t *testing.T) {
 		name := map[bool]string{false: "public handler", true: "separate admin handler"}[separate]
 		t.Run(name, func(t *testing.T) {
 			var logs bytes.Buffer
-			s := newTestServer(t, &fakeSearcher{}, &fakeReranker{}, func(o *Options) {
+			s := newTestServer(t, &fakeSearcher{}, &fakeReranker{}, func(o *testOptions) {
 				o.Ingester, o.SeparateAdmin = &fakeIngester{}, separate
 				o.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 			})

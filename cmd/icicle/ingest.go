@@ -22,6 +22,7 @@ import (
 	"github.com/icicle-search/sidecar/inference/dense"
 	"github.com/icicle-search/sidecar/inference/ort"
 	"github.com/icicle-search/sidecar/internal/compress"
+	"github.com/icicle-search/sidecar/internal/dataset"
 	"github.com/icicle-search/sidecar/internal/vecfile"
 )
 
@@ -260,7 +261,7 @@ func (p *progress) readSoFar(lines, rejected int) {
 // countTotal counts the corpus's non-blank lines concurrently with the ingestion, so the total shows up
 // when known without delaying the first document. A read error leaves the total unknown.
 func (p *progress) countTotal(ctx context.Context, path string) {
-	r, err := openMaybeGzip(path)
+	r, err := dataset.Open(path)
 	if err != nil {
 		return
 	}
