@@ -108,7 +108,7 @@ run_real "native tokenizer (inference/tok)" -race -count=1 -tags "ort tokenizers
 run_real "model loader (inference/loader)" -race -count=1 -tags "ort tokenizers" ./inference/loader/
 # TestCompareHF is a measurement driven by scripts/bench-hf.sh, not a suite: left out, not skipped.
 run_real "parity with Python, every models/*/golden (inference)" -race -count=1 -tags "ort tokenizers" -skip '^TestCompareHF$' ./inference/
-go test -race -count=1 -tags "ort tokenizers" ./cmd/...
+run_real "native commands and readers (cmd, rank: the demo corpus's vectors, the dense reader's golden)" -race -count=1 -tags "ort tokenizers" ./cmd/... ./rank/
 
 step "Go: short fuzz of request decoding and corpus parsing"
 # Budgets in executions, not seconds: a duration -fuzztime races Go's fuzzing coordinator at its deadline and can
