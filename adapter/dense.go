@@ -24,7 +24,8 @@ type DenseQuery struct {
 // Dense runs the queries with vec in one multi-search and returns each one's hits, nearest first, with
 // Dense (and Score) the cosine of vec and the document's vector. kNN hits carry ID, DocID and Seen (doc
 // values, as SearchLean; Sources reads the rest); IDs hits carry only ID, since the caller has the rest.
-// A document without a vector is never returned.
+// A document without a vector is never returned; an index that does not map the vector field fails the
+// call with a *MappingError (ErrMappingMismatch) rather than answering no hits.
 // Scores are exact: the index's vectors use plain HNSW (no quantisation), and a kNN query filtered to at
 // most num_candidates ids is searched exhaustively. Any one search failing fails the call.
 func (a *Adapter) Dense(ctx context.Context, vec []float32, qs []DenseQuery) ([][]Hit, error) {
@@ -67,6 +68,7 @@ func (a *Adapter) Dense(ctx context.Context, vec []float32, qs []DenseQuery) ([]
 		return nil, fmt.Errorf("dense search %q: %d responses for %d searches", a.index, len(res.Responses), len(qs))
 	}
 	out := make([][]Hit, len(qs))
+	found := false
 	for i, r := range res.Responses {
 		if r.Error != nil {
 			return nil, fmt.Errorf("dense search %q: search %d: %w", a.index, i, &ResponseError{Status: r.Status, Type: r.Error.Type, Reason: r.Error.Reason})
@@ -82,8 +84,36 @@ func (a *Adapter) Dense(ctx context.Context, vec []float32, qs []DenseQuery) ([]
 			hits = append(hits, hit)
 		}
 		out[i] = hits
+		found = found || len(hits) > 0
+	}
+	if !found {
+		// 8.x refuses a kNN search over a field the index does not map (query_shard_exception); 9.x answers
+		// it with no hits, which would read as "no document has a vector near". Nothing found anywhere is
+		// rare enough to ask the mapping then, so that both versions fail alike.
+		if err := a.vectorMapped(ctx); err != nil {
+			return nil, fmt.Errorf("dense search %q: %w", a.index, err)
+		}
 	}
 	return out, nil
+}
+
+// vectorMapped returns a *MappingError when no index behind the adapter's index (an alias may name
+// several) maps the vector field.
+func (a *Adapter) vectorMapped(ctx context.Context) error {
+	var res map[string]struct {
+		Mappings map[string]json.RawMessage `json:"mappings"`
+	}
+	req := esapi.IndicesGetFieldMappingRequest{Index: []string{a.index}, Fields: []string{a.f.Vector}}
+	if err := a.do(ctx, req, &res); err != nil {
+		return fmt.Errorf("read the vector field's mapping: %w", err)
+	}
+	for _, idx := range res {
+		if _, ok := idx.Mappings[a.f.Vector]; ok {
+			return nil
+		}
+	}
+	return &MappingError{Field: a.f.Vector,
+		Problem: `missing, want type "dense_vector" (the sidecar adds it at its start; icicle enrich fills it)`}
 }
 
 func (a *Adapter) denseBody(vec []float32, q DenseQuery) (map[string]any, error) {

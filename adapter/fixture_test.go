@@ -34,7 +34,8 @@ type call struct {
 	Body                []byte
 }
 
-// fakeES is an http.RoundTripper that answers from fixtures captured from a real Elasticsearch 8.14 node.
+// fakeES is an http.RoundTripper that answers from fixtures captured from real Elasticsearch nodes (8.14.3;
+// the files named _9x, and dense_hits.json and field_mapping_*.json, from 9.5.3).
 // Routes are "METHOD /path"; each route's replies are used in order and the last one repeats.
 type fakeES struct {
 	t      *testing.T

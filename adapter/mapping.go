@@ -57,14 +57,21 @@ func vectorFields(dims int) map[string]fieldSpec {
 	return map[string]fieldSpec{VectorField: {typ: "dense_vector", dims: dims}, VectorModelField: {typ: "keyword"}}
 }
 
+// vectorIndexType is the index_options type of the vector fields the sidecar maps: plain HNSW, no
+// quantisation (fieldMapping says why).
+const vectorIndexType = "hnsw"
+
 // fieldMapping is the mapping of one field as sent to Elasticsearch.
 func fieldMapping(f fieldSpec) map[string]any {
 	p := map[string]any{"type": f.typ}
 	if f.typ == "dense_vector" {
-		// Plain HNSW (not 8.14's default int8_hnsw): the kNN search's scores are then exact cosines,
-		// comparable with the exact ones of an ids-filtered search (Dense).
+		// index_options is pinned to plain HNSW over the float vectors, never left to the node's default:
+		// 8.14 quantises new float vectors by default (int8_hnsw), and 9.1+ maps 384 and more dims to
+		// bbq_hnsw (1-bit, rescored from the floats). With HNSW the kNN search's scores are exact cosines,
+		// comparable with the exact ones of an ids-filtered search (Dense), and the first stage ranks and
+		// scores alike on 8.x and 9.x. checkMapping holds the sidecar's index to it (vectorIndexType).
 		p["dims"], p["index"], p["similarity"] = f.dims, true, "dot_product"
-		p["index_options"] = map[string]any{"type": "hnsw"}
+		p["index_options"] = map[string]any{"type": vectorIndexType}
 	}
 	if len(f.fields) > 0 {
 		sub := map[string]any{}
@@ -101,10 +108,16 @@ func indexBody(want map[string]fieldSpec) []byte {
 
 // mappedField is the part of a field mapping the check reads.
 type mappedField struct {
-	Type       string                 `json:"type"`
-	Dims       int                    `json:"dims"`
-	Fields     map[string]mappedField `json:"fields"`
-	Properties map[string]mappedField `json:"properties"`
+	Type         string                 `json:"type"`
+	Dims         int                    `json:"dims"`
+	IndexOptions indexOptions           `json:"index_options"`
+	Fields       map[string]mappedField `json:"fields"`
+	Properties   map[string]mappedField `json:"properties"`
+}
+
+// indexOptions is a dense_vector's index_options: its type is hnsw, int8_hnsw, bbq_hnsw, flat, ...
+type indexOptions struct {
+	Type string `json:"type"`
 }
 
 func (f mappedField) kind() string {
@@ -136,6 +149,14 @@ func checkMapping(props map[string]mappedField, want map[string]fieldSpec) error
 		}
 		if want.dims > 0 && got.Dims != want.dims {
 			errs = append(errs, &MappingError{Field: name, Problem: fmt.Sprintf("dims is %d, the encoder's vectors have %d (another encoder's index: use its encoder, or a new index)", got.Dims, want.dims)})
+			continue
+		}
+		if want.typ == "dense_vector" && got.IndexOptions.Type != "" && got.IndexOptions.Type != vectorIndexType {
+			// Not made by the sidecar (it pins the type): a quantised index would make the first stage's
+			// cosines approximate. Mappings from before 8.14 may not report the type; their default was hnsw.
+			errs = append(errs, &MappingError{Field: name, Problem: fmt.Sprintf("index_options type is %q, want %q "+
+				"(quantised vectors make the first stage's cosines approximate: a new index)", got.IndexOptions.Type,
+				vectorIndexType)})
 			continue
 		}
 		subs := make([]string, 0, len(want.fields))
@@ -214,6 +235,22 @@ func lookup(props map[string]mappedField, path string) (mappedField, bool) {
 		return g, true
 	}
 	return lookup(f.Fields, rest)
+}
+
+// quantizedVectors lists, as "index: type", each index of the response whose vector field (at path) has
+// an index_options type other than vectorIndexType: a team's own vector field, mapped before the sidecar
+// came, with the node's default (int8_hnsw on 8.14+, bbq_hnsw for 384+ dims on 9.1+). It still serves,
+// but the kNN's and the exact lookups' cosines are then approximate, and differ between 8.x and 9.x.
+func (m mappingResponse) quantizedVectors(path string) []string {
+	var out []string
+	for name, idx := range m {
+		if f, ok := lookup(idx.Mappings.Properties, path); ok && f.kind() == "dense_vector" &&
+			f.IndexOptions.Type != "" && f.IndexOptions.Type != vectorIndexType {
+			out = append(out, name+": "+f.IndexOptions.Type)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // ownFields are the sidecar's fields in a team's index, with the types they must have.

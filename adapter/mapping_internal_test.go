@@ -77,3 +77,84 @@ func TestIndexBodyMatchesCheck(t *testing.T) {
 	require.NoError(t, json.Unmarshal(indexBody(wantFields), &body))
 	require.NoError(t, checkMapping(body.Mappings.Properties, wantFields))
 }
+
+func TestCheckMappingVectorIndexOptions(t *testing.T) {
+	base := `"docid":{"type":"keyword"},"title":{"type":"text","fields":{"keyword":{"type":"keyword"}}},` +
+		`"text":{"type":"text"},"summary":{"type":"text"},"seen":{"type":"boolean"},"ingested_at":{"type":"date"},` +
+		`"vector_model":{"type":"keyword"},`
+	want := map[string]fieldSpec{}
+	for k, v := range wantFields {
+		want[k] = v
+	}
+	for k, v := range vectorFields(384) {
+		want[k] = v
+	}
+	tests := []struct {
+		name   string
+		vector string
+		want   string // the MappingError's text, or "" for none
+	}{
+		{
+			name:   "hnsw, as the sidecar maps it",
+			vector: `{"type":"dense_vector","dims":384,"index_options":{"type":"hnsw","m":16}}`,
+		},
+		{name: "no index_options reported (before 8.14: hnsw)", vector: `{"type":"dense_vector","dims":384}`},
+		{
+			name:   "8.14's default",
+			vector: `{"type":"dense_vector","dims":384,"index_options":{"type":"int8_hnsw","m":16}}`,
+			want:   `field "vector": index_options type is "int8_hnsw", want "hnsw"`,
+		},
+		{
+			name:   "9.1+'s default for 384 dims",
+			vector: `{"type":"dense_vector","dims":384,"index_options":{"type":"bbq_hnsw","m":16}}`,
+			want:   `field "vector": index_options type is "bbq_hnsw", want "hnsw"`,
+		},
+		{
+			name:   "dims are checked first",
+			vector: `{"type":"dense_vector","dims":768,"index_options":{"type":"bbq_hnsw"}}`,
+			want:   `field "vector": dims is 768, the encoder's vectors have 384`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var props map[string]mappedField
+			require.NoError(t, json.Unmarshal([]byte(`{`+base+`"vector":`+tt.vector+`}`), &props))
+			err := checkMapping(props, want)
+			if tt.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrMappingMismatch)
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+}
+
+func TestIndexBodyPinsVectorIndexOptions(t *testing.T) {
+	var body struct {
+		Mappings struct {
+			Properties map[string]map[string]any `json:"properties"`
+		} `json:"mappings"`
+	}
+	require.NoError(t, json.Unmarshal(indexBody(vectorFields(384)), &body))
+	v := body.Mappings.Properties[VectorField]
+	require.Equal(t, map[string]any{"type": "hnsw"}, v["index_options"])
+	require.Equal(t, "dot_product", v["similarity"])
+	require.Equal(t, true, v["index"])
+}
+
+func TestQuantizedVectors(t *testing.T) {
+	var m mappingResponse
+	require.NoError(t, json.Unmarshal([]byte(`{
+		"team-a": {"mappings": {"properties": {"emb": {"properties": {"v": {"type": "dense_vector", "dims": 384,
+			"index_options": {"type": "bbq_hnsw"}}}}}}},
+		"team-b": {"mappings": {"properties": {"emb": {"properties": {"v": {"type": "dense_vector", "dims": 384,
+			"index_options": {"type": "int8_hnsw"}}}}}}},
+		"team-c": {"mappings": {"properties": {"emb": {"properties": {"v": {"type": "dense_vector", "dims": 384,
+			"index_options": {"type": "hnsw"}}}}}}},
+		"team-d": {"mappings": {"properties": {"emb": {"properties": {"v": {"type": "dense_vector", "dims": 384}}}}}},
+		"team-e": {"mappings": {"properties": {}}}
+	}`), &m))
+	require.Equal(t, []string{"team-a: bbq_hnsw", "team-b: int8_hnsw"}, m.quantizedVectors("emb.v"))
+	require.Empty(t, m.quantizedVectors("other"))
+}

@@ -15,7 +15,7 @@ import (
 // ones at a word boundary near chars, each scored by BM25 against the query; the best one), in one search by
 // _id. A hit whose body matches none of the query's terms gets its body's first chars characters; a hit whose
 // document is gone, or whose body fields are empty, keeps its Summary. The stored summary is what every
-// query reads; a snippet is what this query's evidence looks like (docs/evaluation.md, "Query snippets").
+// query reads; a snippet is what this query's evidence looks like (docs/research/2026-11-readers.md, "Query snippets instead of stored summaries").
 func (a *Adapter) Snippets(ctx context.Context, query string, hits []Hit, chars int) error {
 	if len(hits) == 0 {
 		return nil

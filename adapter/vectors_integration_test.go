@@ -7,9 +7,11 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,10 +57,12 @@ func vectorIndex(t *testing.T) (*adapter.Adapter, string) {
 	return a, index
 }
 
-// sources reads every document's _source by _id.
+// sources reads every document's _source by _id, vectors included: 9.x leaves dense vectors out of a
+// _source unless the request names them (index.mapping.exclude_source_vectors, true by default for new
+// indices); _source_includes=* names them on 9.x and changes nothing on 8.x.
 func sources(t *testing.T, index string) map[string]map[string]any {
 	t.Helper()
-	res, err := plain.Get(esURL(t) + "/" + index + "/_search?size=1000&seq_no_primary_term=true")
+	res, err := plain.Get(esURL(t) + "/" + index + "/_search?size=1000&seq_no_primary_term=true&_source_includes=*")
 	require.NoError(t, err)
 	defer res.Body.Close()
 	var body struct {
@@ -260,4 +264,125 @@ func deletedDocs(t *testing.T, index string) int {
 	}
 	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
 	return body.All.Primaries.Docs.Deleted
+}
+
+// vectorIndexOptions reads the index_options type of the index's vector field from its mapping.
+func vectorIndexOptions(t *testing.T, index string) string {
+	t.Helper()
+	res, err := plain.Get(esURL(t) + "/" + index + "/_mapping")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	var body map[string]struct {
+		Mappings struct {
+			Properties map[string]struct {
+				IndexOptions struct {
+					Type string `json:"type"`
+				} `json:"index_options"`
+			} `json:"properties"`
+		} `json:"mappings"`
+	}
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
+	return body[index].Mappings.Properties[adapter.VectorField].IndexOptions.Type
+}
+
+// TestVectorIndexOptionsPinned: the nodes' defaults for a 384-dim float vector differ (8.14: int8_hnsw;
+// 9.1+: bbq_hnsw), so the sidecar pins plain hnsw, under which kNN scores are the exact cosines on both.
+func TestVectorIndexOptionsPinned(t *testing.T) {
+	const dims = 384 // the first stage's encoder (bge-small)
+	_, index := newIndex(t)
+	ctx := t.Context()
+	opts := adapter.Options{Addresses: []string{esURL(t)}, Index: index, VectorDims: dims,
+		RequestTimeout: 30 * time.Second}
+	a, err := adapter.New(opts, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	info, err := a.Check(ctx)
+	require.ErrorIs(t, err, adapter.ErrIndexMissing)
+	require.NoError(t, a.EnsureIndex(ctx))
+	require.Equal(t, "hnsw", vectorIndexOptions(t, index), "Elasticsearch %s", info.Version)
+
+	// Unit vectors whose cosines with the query are known: doc i has cos (i+1)/10 with e0.
+	unit := func(c float64, axis int) []float32 {
+		v := make([]float32, dims)
+		v[0], v[axis] = float32(c), float32(math.Sqrt(1-c*c))
+		return v
+	}
+	docs := make([]adapter.Doc, 8)
+	for i := range docs {
+		docs[i] = adapter.Doc{DocID: fmt.Sprint("d", i), Title: fmt.Sprint("doc ", i), Text: "text",
+			Vector: unit(float64(i+1)/10, i+1)}
+	}
+	_, err = a.Ingest(ctx, slices.Values(docs), adapter.IngestOptions{Refresh: true, VectorModel: "unit"})
+	require.NoError(t, err)
+	q := unit(1, 1) // e0
+	ids := []string{adapter.DocumentID("d0"), adapter.DocumentID("d4")}
+	res, err := a.Dense(ctx, q, []adapter.DenseQuery{{K: 3}, {IDs: ids}})
+	require.NoError(t, err)
+	require.Len(t, res[0], 3)
+	for i, h := range res[0] {
+		require.Equal(t, adapter.DocumentID(fmt.Sprint("d", 7-i)), h.ID)
+		require.InDelta(t, float64(8-i)/10, h.Dense, 1e-6, "kNN hit %d on Elasticsearch %s", i, info.Version)
+	}
+	exact := map[string]float64{}
+	for _, h := range res[1] {
+		exact[h.ID] = h.Dense
+	}
+	require.InDelta(t, 0.1, exact[adapter.DocumentID("d0")], 1e-6)
+	require.InDelta(t, 0.5, exact[adapter.DocumentID("d4")], 1e-6)
+
+	// The same fields mapped without index_options get the node's default, which the sidecar refuses in
+	// its own index (a team's index is only warned about: the sidecar does not own its mapping).
+	other := index + "-default"
+	deleteIndex(t, esURL(t), other)
+	t.Cleanup(func() { deleteIndex(t, esURL(t), other) })
+	req, err := http.NewRequest(http.MethodPut, esURL(t)+"/"+other, strings.NewReader(`{"mappings":{"properties":{
+		"docid":{"type":"keyword"},"title":{"type":"text","fields":{"keyword":{"type":"keyword"}}},
+		"text":{"type":"text"},"summary":{"type":"text"},"seen":{"type":"boolean"},"ingested_at":{"type":"date"},
+		"vector_model":{"type":"keyword"},"vector":{"type":"dense_vector","dims":384,"similarity":"dot_product"}}}}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	put, err := plain.Do(req)
+	require.NoError(t, err)
+	put.Body.Close()
+	require.Equal(t, http.StatusOK, put.StatusCode)
+	def := vectorIndexOptions(t, other)
+	if strings.HasPrefix(info.Version, "8.") {
+		require.Equal(t, "int8_hnsw", def, "8.14's default for float vectors")
+	} else {
+		require.Equal(t, "bbq_hnsw", def, "9.1+'s default for 384 dims and more")
+	}
+	opts.Index = other
+	b, err := adapter.New(opts, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	err = b.EnsureIndex(ctx)
+	require.ErrorIs(t, err, adapter.ErrMappingMismatch)
+	require.ErrorContains(t, err, `field "vector": index_options type is "`+def+`", want "hnsw"`)
+}
+
+// TestDenseWithoutVectorField: over an index that does not map the vector field, 8.x refuses the kNN search
+// and 9.x answers it with no hits; Dense fails on both, so the first stage answers BM25 with its reason.
+func TestDenseWithoutVectorField(t *testing.T) {
+	plainIdx, index := newIndex(t)
+	ctx := t.Context()
+	require.NoError(t, plainIdx.EnsureIndex(ctx))
+	docs := []adapter.Doc{{DocID: "a", Title: "A", Text: "alpha"}, {DocID: "b", Title: "B", Text: "beta"}}
+	_, err := plainIdx.Ingest(ctx, slices.Values(docs), adapter.IngestOptions{Refresh: true})
+	require.NoError(t, err)
+	// An adapter that expects vectors over it, never having run EnsureIndex (which would add the fields).
+	a, err := adapter.New(adapter.Options{Addresses: []string{esURL(t)}, Index: index, VectorDims: testDims,
+		RequestTimeout: 30 * time.Second}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	info, err := a.Check(ctx)
+	require.Error(t, err) // the mapping lacks the vector fields
+	for _, q := range []adapter.DenseQuery{{K: 3}, {IDs: []string{adapter.DocumentID("a")}}} {
+		_, err := a.Dense(ctx, hashVector("alpha"), []adapter.DenseQuery{q})
+		require.Error(t, err, "Elasticsearch %s, %+v", info.Version, q)
+		require.ErrorContains(t, err, "vector")
+		if !strings.HasPrefix(info.Version, "8.") {
+			require.ErrorIs(t, err, adapter.ErrMappingMismatch)
+		}
+	}
 }

@@ -214,8 +214,8 @@ type Experimental struct {
 	// this many characters (Elasticsearch's unified highlighter over fields.body, one search per request),
 	// instead of its stored summary; the prompt still cuts it to the manifest's max_summary_tokens. A stored
 	// summary is the same for every query, a snippet holds this query's evidence; the shipped readers were
-	// trained on summaries (r24a copies better from snippets but loses its memory route: docs/evaluation.md,
-	// "Query snippets").
+	// trained on summaries (r24a copies better from snippets but loses its memory route: docs/research,
+	// "Query snippets instead of stored summaries").
 	// Needs experimental.block_reading off (a stored block is a document's, not a query's). Default 0: the summary.
 	SnippetChars int `yaml:"snippet_chars"`
 	// Scoring is how the model's answer scores a title's tokens after the router's first step: "trie"
@@ -226,17 +226,17 @@ type Experimental struct {
 	Scoring string `yaml:"scoring"`
 	// CopyLogPrior is added to the log-probability of the router's [COPY] where copied titles are scored against
 	// the memory route's: negative leans to the memory route, positive to copying (the router's calibration,
-	// chosen on held-out questions; docs/evaluation.md, "Scoring titles by the vocabulary"). -20..20; default 0.
+	// chosen on held-out questions; docs/research, "Scoring titles by the vocabulary"). -20..20; default 0.
 	CopyLogPrior float64 `yaml:"copy_log_prior"`
 	// CopyRankPrior lowers each copied title's score by this weight x ln(its candidate's place in the first
 	// stage's list): the list's order as a prior over the copy route's pick, for a reader that cannot see the
-	// order (by blocks with shared positions) or leans on it less than it should (docs/evaluation.md, "The first
+	// order (by blocks with shared positions) or leans on it less than it should (docs/research, "The first
 	// stage's order as a prior over the copy"). 0..20; default 0 (the model's scores alone).
 	CopyRankPrior float64 `yaml:"copy_rank_prior"`
 	// MemoryScope is what the memory route (a model with the parametric route) recalls from: "seen" (every
 	// title of the seen corpus) or "first_stage" (the seen documents in the first stage's list for the
 	// request: over the whole index on /v1/search, the caller's hits on /v1/rerank), so that the memory
-	// chooses among the seen documents the first stage found instead of a thousand titles (docs/evaluation.md,
+	// chooses among the seen documents the first stage found instead of a thousand titles (docs/research,
 	// "Recalling within the first stage's list"). Default "seen".
 	MemoryScope string `yaml:"memory_scope"`
 	// MemoryRankPrior lowers each remembered title's score by this weight x ln(its place in the first stage's
@@ -248,7 +248,7 @@ type Experimental struct {
 	// place) or "shared" (BlockRank: a block sees the header and itself, all blocks at the same positions).
 	// Only the query and the decoding then run per request. A model reads as it was trained: models/b7 was
 	// trained by blocks (config/profiles/b7.yaml), the other shipped models on causal prompts, where block
-	// reading loses accuracy (docs/evaluation.md). Default "off".
+	// reading loses accuracy (docs/research, "Block reading"). Default "off".
 	BlockReading string `yaml:"block_reading"`
 	// BlockStoreMB bounds the blocks kept in memory (float32 keys and values, 46 KB per token for
 	// models/reader135), least recently used out first, or in the file with BlockDir (which then keeps what it
@@ -256,7 +256,7 @@ type Experimental struct {
 	BlockStoreMB int `yaml:"block_store_mb" serving:"-"`
 	// BlockPrecision is how the store keeps keys and values: "float32" (as computed) or "int8" (a scale per
 	// position and head: 27% of float32's bytes for head_dim 64, a different answer on about one query in a
-	// hundred, docs/evaluation.md "Block reading"). Default "float32".
+	// hundred, docs/research "int8 blocks and the fill from the index"). Default "float32".
 	BlockPrecision string `yaml:"block_precision"`
 	// BlockFill computes the blocks of the index's new documents in the background when a model that reads by
 	// blocks is loaded (at start and on a hot swap), so that requests find them stored; a fill step runs only
@@ -287,7 +287,7 @@ type Experimental struct {
 	// the whole index: of the model's best copied answer and its best answer from memory, the one the first
 	// stage ranks higher goes first (plugin/route.go); the engine keeps both in its answer for it, however far
 	// below the top the memory's falls. The router alone loses seen-document questions whose answer the memory
-	// has (docs/evaluation.md, "Routing by the first stage"). It applies wherever the model
+	// has (docs/research, "Routing by the first stage"). It applies wherever the model
 	// runs; a model with no memory route (models/reader135) answers as without it. Default false.
 	RouteByFirstStage bool `yaml:"route_by_first_stage"`
 }
@@ -370,7 +370,7 @@ type Policy struct {
 // working deadline. One that gets no session within QueueTimeout, finds the queue full, or is predicted
 // not to fit is answered from the baseline at once with fallback_reason "overloaded": load, not a model
 // failure, so the breaker does not count it. A run still going at the deadline is stopped (ONNX Runtime's
-// run termination) and the baseline answers, on time (docs/evaluation.md, "Load").
+// run termination) and the baseline answers, on time (docs/evaluation.md, "Admission control").
 type Concurrency struct {
 	// MaxInflight is how many requests run the model at once; it is also the number of ONNX Runtime
 	// sessions opened (one per concurrent run, each with its own KV cache). 0 is automatic: the cores

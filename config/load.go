@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // EnvPrefix starts every environment variable Load reads: ICICLE_<SECTION>_<FIELD>, named after the YAML

@@ -3,6 +3,7 @@
 package inference_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -21,6 +22,7 @@ import (
 	"github.com/icicle-search/sidecar/inference/ort"
 	"github.com/icicle-search/sidecar/internal/testenv"
 	"github.com/icicle-search/sidecar/plugin"
+	"github.com/icicle-search/sidecar/rank"
 )
 
 // blockTolerance bounds |block path - reference| on a logit: the same fp32 graph, the stored keys rotated in
@@ -238,28 +240,33 @@ func TestBlockSwapServesWhileStoreFills(t *testing.T) {
 		require.NoError(t, err)
 		return m
 	}
+	byQuery := map[string]decodeCase{}
+	for _, c := range work {
+		byQuery[c.Query] = c
+	}
 	first := open(inference.NewBlockStore(0, false), inference.BlockContiguous)
 	next := inference.NewBlockStore(0, false)
-	sw := plugin.NewSwapper(plugin.LoadedModel{Reranker: first.Engine, Close: first.Close},
+	var swapped *loader.Model
+	sw := plugin.NewSwapper(plugin.LoadedModel{Reader: caseReader{first.Engine, byQuery}, Close: first.Close},
 		func(string) (plugin.LoadedModel, error) {
-			m := open(next, inference.BlockShared)
-			return plugin.LoadedModel{Reranker: m.Engine, Close: m.Close}, nil
+			swapped = open(next, inference.BlockShared)
+			return plugin.LoadedModel{Reader: caseReader{swapped.Engine, byQuery}, Close: swapped.Close}, nil
 		}, nil)
 	t.Cleanup(func() { _ = sw.Close() })
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
-	swapped := make(chan struct{})
+	swappedIn := make(chan struct{})
 	for g := range 3 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range 8 {
 				if i == 3 && g == 0 {
-					<-swapped
+					<-swappedIn
 				}
 				c := work[(g+i)%len(work)]
-				if _, err := sw.Rank(t.Context(), c.Query, c.Candidates, c.options()); err != nil {
+				if _, err := sw.Read(t.Context(), rank.Query{Text: c.Query}); err != nil {
 					errs <- fmt.Errorf("worker %d request %d: %w", g, i, err)
 				}
 			}
@@ -267,7 +274,7 @@ func TestBlockSwapServesWhileStoreFills(t *testing.T) {
 	}
 	_, err := sw.Swap(dir)
 	require.NoError(t, err)
-	close(swapped)
+	close(swappedIn)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -277,7 +284,7 @@ func TestBlockSwapServesWhileStoreFills(t *testing.T) {
 	require.Positive(t, st.Misses, "the new model computed its blocks")
 	require.Positive(t, st.Hits, "and reused those that repeat")
 	c := work[0]
-	warm, err := sw.Rank(t.Context(), c.Query, c.Candidates, c.options())
+	warm, err := swapped.Engine.Rank(t.Context(), c.Query, c.Candidates, c.options())
 	require.NoError(t, err)
 	require.Zero(t, warm.Stats.BlockMisses)
 	cold := open(inference.NewBlockStore(0, false), inference.BlockShared)
@@ -405,4 +412,20 @@ func TestBlocksExactUnderInt8Sessions(t *testing.T) {
 		require.Equal(t, byRequest.Beams[i].DocID, byOne.Beams[i].DocID)
 		require.InDelta(t, byRequest.Beams[i].Score, byOne.Beams[i].Score, 1e-5)
 	}
+}
+
+// caseReader reads with an engine the decode case its query names (the case's own candidates and options), as
+// the sidecar's reader reads a request.
+type caseReader struct {
+	engine *inference.Engine
+	cases  map[string]decodeCase
+}
+
+func (r caseReader) Read(ctx context.Context, q rank.Query) (rank.Reading, error) {
+	c := r.cases[q.Text]
+	res, err := r.engine.Rank(ctx, c.Query, c.Candidates, c.options())
+	if err != nil {
+		return rank.Reading{}, err
+	}
+	return rank.Reading{InContext: res.InContext, PromptTokens: res.PromptTokens}, nil
 }

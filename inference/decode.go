@@ -111,7 +111,7 @@ type Options struct {
 	// MemoryScope, when not nil, is what the memory route may recall this call: the docids of the seen corpus
 	// among these (others are ignored; none leaves the route out). A reranker's first stage has already found
 	// the seen documents worth considering (every right answer of the memory routed by the first stage was in
-	// its list: docs/evaluation.md, "Routing by the first stage"); recalling among them instead of the whole
+	// its list: docs/research/2026-11-readers.md, "Routing by the first stage"); recalling among them instead of the whole
 	// seen corpus spares the memory the titles the first stage ruled out. Nil: the whole seen corpus.
 	MemoryScope []string
 	// MemoryRankPrior lowers each remembered title's score by MemoryRankPrior x ln(k), k its place in

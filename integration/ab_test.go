@@ -33,7 +33,7 @@ func TestABLoop(t *testing.T) {
 	clicks, err := plugin.OpenClickLog(clickPath, plugin.ImpressionLogOptions{})
 	require.NoError(t, err)
 	const token = "integration-write-token-0123"
-	srv := plugin.New(s.es, s.engine, plugin.Options{MaxBodyBytes: 4 << 20, RequestTimeout: 30 * time.Second,
+	srv := newSidecar(s.es, s.engine, sidecarOptions{MaxBodyBytes: 4 << 20, RequestTimeout: 30 * time.Second,
 		ESBudgetFraction: 0.3, MaxQueryChars: 1024, MaxHits: 1000, MaxCandidates: 100, Decode: inference.Options{BeamWidth: 10},
 		MaxInflight: 1, QueueSize: 4, MinTopScore: -1e9, AB: plugin.ABOptions{Enabled: true, Mode: plugin.ABInterleave},
 		Impressions: imps, Clicks: clicks, WriteToken: token})

@@ -39,16 +39,16 @@ type stack struct {
 	config   string
 	ingested []string
 	// opts are the sidecar's options at url; withOptions serves the same index and engine under others.
-	opts plugin.Options
+	opts sidecarOptions
 }
 
 // withOptions serves the stack's index and engine from another sidecar whose options are the stack's changed
 // by mod; it returns that sidecar's URL.
-func (s *stack) withOptions(t *testing.T, mod func(*plugin.Options)) string {
+func (s *stack) withOptions(t *testing.T, mod func(*sidecarOptions)) string {
 	t.Helper()
 	o := s.opts
 	mod(&o)
-	hs := httptest.NewServer(plugin.New(s.es, s.fault, o).Handler())
+	hs := httptest.NewServer(newSidecar(s.es, s.fault, o).Handler())
 	t.Cleanup(hs.Close)
 	return hs.URL
 }
@@ -135,11 +135,11 @@ func newStack(t *testing.T, newDocs int) *stack {
 	require.Equal(t, len(seen), n, "every seen docid of the model is in the corpus and marked seen")
 
 	fault := &faultyReranker{inner: engine}
-	opts := plugin.Options{MaxBodyBytes: 4 << 20, RequestTimeout: 30 * time.Second,
+	opts := sidecarOptions{MaxBodyBytes: 4 << 20, RequestTimeout: 30 * time.Second,
 		ESBudgetFraction: 0.3, MaxQueryChars: 1024, MaxHits: 1000, MaxCandidates: 100, Decode: inference.Options{BeamWidth: 10},
-		MaxInflight: 1, QueueSize: 4, ConsecutiveFailures: 2, OpenTimeout: 300 * time.Millisecond, MinTopScore: -1e9,
+		MaxInflight: 1, QueueSize: 4, ConsecutiveFailures: 2, OpenTimeout: 2 * time.Second, MinTopScore: -1e9,
 		Model: plugin.ModelInfo{Name: man.Name}}
-	srv := plugin.New(es, fault, opts)
+	srv := newSidecar(es, fault, opts)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	ids := make([]string, len(docs))
@@ -275,7 +275,9 @@ func TestEndToEnd(t *testing.T) {
 		}
 		require.Equal(t, []string{"model_error", "model_error", "breaker_open", "breaker_open"}, reasons)
 		s.fault.fail.Store(false)
-		time.Sleep(400 * time.Millisecond) // past OpenTimeout: half-open lets a probe through
+		// The stack's OpenTimeout (2 s) is long enough that no request of the four above outlasts it on a
+		// loaded machine (at 300 ms the third found the breaker half-open and failed its probe: model_error).
+		time.Sleep(s.opts.OpenTimeout + 100*time.Millisecond) // past OpenTimeout: half-open lets a probe through
 		code, resp := s.post(t, "/v1/search", plugin.SearchRequest{Query: query})
 		require.Equal(t, http.StatusOK, code)
 		require.Equal(t, plugin.ModeReranked, resp.Mode, "recovered through half-open")

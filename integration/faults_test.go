@@ -122,7 +122,7 @@ func newFaultStack(t *testing.T) *faultStack {
 	via, err := adapter.New(adapter.Options{Addresses: []string{p.url}, Index: s.es.Index(), RequestTimeout: 5 * time.Second, MaxRetries: 3}, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = via.Close() })
-	srv := plugin.New(via, s.engine, plugin.Options{MaxBodyBytes: faultMaxBodyBytes, RequestTimeout: faultBudget,
+	srv := newSidecar(via, s.engine, sidecarOptions{MaxBodyBytes: faultMaxBodyBytes, RequestTimeout: faultBudget,
 		ESBudgetFraction: 0.3, MaxQueryChars: 1024, MaxHits: faultMaxHits, MaxCandidates: 100,
 		Decode: inference.Options{BeamWidth: 10}, MaxInflight: 2, QueueSize: 8, ConsecutiveFailures: 5,
 		OpenTimeout: time.Second, MinTopScore: -1e9, Model: plugin.ModelInfo{Name: "fault"}, Ingester: via,

@@ -113,7 +113,7 @@ func TestFirstStage(t *testing.T) {
 	faulty := &faultyEncoder{inner: enc}
 	stage, err := retrieve.New(es, faulty, retrieve.DefaultParams, nil)
 	require.NoError(t, err)
-	srv := plugin.New(es, lm.Engine, plugin.Options{MaxBodyBytes: 4 << 20, RequestTimeout: 30 * time.Second,
+	srv := newSidecar(es, lm.Engine, sidecarOptions{MaxBodyBytes: 4 << 20, RequestTimeout: 30 * time.Second,
 		ESBudgetFraction: 0.3, MaxQueryChars: 1024, MaxHits: 1000, MaxCandidates: 10, Decode: inference.Options{BeamWidth: 10},
 		MaxInflight: 1, QueueSize: 4, ConsecutiveFailures: 2, OpenTimeout: time.Minute, MinTopScore: -1e9, Policy: "model",
 		FirstStage: stage, Model: plugin.ModelInfo{Name: lm.Manifest.Name}})

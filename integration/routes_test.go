@@ -21,9 +21,8 @@ import (
 // routeFloor is the least share of never-trained NQ dev queries (40 per route) the model must answer at
 // rank 1 through the right route: copy for a document it has not seen, parametric for one it has. These are
 // floors of "the route works end to end on real queries", not quality targets: models/small measured 7/40
-// (copy) and 2/40 (parametric) on this corpus when this was written, 15/40 and 7/40 in session 27 (the index's
-// 1,000 new documents, BM25 as the baseline), the tiny fixture 1/40 and 0/8, BM25 far more (README,
-// docs/evaluation.md). Measured with: go test -tags "integration ort tokenizers" -run TestRoutes -v
+// (copy) and 2/40 (parametric) on this corpus when this was written, 15/40 and 7/40 later (the index's
+// 1,000 new documents, BM25 as the baseline), the tiny fixture 1/40 and 0/8, BM25 far more (docs/research). Measured with: go test -tags "integration ort tokenizers" -run TestRoutes -v
 // (ICICLE_ROUTES_ON_TINY=1 runs it on the tiny fixture too).
 var routeFloor = map[string]float64{
 	"copy":       0.1,
@@ -75,7 +74,7 @@ func devQueries(t *testing.T) []labelledQuery {
 func TestRoutes(t *testing.T) {
 	s := newStack(t, 1000)
 	if s.config == "tiny" && os.Getenv("ICICLE_ROUTES_ON_TINY") == "" {
-		testenv.Missing(t, "the tiny fixture does not read its context (docs/evaluation.md); run with models/small")
+		testenv.Missing(t, "the tiny fixture does not read its context (docs/research); run with models/small")
 	}
 	inIndex := map[string]bool{}
 	for _, d := range s.ingested {
@@ -128,7 +127,7 @@ func TestRoutes(t *testing.T) {
 	// The same queries with experimental.route_by_first_stage: of the model's best answer from each route, the one
 	// BM25 over the whole index ranks higher comes first, and the response says rerouted exactly where that
 	// changed the router's first (the engine is deterministic, so the beams are the ones above).
-	routed := s.withOptions(t, func(o *plugin.Options) { o.RouteByFirstStage = true })
+	routed := s.withOptions(t, func(o *sidecarOptions) { o.RouteByFirstStage = true })
 	rank := func(r plugin.Result) int {
 		if r.FirstStageRank == nil {
 			return 1 << 30

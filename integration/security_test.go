@@ -24,6 +24,7 @@ import (
 	"github.com/icicle-search/sidecar/inference/ort"
 	"github.com/icicle-search/sidecar/internal/testenv"
 	"github.com/icicle-search/sidecar/plugin"
+	"github.com/icicle-search/sidecar/rank"
 )
 
 // authProxy is scripts/authproxy.sh's nginx in front of the node: the credentials it accepts and the log
@@ -152,9 +153,9 @@ func TestSecurityBehindAuthProxy(t *testing.T) {
 	require.NoError(t, es.EnsureIndex(t.Context()), "the sidecar's own work, with the service credentials")
 
 	const writeToken = "integration-write-token-0123456789"
-	model := plugin.NewSwapper(plugin.LoadedModel{Reranker: lm.Engine, Seen: lm.Seen,
-		Info: plugin.ModelInfo{Name: lm.Manifest.Name, SeenDocIDs: len(lm.Seen)}}, nil, nil)
-	srv := plugin.New(es, model, plugin.Options{MaxBodyBytes: 4 << 20, RequestTimeout: 30 * time.Second,
+	model := plugin.NewSwapper(plugin.LoadedModel{Reader: rank.NewICICLE(lm.Engine, inference.Options{BeamWidth: 10}, false),
+		Seen: lm.Seen, Info: plugin.ModelInfo{Name: lm.Manifest.Name, SeenDocIDs: len(lm.Seen)}}, nil, nil)
+	srv := newSidecar(es, nil, sidecarOptions{Swapper: model, MaxBodyBytes: 4 << 20, RequestTimeout: 30 * time.Second,
 		ESBudgetFraction: 0.3, MaxQueryChars: 1024, MaxHits: 1000, MaxCandidates: 100, Decode: inference.Options{BeamWidth: 10},
 		MaxInflight: 1, QueueSize: 4, MinTopScore: -1e9, Policy: "model", Model: plugin.ModelInfo{Name: lm.Manifest.Name},
 		Ingester: es, WriteToken: writeToken, CallerCredentials: plugin.CallerPassthrough})

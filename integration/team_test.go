@@ -196,7 +196,7 @@ func TestTeamIndex(t *testing.T) {
 	t.Cleanup(func() { _ = lm.Close() })
 	stage, err := retrieve.New(es, enc, retrieve.DefaultParams, nil)
 	require.NoError(t, err)
-	srv := plugin.New(es, lm.Engine, plugin.Options{MaxBodyBytes: 4 << 20, RequestTimeout: 30 * time.Second,
+	srv := newSidecar(es, lm.Engine, sidecarOptions{MaxBodyBytes: 4 << 20, RequestTimeout: 30 * time.Second,
 		ESBudgetFraction: 0.1, MaxQueryChars: 1024, MaxHits: 1000, MaxCandidates: 10, Decode: inference.Options{BeamWidth: 10},
 		MaxInflight: 1, QueueSize: 4, MinTopScore: -1e9, Policy: "model", FirstStage: stage,
 		Fields:         plugin.SourceFields{DocID: teamFields.DocID, Title: teamFields.Title, Summary: teamFields.Summary},

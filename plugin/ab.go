@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/rank"
 	"github.com/icicle-search/sidecar/retrieve"
 )
 
@@ -172,17 +172,18 @@ func (s *Server) searchAll(ctx context.Context, query string, size int) (Respons
 	if err != nil {
 		return Response{}, err
 	}
-	return Response{Mode: ModeBM25, HitsReceived: len(hits), Results: baselineResults(hits, size, retrieve.BaselineBM25), Timings: Timings{ES: ms(esDur)}}, nil
+	return Response{Response: rank.Response{Mode: ModeBM25, HitsReceived: len(hits), Results: rank.BaselineResults(hits, size, retrieve.BaselineBM25),
+		Timings: Timings{ES: ms(esDur)}}}, nil
 }
 
 // bm25All asks Elasticsearch for the BM25 top k over all documents within its share of the budget.
 func (s *Server) bm25All(ctx context.Context, query string, k int) ([]adapter.Hit, time.Duration, error) {
-	esCtx, cancel := context.WithDeadline(ctx, s.workDeadline(ctx))
+	esCtx, cancel := context.WithDeadline(ctx, s.pipe.WorkDeadline(ctx))
 	defer cancel()
 	start := time.Now()
 	hits, err := s.es.SearchAll(esCtx, query, k)
 	d := time.Since(start)
-	s.metrics.stage.WithLabelValues("es").Observe(d.Seconds())
+	s.pipe.Metrics().ObserveStage("es", d.Seconds())
 	if err != nil {
 		return nil, d, upstreamError(ctx, "search all documents", err)
 	}
@@ -211,7 +212,7 @@ func (s *Server) searchInterleaved(ctx context.Context, query string, size int, 
 		}()
 		a.hits, a.dur, a.err = s.bm25All(ctx, query, size)
 	}()
-	resp, errB := s.searchModel(ctx, query, size, s.opts.Policy)
+	resp, errB := s.searchModel(ctx, query, size, s.pipe.Policy())
 	armA := <-ach
 	switch {
 	case errB != nil:
@@ -219,7 +220,7 @@ func (s *Server) searchInterleaved(ctx context.Context, query string, size int, 
 	case armA.err != nil:
 		return Response{}, armA.err
 	}
-	listA, listB := baselineResults(armA.hits, size, retrieve.BaselineBM25), resp.Results
+	listA, listB := rank.BaselineResults(armA.hits, size, retrieve.BaselineBM25), resp.Results
 	rng := rand.New(rand.NewPCG(seed[0], seed[1]))
 	picks := TeamDraft(docIDs(listA), docIDs(listB), size, func() bool { return rng.Uint64()&1 == 1 })
 	resp.Results = make([]Result, len(picks))
@@ -229,7 +230,7 @@ func (s *Server) searchInterleaved(ctx context.Context, query string, size int, 
 			list = listA
 		}
 		r := list[p.Index]
-		r.Rank, r.Team = i+1, p.Team
+		r.Rank, r.Team = i+1, string(p.Team)
 		resp.Results[i] = r
 		s.metrics.interleaved.WithLabelValues(string(p.Team)).Inc()
 	}
@@ -254,13 +255,9 @@ func (a assignment) keyHash() string {
 }
 
 // resultSize is how many results a request asked for: size, else the beam width, at most 100.
-func (s *Server) resultSize(size int) int { return min(cmp.Or(size, s.opts.Decode.BeamWidth), 100) }
+func (s *Server) resultSize(size int) int { return s.pipe.Size(size) }
 
-// upstreamError wraps an Elasticsearch failure as ErrUpstream; when the client went away it also wraps
-// context.Canceled, so that the answer is 499 rather than 503.
+// upstreamError wraps an Elasticsearch failure as ErrUpstream (rank.UpstreamError).
 func upstreamError(ctx context.Context, what string, err error) error {
-	if errors.Is(ctx.Err(), context.Canceled) {
-		err = ctx.Err()
-	}
-	return fmt.Errorf("%s: %w: %w", what, ErrUpstream, err)
+	return rank.UpstreamError(ctx, what, err)
 }

@@ -127,7 +127,7 @@ func TestSearchSplit(t *testing.T) {
 		return copyBeta(ctx, q, c)
 	}}
 	split := func(share float64) *Server {
-		return newTestServer(t, abSearcher(&newCalls, &allCalls), model, func(o *Options) {
+		return newTestServer(t, abSearcher(&newCalls, &allCalls), model, func(o *testOptions) {
 			o.AB = ABOptions{Enabled: true, Mode: ABSplit, SplitB: share}
 		})
 	}
@@ -207,7 +207,7 @@ func TestSearchSplit(t *testing.T) {
 		es := &fakeSearcher{searchAll: func(context.Context, string, int) ([]adapter.Hit, error) {
 			return nil, errors.New("dial tcp: connection refused")
 		}}
-		s := newTestServer(t, es, model, func(o *Options) { o.AB = ABOptions{Enabled: true, SplitB: 0} })
+		s := newTestServer(t, es, model, func(o *testOptions) { o.AB = ABOptions{Enabled: true, SplitB: 0} })
 		code, body := search(t, s, "k", "", `{"query":"q"}`)
 		require.Equal(t, http.StatusServiceUnavailable, code)
 		require.NotContains(t, body["error"], "refused")
@@ -216,7 +216,7 @@ func TestSearchSplit(t *testing.T) {
 
 func TestSearchInterleaved(t *testing.T) {
 	var newCalls, allCalls atomic.Int64
-	s := newTestServer(t, abSearcher(&newCalls, &allCalls), &fakeReranker{rank: copyBeta}, func(o *Options) {
+	s := newTestServer(t, abSearcher(&newCalls, &allCalls), &fakeReranker{rank: copyBeta}, func(o *testOptions) {
 		o.AB = ABOptions{Enabled: true, Mode: ABInterleave, Experiment: "exp"}
 	})
 	// Arm A: Seen Doc, Alpha, Old One, Old Two. Arm B (copyBeta): Beta (copy), Seen Doc (parametric).
@@ -267,12 +267,12 @@ func TestSearchImpressions(t *testing.T) {
 	l, err := OpenImpressionLog(path, ImpressionLogOptions{})
 	require.NoError(t, err)
 	var newCalls, allCalls atomic.Int64
-	s := newTestServer(t, abSearcher(&newCalls, &allCalls), &fakeReranker{rank: copyBeta}, func(o *Options) {
+	s := newTestServer(t, abSearcher(&newCalls, &allCalls), &fakeReranker{rank: copyBeta}, func(o *testOptions) {
 		o.AB = ABOptions{Enabled: true, Mode: ABInterleave}
 		o.Impressions = l
 	})
 	_, body := search(t, s, "alice@example.com", "", `{"query":"who sang","size":4}`)
-	off := newTestServer(t, abSearcher(&newCalls, &allCalls), &fakeReranker{rank: copyBeta}, func(o *Options) { o.Impressions = l })
+	off := newTestServer(t, abSearcher(&newCalls, &allCalls), &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.Impressions = l })
 	_, plain := search(t, off, "", "", `{"query":"who sang","size":1}`)
 	code, _ := search(t, off, "", "", `{"query":""}`)
 	require.Equal(t, http.StatusBadRequest, code)

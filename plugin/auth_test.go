@@ -62,7 +62,7 @@ func TestCallerAuthPutsTheCallersHeaderInTheContext(t *testing.T) {
 					return threeHits(), nil
 				},
 			}
-			s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.CallerCredentials = tt.mode })
+			s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.CallerCredentials = tt.mode })
 			req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/search", strings.NewReader(`{"query":"q"}`))
 			if tt.header != "" {
 				req.Header.Set("Authorization", tt.header)
@@ -97,7 +97,7 @@ func TestSearchPassesOnElasticsearch401(t *testing.T) {
 			es := &fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) {
 				return nil, denied
 			}, searchAll: func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }}
-			s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.CallerCredentials = tt.mode })
+			s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.CallerCredentials = tt.mode })
 			code, body, hdr := do(t, s, http.MethodPost, "/v1/search", `{"query":"q"}`)
 			require.Equal(t, tt.want, code, body)
 			require.NotContains(t, body, "results")
@@ -128,7 +128,7 @@ func TestWriteAuth(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ing := &fakeIngester{}
-			s := newTestServer(t, &fakeSearcher{}, &fakeReranker{}, func(o *Options) {
+			s := newTestServer(t, &fakeSearcher{}, &fakeReranker{}, func(o *testOptions) {
 				o.Ingester, o.WriteToken, o.AdminToken = ing, tt.token, "admin-token-0123456789"
 			})
 			req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/ingest", strings.NewReader(lineAlpha))
@@ -148,7 +148,7 @@ func TestWriteAuth(t *testing.T) {
 
 // TestSeparateAdmin: with SeparateAdmin the write endpoint is served by AdminHandler only.
 func TestSeparateAdmin(t *testing.T) {
-	s := newTestServer(t, &fakeSearcher{}, &fakeReranker{}, func(o *Options) { o.Ingester, o.SeparateAdmin = &fakeIngester{}, true })
+	s := newTestServer(t, &fakeSearcher{}, &fakeReranker{}, func(o *testOptions) { o.Ingester, o.SeparateAdmin = &fakeIngester{}, true })
 	post := func(h http.Handler) int {
 		req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/ingest", strings.NewReader(lineAlpha))
 		req.Header.Set("Authorization", "Bearer "+testWriteToken)

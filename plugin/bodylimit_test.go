@@ -21,7 +21,7 @@ import (
 // the connection must not be reset under it), and the connection serves the next request.
 func TestOversizedBodyGets413(t *testing.T) {
 	es := &fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }}
-	s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.MaxBodyBytes = 4096 })
+	s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.MaxBodyBytes = 4096 })
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
 	client := hs.Client()

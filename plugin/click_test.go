@@ -25,7 +25,7 @@ func TestImpressionIDsAreUnique(t *testing.T) {
 	l, err := OpenImpressionLog(path, ImpressionLogOptions{})
 	require.NoError(t, err)
 	var newCalls, allCalls atomic.Int64
-	s := newTestServer(t, abSearcher(&newCalls, &allCalls), &fakeReranker{rank: copyBeta}, func(o *Options) {
+	s := newTestServer(t, abSearcher(&newCalls, &allCalls), &fakeReranker{rank: copyBeta}, func(o *testOptions) {
 		o.AB = ABOptions{Enabled: true, Mode: ABInterleave}
 		o.Impressions = l
 	})
@@ -63,7 +63,7 @@ func TestImpressionIDsAreUnique(t *testing.T) {
 func clickServer(t *testing.T, token string, clicks *ClickLog, imps *ImpressionLog) *Server {
 	t.Helper()
 	var newCalls, allCalls atomic.Int64
-	return newTestServer(t, abSearcher(&newCalls, &allCalls), &fakeReranker{rank: copyBeta}, func(o *Options) {
+	return newTestServer(t, abSearcher(&newCalls, &allCalls), &fakeReranker{rank: copyBeta}, func(o *testOptions) {
 		o.AB = ABOptions{Enabled: true, Mode: ABInterleave}
 		o.WriteToken, o.Clicks, o.Impressions = token, clicks, imps
 	})

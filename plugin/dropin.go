@@ -18,6 +18,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/rank"
 )
 
 // ModePassthrough is the drop-in's answer when it did not rerank: Elasticsearch's response unchanged, hits
@@ -160,14 +161,14 @@ func (s *Server) dropinSearch(c *gin.Context, index string) {
 	// Elasticsearch's.
 	esDeadline, _ := ctx.Deadline()
 	if plan.reason == "" {
-		esDeadline = s.workDeadline(ctx)
+		esDeadline = s.pipe.WorkDeadline(ctx)
 	}
 	esCtx, esCancel := context.WithDeadline(ctx, esDeadline)
 	esStart := time.Now()
 	res, err := s.es.Raw(esCtx, adapter.RawRequest{Method: http.MethodPost, Path: path, Query: plan.params, Header: c.Request.Header, Body: plan.body})
 	esCancel()
 	esDur := time.Since(esStart)
-	s.metrics.stage.WithLabelValues("es").Observe(esDur.Seconds())
+	s.pipe.Metrics().ObserveStage("es", esDur.Seconds())
 	if err != nil {
 		s.failES(c, "dropin", s.upstream(c, index, err))
 		return
@@ -201,7 +202,7 @@ func (s *Server) dropinSearch(c *gin.Context, index string) {
 			if err != nil {
 				info.Reason = ReasonHitsWithoutTitle
 			} else {
-				resp, err := s.rank(ctx, plan.query, hits, min(len(hits), 100), esDur, s.opts.Policy)
+				resp, err := s.pipe.Run(ctx, rank.Request{Query: plan.query, Size: min(len(hits), 100), Hits: hits, Searched: esDur})
 				if err != nil {
 					s.failES(c, "dropin", err)
 					return

@@ -239,14 +239,14 @@ func TestDropinModes(t *testing.T) {
 	tests := []struct {
 		name, path, body string
 		model            *fakeReranker
-		opts             func(*Options)
+		opts             func(*testOptions)
 		esBody           string
 		mode, reason     string
 		order            []string
 	}{
-		{name: "fused", body: match, model: &fakeReranker{rank: copyBeta}, opts: func(o *Options) { o.Policy = "fusion" },
+		{name: "fused", body: match, model: &fakeReranker{rank: copyBeta}, opts: func(o *testOptions) { o.Policy = "fusion" },
 			mode: "fused", order: []string{"Beta/copy", "Alpha/bm25", "Seen Doc/parametric", "Gamma/bm25"}},
-		{name: "bm25 policy", body: match, model: failing, opts: func(o *Options) { o.Policy = "bm25" },
+		{name: "bm25 policy", body: match, model: failing, opts: func(o *testOptions) { o.Policy = "bm25" },
 			mode: "first_stage", order: []string{"Alpha/bm25", "Beta/bm25", "Gamma/bm25"}},
 		{name: "model error falls back", body: match, model: failing,
 			mode: "first_stage_fallback", reason: "model_error", order: []string{"Alpha/bm25", "Beta/bm25", "Gamma/bm25"}},
@@ -391,7 +391,7 @@ func FuzzDropinBody(f *testing.F) {
 	f.Add(`{"ext":{"icicle":{"query":"q"},"x":1},"size":0,"aggs":{}}`)
 	f.Add(`{"from":"1e3","search_after":null}`)
 	f.Add(`[]`)
-	s := New(&fakeSearcher{}, &fakeReranker{rank: copyBeta}, Options{MaxBodyBytes: 1 << 16, RequestTimeout: 1e9,
+	s := newServer(&fakeSearcher{}, &fakeReranker{rank: copyBeta}, testOptions{MaxBodyBytes: 1 << 16, RequestTimeout: 1e9,
 		MaxQueryChars: 200, MaxHits: 50, MinTopScore: -1e9})
 	f.Fuzz(func(t *testing.T, body string) {
 		rec := httptest.NewRecorder()
@@ -518,7 +518,7 @@ func TestAllowList(t *testing.T) {
 	})
 	t.Run("configured", func(t *testing.T) {
 		es := &fakeSearcher{indexNames: func(context.Context) ([]string, error) { return nil, errors.New("not asked") }}
-		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.AllowedIndices = []string{"a", "b"} })
+		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.AllowedIndices = []string{"a", "b"} })
 		for path, want := range map[string]int{"/a,b/_count": 200, "/a/_count": 200, "/icicle-docs/_count": 403, "/a,c/_count": 403} {
 			code, _, _ := do(t, s, "GET", path, "")
 			require.Equal(t, want, code, path)
@@ -533,7 +533,7 @@ func TestAllowList(t *testing.T) {
 		require.Equal(t, 403, code)
 	})
 	t.Run("scripts allowed by option", func(t *testing.T) {
-		s := newTestServer(t, &fakeSearcher{}, &fakeReranker{rank: copyBeta}, func(o *Options) { o.AllowScripts = true })
+		s := newTestServer(t, &fakeSearcher{}, &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.AllowScripts = true })
 		code, _, _ := do(t, s, "POST", "/icicle-docs/_count", `{"runtime_mappings":{"x":{"type":"long","script":"emit(1)"}}}`)
 		require.Equal(t, 200, code)
 	})
@@ -544,7 +544,7 @@ func TestAllowList(t *testing.T) {
 func TestDropinPaging(t *testing.T) {
 	var sent []string
 	es := recordingES(200, esSearchBody, &sent)
-	s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.RankWindowSize = 3 })
+	s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.RankWindowSize = 3 })
 	page := func(from, size int) []string {
 		code, out, _ := do(t, s, "POST", "/icicle-docs/_search", fmt.Sprintf(`{"query":{"match":{"title":"q"}},"from":%d,"size":%d}`, from, size))
 		require.Equal(t, http.StatusOK, code, out)

@@ -11,6 +11,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/rank"
 )
 
 // InputError is bad input: the field (a JSON path such as "hits[3]._source.title") and the problem.
@@ -27,8 +28,8 @@ type BusyError struct{ What string }
 
 func (e *BusyError) Error() string { return e.What }
 
-// ErrUpstream marks an Elasticsearch failure (unreachable, rejecting or erroring).
-var ErrUpstream = errors.New("elasticsearch unavailable")
+// ErrUpstream marks an Elasticsearch failure (unreachable, rejecting or erroring): rank.ErrUpstream.
+var ErrUpstream = rank.ErrUpstream
 
 // statusClientClosed is nginx's 499: the client went away before the answer.
 const statusClientClosed = 499

@@ -52,7 +52,7 @@ func TestGatePolicy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var newCalls, allCalls atomic.Int64
-			s := newTestServer(t, abSearcher(&newCalls, &allCalls), &fakeReranker{rank: copyBeta}, func(o *Options) {
+			s := newTestServer(t, abSearcher(&newCalls, &allCalls), &fakeReranker{rank: copyBeta}, func(o *testOptions) {
 				o.Policy, o.Gate, o.RunModelWhenGateNever = "gate", tt.gate, true // never gates too: TestGateIdle
 			})
 			code, body := search(t, s, "", "", `{"query":"q","size":4}`)
@@ -98,7 +98,7 @@ func TestBaselineIsBM25OverAllDocuments(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var newCalls, allCalls atomic.Int64
-			s := newTestServer(t, abSearcher(&newCalls, &allCalls), tt.model, func(o *Options) { o.Policy, o.Gate = tt.policy, fixedGate(-3, 0.5) })
+			s := newTestServer(t, abSearcher(&newCalls, &allCalls), tt.model, func(o *testOptions) { o.Policy, o.Gate = tt.policy, fixedGate(-3, 0.5) })
 			code, body := search(t, s, "", "", `{"query":"q","size":4}`)
 			require.Equal(t, http.StatusOK, code, body)
 			require.Equal(t, tt.mode, body["mode"])
@@ -111,7 +111,7 @@ func TestBaselineIsBM25OverAllDocuments(t *testing.T) {
 		var allCalls atomic.Int64
 		es := abSearcher(new(atomic.Int64), &allCalls)
 		es.searchNew = func(context.Context, string, int) ([]adapter.Hit, error) { return nil, errors.New("shard down") }
-		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.Policy, o.Gate = "gate", fixedGate(-3, 0.5) })
+		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.Policy, o.Gate = "gate", fixedGate(-3, 0.5) })
 		code, body := search(t, s, "", "", `{"query":"q","size":4}`)
 		require.Equal(t, http.StatusOK, code, body)
 		require.Equal(t, "first_stage_fallback", body["mode"])
@@ -122,13 +122,13 @@ func TestBaselineIsBM25OverAllDocuments(t *testing.T) {
 
 // TestGateTravelsWithTheModel: a swap brings the new model's gate; a model without one keeps BM25.
 func TestGateTravelsWithTheModel(t *testing.T) {
-	sw := NewSwapper(LoadedModel{Reranker: &fakeReranker{rank: copyBeta}, Info: ModelInfo{Name: "first"}, Gate: fixedGate(3, 0.5)},
+	sw := NewSwapper(LoadedModel{Reader: icicle(&fakeReranker{rank: copyBeta}), Info: ModelInfo{Name: "first"}, Gate: fixedGate(3, 0.5)},
 		func(dir string) (LoadedModel, error) {
-			return LoadedModel{Reranker: &fakeReranker{rank: copyBeta}, Info: ModelInfo{Name: "second", Dir: dir}}, nil
+			return LoadedModel{Reader: icicle(&fakeReranker{rank: copyBeta}), Info: ModelInfo{Name: "second", Dir: dir}}, nil
 		}, nil)
 	t.Cleanup(func() { _ = sw.Close() })
 	var newCalls, allCalls atomic.Int64
-	s := New(abSearcher(&newCalls, &allCalls), sw, Options{MaxBodyBytes: 1 << 20, RequestTimeout: 1e9, ESBudgetFraction: 0.3,
+	s := newServer(abSearcher(&newCalls, &allCalls), sw, testOptions{MaxBodyBytes: 1 << 20, RequestTimeout: 1e9, ESBudgetFraction: 0.3,
 		MaxQueryChars: 100, MaxHits: 100, MinTopScore: -1e9, Policy: "gate", Gate: fixedGate(-3, 0.5)})
 	_, body := search(t, s, "", "", `{"query":"q"}`)
 	require.Equal(t, GatePromote, body["gate"].(map[string]any)["decision"], "the Swapper's gate, not Options.Gate")
@@ -151,7 +151,7 @@ func TestGateIdle(t *testing.T) {
 			ranks.Add(1)
 			return copyBeta(ctx, q, c)
 		}}
-		s := newTestServer(t, abSearcher(&newCalls, &allCalls), model, func(o *Options) { o.Policy, o.Gate = "gate", g })
+		s := newTestServer(t, abSearcher(&newCalls, &allCalls), model, func(o *testOptions) { o.Policy, o.Gate = "gate", g })
 		code, body := search(t, s, "", "", `{"query":"q","size":4}`)
 		require.Equal(t, http.StatusOK, code, body)
 		require.Equal(t, "gated", body["mode"])
@@ -179,7 +179,7 @@ func TestGateIdle(t *testing.T) {
 		require.Equal(t, "reranked", body["mode"])
 		require.EqualValues(t, 1, ranks.Load(), "policy model runs it")
 
-		s = newTestServer(t, abSearcher(&newCalls, &allCalls), model, func(o *Options) {
+		s = newTestServer(t, abSearcher(&newCalls, &allCalls), model, func(o *testOptions) {
 			o.Policy, o.Gate, o.RunModelWhenGateNever = "gate", g, true
 		})
 		_, body = search(t, s, "", "", `{"query":"q","size":4}`)

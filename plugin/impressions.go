@@ -58,7 +58,7 @@ func newImpression(now time.Time, resp Response, a assignment) Impression {
 		imp.Experiment, imp.KeyHash, imp.KeySource, imp.Arm = resp.AB.Experiment, a.keyHash(), a.source, a.arm
 	}
 	for i, r := range resp.Results {
-		imp.Shown[i] = Shown{Rank: r.Rank, DocID: r.DocID, ID: r.ID, Provenance: r.Provenance, Team: r.Team}
+		imp.Shown[i] = Shown{Rank: r.Rank, DocID: r.DocID, ID: r.ID, Provenance: r.Provenance, Team: Team(r.Team)}
 	}
 	return imp
 }

@@ -39,7 +39,7 @@ func (f *fakeIngester) Ingest(ctx context.Context, docs iter.Seq[adapter.Doc], o
 
 func newIngestServer(t *testing.T, ing Ingester, maxBody int64) *Server {
 	t.Helper()
-	return newTestServer(t, &fakeSearcher{}, &fakeReranker{}, func(o *Options) {
+	return newTestServer(t, &fakeSearcher{}, &fakeReranker{}, func(o *testOptions) {
 		o.Ingester = ing
 		if maxBody > 0 {
 			o.MaxBodyBytes = maxBody
@@ -254,7 +254,7 @@ func (f *fakeCompressor) Compress(ctx context.Context, title, text string) (stri
 
 func newCompressorServer(t *testing.T, ing Ingester, comp compress.Compressor, workers int) *Server {
 	t.Helper()
-	return newTestServer(t, &fakeSearcher{}, &fakeReranker{}, func(o *Options) {
+	return newTestServer(t, &fakeSearcher{}, &fakeReranker{}, func(o *testOptions) {
 		o.Ingester, o.Compressor, o.CompressWorkers = ing, comp, workers
 	})
 }
@@ -350,10 +350,10 @@ func TestIngestHandlerCompressorFails(t *testing.T) {
 // wins; others keep the stored flag. replace=true asks the adapter to overwrite different texts.
 func TestIngestHandlerAppliesTheModelsSeenCorpus(t *testing.T) {
 	ing := &fakeIngester{}
-	sw := NewSwapper(LoadedModel{Reranker: &fakeReranker{}, Info: ModelInfo{Name: "m"}, Seen: []string{"Alpha", "Gamma"}}, nil, nil)
-	var opts Options
-	newTestServer(t, &fakeSearcher{}, &fakeReranker{}, func(o *Options) { o.Ingester = ing; opts = *o })
-	s := New(&fakeSearcher{}, sw, opts)
+	sw := NewSwapper(LoadedModel{Reader: icicle(&fakeReranker{}), Info: ModelInfo{Name: "m"}, Seen: []string{"Alpha", "Gamma"}}, nil, nil)
+	var opts testOptions
+	newTestServer(t, &fakeSearcher{}, &fakeReranker{}, func(o *testOptions) { o.Ingester = ing; opts = *o })
+	s := newServer(&fakeSearcher{}, sw, opts)
 	lineDelta := `{"docid": "Delta", "title": "Delta", "text": "delta text", "summary": "d"}`
 	w, _ := postIngest(t, s, "?replace=true", lineAlpha+"\n"+lineBeta+"\n"+lineGamma+"\n"+lineDelta)
 	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
@@ -391,7 +391,7 @@ func TestIngestHandlerEmbeds(t *testing.T) {
 		}
 		return adapter.IngestReport{Indexed: len(docs), Embedded: len(docs)}, nil
 	}}
-	s := newTestServer(t, &fakeSearcher{}, &fakeReranker{}, func(o *Options) {
+	s := newTestServer(t, &fakeSearcher{}, &fakeReranker{}, func(o *testOptions) {
 		o.Ingester, o.Embed, o.VectorModel = ing, embed, "fake-encoder"
 	})
 	first := make(chan IngestResponse)

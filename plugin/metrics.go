@@ -4,34 +4,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/icicle-search/sidecar/inference"
-	"github.com/icicle-search/sidecar/retrieve"
+	"github.com/icicle-search/sidecar/rank"
 )
 
+// metrics are the HTTP layer's collectors: requests by endpoint, status and mode, latency, the A/B arms and
+// the reader swaps. The ranking's (stages, routes, fallbacks, gate, first stage, the guard's queue and
+// breaker) are rank.Metrics, on the same registry.
 type metrics struct {
-	requests     *prometheus.CounterVec
-	duration     *prometheus.HistogramVec
-	stage        *prometheus.HistogramVec
-	routes       *prometheus.CounterVec
-	fallbacks    *prometheus.CounterVec
-	inContext    prometheus.Histogram
-	breakerState prometheus.Gauge
-	abArms       *prometheus.CounterVec
-	interleaved  *prometheus.CounterVec
-	swaps        *prometheus.CounterVec
-
-	// Admission (admission.go): requests waiting for a model session and running it, how long they
-	// waited, and the breaker's state changes.
-	queued             prometheus.Gauge
-	running            prometheus.Gauge
-	queueWait          prometheus.Histogram
-	breakerTransitions *prometheus.CounterVec
-	// admissionRefused counts runs the cost model refused before they started (answered overloaded).
-	admissionRefused prometheus.Counter
-	// Issue 14 (gate).
-	gateDecisions *prometheus.CounterVec
-	// Issue 22 (first stage): answers by baseline (hybrid, bm25) and the reason a configured encoder was
-	// not used.
-	baselines *prometheus.CounterVec
+	requests    *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	abArms      *prometheus.CounterVec
+	interleaved *prometheus.CounterVec
+	swaps       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -40,16 +24,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Requests by endpoint, HTTP status and ranking mode."}, []string{"endpoint", "status", "mode"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "icicle_request_duration_seconds",
 			Help: "Total request latency.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"endpoint"}),
-		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "icicle_stage_duration_seconds",
-			Help: "Latency of the Elasticsearch and model stages (model_prefill and model_decode split the model's answered runs).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"stage"}),
-		routes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_routes_total",
-			Help: "Top-1 results by route (copy, parametric)."}, []string{"route"}),
-		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_fallbacks_total",
-			Help: "Responses that fell back to the first stage's order, by reason."}, []string{"reason"}),
-		inContext: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "icicle_candidates_in_context",
-			Help: "Candidates in the model's prompt.", Buckets: []float64{0, 1, 3, 10, 20, 50, 100}}),
-		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{Name: "icicle_breaker_state",
-			Help: "Model circuit breaker: 0 closed, 1 half-open, 2 open."}),
 		abArms: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_ab_requests_total",
 			Help: "A/B answers of /v1/search by arm (A, B, interleaved)."}, []string{"arm"}),
 		interleaved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_ab_interleaved_results_total",
@@ -57,54 +31,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		swaps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_model_swaps_total",
 			Help: "Hot model swaps by result (success, failure)."}, []string{"result"}),
 	}
-	m.queued = prometheus.NewGauge(prometheus.GaugeOpts{Name: "icicle_model_queued",
-		Help: "Requests waiting for a model session (at most concurrency.queue_size)."})
-	m.running = prometheus.NewGauge(prometheus.GaugeOpts{Name: "icicle_model_running",
-		Help: "Requests running the model (at most concurrency.max_inflight, the session count)."})
-	m.queueWait = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "icicle_model_queue_wait_seconds",
-		Help: "Time a request waited for a model session, admitted or shed as overloaded.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
-	m.breakerTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_breaker_transitions_total",
-		Help: "Model circuit breaker state changes by the state entered (closed, half-open, open)."}, []string{"to"})
-	m.admissionRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "icicle_model_admission_refused_total",
-		Help: "Model runs not started because the cost model predicted they would not end within the time left (answered overloaded)."})
-	reg.MustRegister(m.requests, m.duration, m.stage, m.routes, m.fallbacks, m.inContext, m.breakerState,
-		m.abArms, m.interleaved, m.swaps, m.queued, m.running, m.queueWait, m.breakerTransitions, m.admissionRefused)
-	// Issue 14 (gate): decisions of policy gate, each label registered at zero.
-	m.gateDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_gate_decisions_total",
-		Help: "Gate decisions (policy gate): promote_model (the model's top moved to rank 1) or keep_first_stage."}, []string{"decision"})
-	for _, d := range []string{GatePromote, GateKeep} {
-		m.gateDecisions.WithLabelValues(d)
-	}
-	reg.MustRegister(m.gateDecisions)
-	m.baselines = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "icicle_first_stage_total",
-		Help: "First-stage rankings by baseline (hybrid: BM25 and the dense encoder; bm25: BM25 alone) and the reason a configured encoder was not used."},
-		[]string{"baseline", "reason"})
-	for _, l := range [][2]string{{retrieve.BaselineHybrid, ""}, {retrieve.BaselineBM25, ""},
-		{retrieve.BaselineBM25, retrieve.ReasonEncoderError}, {retrieve.BaselineBM25, retrieve.ReasonDenseUnavailable}} {
-		m.baselines.WithLabelValues(l[0], l[1])
-	}
-	reg.MustRegister(m.baselines)
-	m.zero()
-	return m
-}
-
-// zero creates every labelled series a dashboard or a rate() alert reads, at 0, so that each exists
-// from the first scrape rather than from its first increment.
-func (m *metrics) zero() {
+	reg.MustRegister(m.requests, m.duration, m.abArms, m.interleaved, m.swaps)
 	for _, endpoint := range []string{"rerank", "search", "dropin"} {
-		for _, mode := range []Mode{ModeGated, ModeReranked, ModeFused, ModeFirstStageFallback, ModeFirstStage, ModeBM25} {
+		for _, mode := range rank.Modes {
 			m.requests.WithLabelValues(endpoint, "200", string(mode))
 		}
 		m.duration.WithLabelValues(endpoint)
-	}
-	for _, stage := range []string{"es", "model"} {
-		m.stage.WithLabelValues(stage)
-	}
-	for _, route := range []inference.Route{inference.RouteCopy, inference.RouteParametric} {
-		m.routes.WithLabelValues(string(route))
-	}
-	for _, reason := range fallbackReasons {
-		m.fallbacks.WithLabelValues(reason)
 	}
 	for _, arm := range []Arm{ArmA, ArmB, ArmInterleaved} {
 		m.abArms.WithLabelValues(string(arm))
@@ -115,9 +47,7 @@ func (m *metrics) zero() {
 	for _, result := range []string{"success", "failure"} {
 		m.swaps.WithLabelValues(result)
 	}
-	for _, to := range []string{"closed", "half-open", "open"} {
-		m.breakerTransitions.WithLabelValues(to)
-	}
+	return m
 }
 
 // watchImpressions exposes the impression log's counters, read at scrape time.

@@ -84,7 +84,7 @@ func TestOpenAPISpecIsValid(t *testing.T) {
 // test sees all of them. A new option that adds a route belongs here.
 func fullServer(t *testing.T) *Server {
 	t.Helper()
-	sw := NewSwapper(LoadedModel{Reranker: &fakeReranker{rank: copyBeta}, Info: ModelInfo{Name: "fake", SeenDocIDs: 200}},
+	sw := NewSwapper(LoadedModel{Reader: icicle(&fakeReranker{rank: copyBeta}), Info: ModelInfo{Name: "fake", SeenDocIDs: 200}},
 		func(dir string) (LoadedModel, error) {
 			switch dir {
 			case "models/broken":
@@ -92,16 +92,16 @@ func fullServer(t *testing.T) *Server {
 			case "models/panic":
 				panic("loader exploded")
 			}
-			return LoadedModel{Reranker: &fakeReranker{rank: copyBeta}, Info: ModelInfo{Name: "next", Dir: dir}}, nil
+			return LoadedModel{Reader: icicle(&fakeReranker{rank: copyBeta}), Info: ModelInfo{Name: "next", Dir: dir}}, nil
 		}, nil)
 	es := &fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }}
-	var opts Options // newTestServer's, which takes a *fakeReranker; the admin route needs the Swapper at New
-	newTestServer(t, es, &fakeReranker{}, func(o *Options) {
+	var opts testOptions // newTestServer's, which takes a *fakeReranker; the admin route needs the Swapper at New
+	newTestServer(t, es, &fakeReranker{}, func(o *testOptions) {
 		o.Ingester, o.AdminToken = &fakeIngester{}, "secret"
 		o.Clicks, o.WriteToken = testClickLog(t, 0), "secret" // issue 14b: POST /v1/click
 		opts = *o
 	})
-	return New(es, sw, opts)
+	return newServer(es, sw, opts)
 }
 
 var ginParam = regexp.MustCompile(`[:*]([A-Za-z0-9_]+)`)
@@ -146,19 +146,19 @@ type contractCase struct {
 }
 
 // std is a server whose Elasticsearch returns threeHits and whose model copies Beta and recalls "Seen Doc".
-func std(mod func(*Options)) func(*testing.T, context.CancelFunc) *Server {
+func std(mod func(*testOptions)) func(*testing.T, context.CancelFunc) *Server {
 	return func(t *testing.T, _ context.CancelFunc) *Server {
 		return withModel(&fakeReranker{rank: copyBeta}, mod)(t, nil)
 	}
 }
 
-func withModel(m *fakeReranker, mod func(*Options)) func(*testing.T, context.CancelFunc) *Server {
+func withModel(m *fakeReranker, mod func(*testOptions)) func(*testing.T, context.CancelFunc) *Server {
 	return withES(&fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }}, m, mod)
 }
 
-func withES(es *fakeSearcher, m *fakeReranker, mod func(*Options)) func(*testing.T, context.CancelFunc) *Server {
+func withES(es *fakeSearcher, m *fakeReranker, mod func(*testOptions)) func(*testing.T, context.CancelFunc) *Server {
 	return func(t *testing.T, _ context.CancelFunc) *Server {
-		return newTestServer(t, es, m, func(o *Options) {
+		return newTestServer(t, es, m, func(o *testOptions) {
 			o.Ingester, o.MaxBodyBytes = &fakeIngester{}, 4096
 			if mod != nil {
 				mod(o)
@@ -168,7 +168,7 @@ func withES(es *fakeSearcher, m *fakeReranker, mod func(*Options)) func(*testing
 }
 
 func withIngester(ing Ingester) func(*testing.T, context.CancelFunc) *Server {
-	return withES(&fakeSearcher{}, &fakeReranker{rank: copyBeta}, func(o *Options) { o.Ingester = ing })
+	return withES(&fakeSearcher{}, &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.Ingester = ing })
 }
 
 // withSeenDiff is a server whose model knows its seen corpus, returned once the background seen-corpus
@@ -178,8 +178,9 @@ func withSeenDiff(t *testing.T, _ context.CancelFunc) *Server {
 		return adapter.SeenDiff{IndexSeen: 3, ModelSeen: 3, MissingInIndex: []string{"Gamma"}, MissingInIndexCount: 1,
 			NotInModel: []string{"Zeta"}, NotInModelCount: 1}, nil
 	}}
-	s := withES(es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.Model.SeenDocIDs = 3 })(t, nil)
-	s.model = &seenReranker{fakeReranker{rank: copyBeta}, []string{"Alpha", "Beta", "Gamma"}}
+	s := withES(es, &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.Model.SeenDocIDs = 3 })(t, nil)
+	s.models = NewSwapper(LoadedModel{Reader: icicle(&fakeReranker{rank: copyBeta}), Info: s.opts.Model,
+		Seen: []string{"Alpha", "Beta", "Gamma"}}, nil, nil)
 	s.refreshSeenDiff()
 	require.Eventually(t, func() bool { _, d := s.seenDiffBody(s.modelInfo()); return d != nil }, 5*time.Second, 5*time.Millisecond)
 	return s
@@ -205,7 +206,7 @@ func testClickLog(t *testing.T, buffer int) *ClickLog {
 // withClicks is a server serving POST /v1/click with the write token "secret" (issue 14b).
 func withClicks(buffer int) func(*testing.T, context.CancelFunc) *Server {
 	return func(t *testing.T, _ context.CancelFunc) *Server {
-		return std(func(o *Options) { o.Clicks, o.WriteToken = testClickLog(t, buffer), "secret" })(t, nil)
+		return std(func(o *testOptions) { o.Clicks, o.WriteToken = testClickLog(t, buffer), "secret" })(t, nil)
 	}
 }
 
@@ -214,13 +215,13 @@ func withImpressions(t *testing.T, _ context.CancelFunc) *Server {
 	l, err := OpenImpressionLog(filepath.Join(t.TempDir(), "impressions.jsonl"), ImpressionLogOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
-	return std(func(o *Options) { o.Impressions = l })(t, nil)
+	return std(func(o *testOptions) { o.Impressions = l })(t, nil)
 }
 
 // withAB is a server running the A/B experiment on /v1/search with ab applied to its options.
 func withAB(ab ABOptions) func(*testing.T, context.CancelFunc) *Server {
 	hits := func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }
-	return withES(&fakeSearcher{searchNew: hits, searchAll: hits}, &fakeReranker{rank: copyBeta}, func(o *Options) { o.AB = ab })
+	return withES(&fakeSearcher{searchNew: hits, searchAll: hits}, &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.AB = ab })
 }
 
 // lookup follows a dotted path ("results.0.team") through decoded JSON.
@@ -287,10 +288,10 @@ func contractCases() []contractCase {
 	return []contractCase{
 		// POST /v1/rerank
 		{name: "rerank reranked", method: "POST", path: "/v1/rerank", body: hits, status: 200, mode: "reranked"},
-		{name: "rerank fused", method: "POST", path: "/v1/rerank", body: hits, server: std(func(o *Options) { o.Policy = "fusion" }), status: 200, mode: "fused"},
-		{name: "rerank bm25 policy", method: "POST", path: "/v1/rerank", body: hits, server: std(func(o *Options) { o.Policy = "first_stage" }), status: 200, mode: "first_stage"},
+		{name: "rerank fused", method: "POST", path: "/v1/rerank", body: hits, server: std(func(o *testOptions) { o.Policy = "fusion" }), status: 200, mode: "fused"},
+		{name: "rerank bm25 policy", method: "POST", path: "/v1/rerank", body: hits, server: std(func(o *testOptions) { o.Policy = "first_stage" }), status: 200, mode: "first_stage"},
 		{name: "rerank policy not allowed", method: "POST", path: "/v1/rerank", body: `{"query":"q","policy":"model"}`,
-			server: std(func(o *Options) { o.Policy, o.AllowPolicyOverride = "gate", false }), status: 403},
+			server: std(func(o *testOptions) { o.Policy, o.AllowPolicyOverride = "gate", false }), status: 403},
 		{name: "rerank without a model", method: "POST", path: "/v1/rerank", body: hits, server: withModel(nil, nil), status: 200, mode: "first_stage"},
 		{name: "search without a model", method: "POST", path: "/v1/search", body: `{"query":"q"}`, server: withModel(nil, nil), status: 200, mode: "first_stage",
 			has: []string{"model_skipped"}},
@@ -298,7 +299,7 @@ func contractCases() []contractCase {
 		{name: "rerank model timeout", method: "POST", path: "/v1/rerank", body: hits, server: withModel(modelErr(context.DeadlineExceeded), nil), status: 200, mode: "first_stage_fallback", reason: "model_timeout"},
 		{name: "rerank context full", method: "POST", path: "/v1/rerank", body: hits, server: withModel(modelErr(inference.ErrContextFull), nil), status: 200, mode: "first_stage_fallback", reason: "context_full"},
 		{name: "rerank nothing to rank", method: "POST", path: "/v1/rerank", body: hits, server: withModel(modelErr(inference.ErrEmptyAllowedSet), nil), status: 200, mode: "first_stage_fallback", reason: "nothing_to_rank"},
-		{name: "rerank low confidence", method: "POST", path: "/v1/rerank", body: hits, server: std(func(o *Options) { o.MinTopScore = 0 }), status: 200, mode: "first_stage_fallback", reason: "low_confidence"},
+		{name: "rerank low confidence", method: "POST", path: "/v1/rerank", body: hits, server: std(func(o *testOptions) { o.MinTopScore = 0 }), status: 200, mode: "first_stage_fallback", reason: "low_confidence"},
 		{name: "rerank unresolved parametric", method: "POST", path: "/v1/rerank", body: hits, status: 200, mode: "reranked",
 			server: withES(&fakeSearcher{resolve: func(context.Context, []string) (map[string]adapter.Hit, error) { return nil, nil }}, &fakeReranker{rank: copyBeta}, nil)},
 		{name: "rerank missing query", method: "POST", path: "/v1/rerank", body: `{"hits":[]}`, status: 400, reqInvalid: true},
@@ -313,13 +314,13 @@ func contractCases() []contractCase {
 		// POST /v1/search
 		{name: "search reranked", method: "POST", path: "/v1/search", body: `{"query":"q","size":5}`, status: 200, mode: "reranked"},
 		{name: "search model error", method: "POST", path: "/v1/search", body: `{"query":"q"}`, server: withModel(modelErr(errors.New("onnx")), nil), status: 200, mode: "first_stage_fallback", reason: "model_error"},
-		{name: "search gated keep", method: "POST", path: "/v1/search", body: `{"query":"q"}`, server: std(func(o *Options) { o.Policy, o.Gate = "gate", fixedGate(-3, 0.5) }),
+		{name: "search gated keep", method: "POST", path: "/v1/search", body: `{"query":"q"}`, server: std(func(o *testOptions) { o.Policy, o.Gate = "gate", fixedGate(-3, 0.5) }),
 			status: 200, mode: "gated", has: []string{"gate.decision", "gate.features.p_copy", "gate.first_stage_top", "gate.model_top"}},
-		{name: "search gated idle", method: "POST", path: "/v1/search", body: `{"query":"q"}`, server: std(func(o *Options) { o.Policy = "gate" }),
+		{name: "search gated idle", method: "POST", path: "/v1/search", body: `{"query":"q"}`, server: std(func(o *testOptions) { o.Policy = "gate" }),
 			status: 200, mode: "gated", has: []string{"gate.decision", "gate.reason", "gate.never", "gate.first_stage_top"}},
 		{name: "search gated promote", method: "POST", path: "/v1/search", body: `{"query":"q"}`,
-			server: std(func(o *Options) { o.Policy, o.Gate = "gate", fixedGate(3, 0.5) }), status: 200, mode: "gated", has: []string{"gate.decision"}},
-		{name: "rerank gated", method: "POST", path: "/v1/rerank", body: hits, server: std(func(o *Options) { o.Policy, o.Gate = "gate", fixedGate(-3, 0.5) }), status: 200, mode: "gated", has: []string{"gate.model_top"}},
+			server: std(func(o *testOptions) { o.Policy, o.Gate = "gate", fixedGate(3, 0.5) }), status: 200, mode: "gated", has: []string{"gate.decision"}},
+		{name: "rerank gated", method: "POST", path: "/v1/rerank", body: hits, server: std(func(o *testOptions) { o.Policy, o.Gate = "gate", fixedGate(-3, 0.5) }), status: 200, mode: "gated", has: []string{"gate.model_top"}},
 		{name: "search context unavailable", method: "POST", path: "/v1/search", body: `{"query":"q"}`, status: 200, mode: "first_stage_fallback", reason: "context_unavailable",
 			server: withES(&fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return nil, errors.New("shard down") },
 				searchAll: func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }}, &fakeReranker{rank: copyBeta}, nil)},
@@ -357,7 +358,7 @@ func contractCases() []contractCase {
 		{name: "ingest with a wrong write token", method: "POST", path: "/v1/ingest", body: lines, contentType: "application/x-ndjson", status: 401,
 			header: map[string]string{"Authorization": "Bearer not-the-write-token"}},
 		{name: "ingest off without a write token", header: writer, method: "POST", path: "/v1/ingest", body: lines, contentType: "application/x-ndjson", status: 404,
-			server: std(func(o *Options) { o.WriteToken = "" })},
+			server: std(func(o *testOptions) { o.WriteToken = "" })},
 
 		// POST /v1/ingest
 		{name: "ingest jsonl", header: writer, method: "POST", path: "/v1/ingest?refresh=true", body: lines, contentType: "application/x-ndjson", status: 200},
@@ -388,7 +389,7 @@ func contractCases() []contractCase {
 			}})},
 
 		{name: "ingest summary compressor down", header: writer, method: "POST", path: "/v1/ingest", body: lines + `{"docid":"Delta","title":"Delta","text":"d"}`,
-			contentType: "application/x-ndjson", status: 503, server: withES(&fakeSearcher{}, &fakeReranker{rank: copyBeta}, func(o *Options) {
+			contentType: "application/x-ndjson", status: 503, server: withES(&fakeSearcher{}, &fakeReranker{rank: copyBeta}, func(o *testOptions) {
 				o.Compressor = &fakeCompressor{compress: func(context.Context, string, string) (string, error) {
 					return "", errors.New("connection refused")
 				}}
@@ -427,19 +428,19 @@ func contractCases() []contractCase {
 		// GET endpoints
 		{name: "model", method: "GET", path: "/v1/model", status: 200},
 		{name: "model with its gate", method: "GET", path: "/v1/model", status: 200, has: []string{"gate.source", "gate.fit.n"},
-			server: std(func(o *Options) {
+			server: std(func(o *testOptions) {
 				o.Model.Gate = NewGateInfo(&gate.Gate{Source: "m/gate.json", Threshold: 0.7, Fit: &gate.FitInfo{N: 10}})
 			})},
 		{name: "model reading by blocks", method: "GET", path: "/v1/model", status: 200, has: []string{"blocks.layout", "blocks.max_bytes"},
-			server: std(func(o *Options) {
+			server: std(func(o *testOptions) {
 				o.Model.BlockStore, o.Model.BlockLayout = inference.NewBlockStore(1<<20, false), "shared"
 			})},
 		{name: "readyz reading by blocks", method: "GET", path: "/readyz", status: 200, has: []string{"blocks.layout", "blocks.misses"},
-			server: std(func(o *Options) {
+			server: std(func(o *testOptions) {
 				o.Model.BlockStore, o.Model.BlockLayout = inference.NewBlockStore(1<<20, false), "contiguous"
 			})},
 		{name: "readyz with a block fill", method: "GET", path: "/readyz", status: 200, has: []string{"blocks.precision", "blocks.fill.state", "blocks.fill.error"},
-			server: std(func(o *Options) {
+			server: std(func(o *testOptions) {
 				store := inference.NewBlockStore(1<<20, true)
 				store.SetFill(inference.BlockFill{State: "failed", Documents: 512, Computed: 300, Seconds: 12.5, Error: "list new: unavailable"})
 				o.Model.BlockStore, o.Model.BlockLayout = store, "shared"
@@ -455,9 +456,9 @@ func contractCases() []contractCase {
 		// /{index}/_search, the drop-in
 		{name: "dropin reranked", method: "POST", path: "/icicle-docs/_search", body: match, status: 200, mode: "reranked"},
 		{name: "dropin ext query", method: "POST", path: "/icicle-docs/_search", body: `{"query":{"match_all":{}},"ext":{"icicle":{"query":"who sang"}}}`, status: 200, mode: "reranked"},
-		{name: "dropin fused", method: "POST", path: "/icicle-docs/_search", body: match, server: std(func(o *Options) { o.Policy = "fusion" }), status: 200, mode: "fused"},
-		{name: "dropin gated", method: "POST", path: "/icicle-docs/_search", body: match, server: std(func(o *Options) { o.Policy, o.Gate = "gate", fixedGate(3, 0.5) }), status: 200, mode: "gated"},
-		{name: "dropin bm25 policy", method: "POST", path: "/icicle-docs/_search", body: match, server: std(func(o *Options) { o.Policy = "first_stage" }), status: 200, mode: "first_stage"},
+		{name: "dropin fused", method: "POST", path: "/icicle-docs/_search", body: match, server: std(func(o *testOptions) { o.Policy = "fusion" }), status: 200, mode: "fused"},
+		{name: "dropin gated", method: "POST", path: "/icicle-docs/_search", body: match, server: std(func(o *testOptions) { o.Policy, o.Gate = "gate", fixedGate(3, 0.5) }), status: 200, mode: "gated"},
+		{name: "dropin bm25 policy", method: "POST", path: "/icicle-docs/_search", body: match, server: std(func(o *testOptions) { o.Policy = "first_stage" }), status: 200, mode: "first_stage"},
 		{name: "dropin model error", method: "POST", path: "/icicle-docs/_search", body: match, server: withModel(modelErr(errors.New("onnx")), nil), status: 200, mode: "first_stage_fallback", reason: "model_error"},
 		{name: "dropin unresolved parametric", method: "POST", path: "/icicle-docs/_search", body: match, status: 200, mode: "reranked",
 			server: withES(&fakeSearcher{resolve: func(context.Context, []string) (map[string]adapter.Hit, error) { return nil, nil }}, &fakeReranker{rank: copyBeta}, nil)},

@@ -10,12 +10,6 @@ import (
 	"github.com/icicle-search/sidecar/adapter"
 )
 
-// seenCorpus is implemented by a Reranker that knows the docids its model was trained on
-// (*inference.Engine); /readyz then reports how the index's seen documents differ from them.
-type seenCorpus interface {
-	SeenCorpus() []string
-}
-
 // seenDiffTimeout bounds one background seen-corpus diff (a listing of every seen docid).
 const seenDiffTimeout = 2 * time.Minute
 
@@ -35,15 +29,11 @@ type seenDiffState struct {
 // cannot pair one model's name with another's corpus; ok is false when the model does not know its
 // seen corpus.
 func (s *Server) servingSeen() (model ModelInfo, seen []string, ok bool) {
-	if sw, isSwapper := s.model.(*Swapper); isSwapper {
-		model, seen = sw.current()
+	if s.models != nil {
+		model, seen = s.models.current()
 		return model, seen, true
 	}
-	sc, ok := s.model.(seenCorpus)
-	if !ok {
-		return ModelInfo{}, nil, false
-	}
-	return s.opts.Model, sc.SeenCorpus(), true
+	return ModelInfo{}, nil, false
 }
 
 // refreshSeenDiff starts computing the seen-corpus diff in the background unless the model does not

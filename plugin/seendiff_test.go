@@ -14,14 +14,6 @@ import (
 	"github.com/icicle-search/sidecar/adapter"
 )
 
-// seenReranker is a fakeReranker that knows its seen corpus, as *inference.Engine does.
-type seenReranker struct {
-	fakeReranker
-	seen []string
-}
-
-func (r *seenReranker) SeenCorpus() []string { return r.seen }
-
 // readyWithDiff polls /readyz until the background diff has landed and returns that body.
 func readyWithDiff(t *testing.T, s *Server) map[string]any {
 	t.Helper()
@@ -44,8 +36,8 @@ func TestReadySeenDiff(t *testing.T) {
 			return adapter.SeenDiff{IndexSeen: 3, ModelSeen: 3, MissingInIndex: []string{"Gamma"}, MissingInIndexCount: 1,
 				NotInModel: []string{"Zeta"}, NotInModelCount: 1}, nil
 		}}
-		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.Model.SeenDocIDs = 3 })
-		s.model = &seenReranker{fakeReranker{rank: copyBeta}, model}
+		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.Model.SeenDocIDs = 3 })
+		s.models = NewSwapper(LoadedModel{Reader: icicle(&fakeReranker{rank: copyBeta}), Info: s.opts.Model, Seen: model}, nil, nil)
 		body := readyWithDiff(t, s)
 		require.Equal(t, false, body["seen_consistent"], "equal counts, different sets")
 		d := body["seen_diff"].(map[string]any)
@@ -64,8 +56,8 @@ func TestReadySeenDiff(t *testing.T) {
 			calls.Add(1)
 			return adapter.SeenDiff{IndexSeen: 3, ModelSeen: 3}, nil
 		}}
-		s := newTestServer(t, es, nil, func(o *Options) { o.Model.SeenDocIDs = 3; o.SeenDiffInterval = time.Nanosecond })
-		s.model = &seenReranker{fakeReranker{rank: copyBeta}, model}
+		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.Model.SeenDocIDs = 3; o.SeenDiffInterval = time.Nanosecond })
+		s.models = NewSwapper(LoadedModel{Reader: icicle(&fakeReranker{rank: copyBeta}), Info: s.opts.Model, Seen: model}, nil, nil)
 		body := readyWithDiff(t, s)
 		require.Equal(t, true, body["seen_consistent"])
 		d := body["seen_diff"].(map[string]any)
@@ -82,8 +74,8 @@ func TestReadySeenDiff(t *testing.T) {
 			}
 			return adapter.SeenDiff{IndexSeen: 3, ModelSeen: 3}, nil
 		}}
-		s := newTestServer(t, es, nil, func(o *Options) { o.Model.SeenDocIDs = 3 })
-		s.model = &seenReranker{fakeReranker{rank: copyBeta}, model}
+		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.Model.SeenDocIDs = 3 })
+		s.models = NewSwapper(LoadedModel{Reader: icicle(&fakeReranker{rank: copyBeta}), Info: s.opts.Model, Seen: model}, nil, nil)
 		code, body, _ := do(t, s, "GET", "/readyz", "")
 		require.Equal(t, 200, code)
 		require.Equal(t, "pending", body["seen_consistent"], "3 = 3 by count, but the sets are not compared yet")
@@ -97,8 +89,8 @@ func TestReadySeenDiff(t *testing.T) {
 			calls.Add(1)
 			return adapter.SeenDiff{}, errors.New("elasticsearch unavailable")
 		}}
-		s := newTestServer(t, es, nil, func(o *Options) { o.Model.SeenDocIDs = 3 })
-		s.model = &seenReranker{fakeReranker{rank: copyBeta}, model}
+		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.Model.SeenDocIDs = 3 })
+		s.models = NewSwapper(LoadedModel{Reader: icicle(&fakeReranker{rank: copyBeta}), Info: s.opts.Model, Seen: model}, nil, nil)
 		require.Eventually(t, func() bool {
 			code, body, _ := do(t, s, "GET", "/readyz", "")
 			return calls.Load() >= 1 && code == 200 && body["seen_consistent"] == "pending" && body["seen_diff"] == nil
@@ -141,7 +133,7 @@ func TestReadySeenDiffFollowsSwaps(t *testing.T) {
 		}
 		return adapter.SeenDiff{IndexSeen: 2, ModelSeen: 2}, nil
 	}}
-	s := New(es, sw, Options{RequestTimeout: time.Second, ESBudgetFraction: 0.3, MinTopScore: -1e9})
+	s := newServer(es, sw, testOptions{RequestTimeout: time.Second, ESBudgetFraction: 0.3, MinTopScore: -1e9})
 
 	body := readyWithDiff(t, s)
 	require.Equal(t, "A", body["seen_diff"].(map[string]any)["model"])

@@ -5,25 +5,22 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"iter"
 	"log/slog"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/sony/gobreaker/v2"
 
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/internal/compress"
 	"github.com/icicle-search/sidecar/internal/gate"
-	"github.com/icicle-search/sidecar/retrieve"
+	"github.com/icicle-search/sidecar/rank"
 )
 
 // Searcher is what the handlers need from Elasticsearch.
@@ -57,33 +54,12 @@ type Searcher interface {
 	Snippets(ctx context.Context, query string, hits []adapter.Hit, chars int) error
 }
 
-// FirstStage is the ranking every answer starts from (*retrieve.Stage): BM25 fused with a dense encoder, or
-// BM25 alone. Its order is the baseline (what policy first_stage, a gate that keeps and every fallback answer)
-// and the order of the model's candidates.
-type FirstStage interface {
-	// Search ranks a query over all documents (the baseline) and over new ones (the model's context, the
-	// top req.NewK). A *retrieve.NewSearchError comes with All set: the context is missing.
-	Search(ctx context.Context, req retrieve.Request) (retrieve.Lists, error)
-	// Rescore re-ranks the caller's hits (/v1/rerank, the drop-in) by the first stage's fusion.
-	Rescore(ctx context.Context, query string, hits []adapter.Hit) ([]adapter.Hit, retrieve.Info, error)
-	// Params are the fusion settings in use (/v1/model).
-	Params() retrieve.Params
-	// Encoder names the dense encoder, "" without one.
-	Encoder() string
-}
-
 // Ingester is what POST /v1/ingest needs from Elasticsearch (*adapter.Adapter satisfies it).
 type Ingester interface {
 	// Ingest bulk-writes docs, replacing documents with the same docid, and accounts for every document it
 	// drew: written (Indexed, Updated) or in Failed. The error is for the run as a whole: it wraps
 	// adapter.ErrUnavailable for an outage, or is the context's error; the report is valid alongside it.
 	Ingest(ctx context.Context, docs iter.Seq[adapter.Doc], opts adapter.IngestOptions) (adapter.IngestReport, error)
-}
-
-// Reranker is what the handlers need from the model.
-type Reranker interface {
-	// Rank runs the routed decode over the candidates (BM25 order).
-	Rank(ctx context.Context, query string, cands []inference.Candidate, opts inference.Options) (inference.Result, error)
 }
 
 // ModelInfo describes the loaded model for /v1/model and the responses.
@@ -164,63 +140,22 @@ func NewGateInfo(g *gate.Gate) *GateInfo {
 	return &GateInfo{Source: g.Source, Never: g.Never, Threshold: g.Threshold, Fit: g.Fit}
 }
 
-// Options configure the server; cmd/icicle fills them from config.
+// Options configure the server; cmd/icicle fills them from config. The ranking's own settings are the
+// pipeline's (rank.Options, rank.GuardOptions).
 type Options struct {
-	MaxBodyBytes     int64
-	RequestTimeout   time.Duration
-	ESBudgetFraction float64
-	MaxQueryChars    int
-	MaxHits          int
-	MaxCandidates    int
-	// SnippetChars, when positive, gives the model each candidate's best-matching passage of about this many
-	// characters instead of its stored summary (experimental.snippet_chars; Searcher.Snippets).
-	SnippetChars int
-	Decode       inference.Options
-	// FirstStage ranks every answer's baseline; nil is BM25 alone (retrieve.Stage without an encoder).
-	FirstStage FirstStage
+	MaxBodyBytes int64
+	// RequestTimeout is the whole budget of a request (the handler's deadline).
+	RequestTimeout time.Duration
+	MaxQueryChars  int
+	MaxHits        int
 	// Fields name the _source fields read of a caller's hits (/v1/rerank, the drop-in): docid (or
 	// adapter.IDField), title, summary. Default the sidecar's layout: docid, title, summary.
 	Fields SourceFields
-	// MaxInflight is how many requests run the model at once: the engine's session count (default 2).
-	// QueueSize is how many more may wait for one, first come first served (0: none wait), and
-	// QueueTimeout the longest wait (default 500ms); a request that gets no session in time, or finds
-	// the queue full, is answered from BM25 as "overloaded" at once and is not a breaker failure
-	// (admission.go).
-	MaxInflight, QueueSize int
-	QueueTimeout           time.Duration
-	// Breaker settings: ConsecutiveFailures open it, OpenTimeout until half-open, HalfOpenMaxRequests
-	// trial requests, Interval clears the closed counts.
-	ConsecutiveFailures  int
-	OpenTimeout          time.Duration
-	HalfOpenMaxRequests  int
-	BreakerCountInterval time.Duration
-	// Policy is "model" (the model's ranking; the plugin's default when empty, while cmd/icicle passes
-	// config's policy.mode, default "gate"), "fusion" (reciprocal rank fusion of the model's ranking and
-	// the first stage's, constant FusionK), "gate" (the first stage's order unless the model's gate promotes
-	// the model's top; mode "gated") or "first_stage" (never call the model; mode "first_stage"; "bm25" is its
-	// former name). The first stage ranks the whole index on /v1/search, the caller's hits on /v1/rerank.
-	// Without a model (New's model nil) every policy answers the first stage's order.
-	Policy  string
-	FusionK int
-	// AllowPolicyOverride lets a request's "policy" ask for another policy than Policy (config's
-	// policy.allow_override); without it a request may ask only for Policy or "first_stage".
+	// AllowPolicyOverride lets a request's "policy" ask for another policy than the pipeline's (config's
+	// policy.allow_override); without it a request may ask only for that one or "first_stage".
 	AllowPolicyOverride bool
-	// Gate is the gate of a model that is not a *Swapper (a Swapper carries its model's); nil never
-	// overrides BM25.
-	Gate *gate.Gate
-	// RunModelWhenGateNever runs the model under policy gate although the gate never promotes
-	// (config's experimental.run_model_when_gate_never); without it such a request does not run the model.
-	RunModelWhenGateNever bool
-	// RouteByFirstStage puts first the model's answer, of its best copied and its best remembered, that the
-	// first stage ranks higher (config's experimental.route_by_first_stage; route.go).
-	RouteByFirstStage bool
-	// MemoryFromFirstStage has the model's memory route recall only the seen documents of the first stage's
-	// list (inference.Options.MemoryScope; config's experimental.memory_scope first_stage).
-	MemoryFromFirstStage bool
-	// MinCopyProb and MinTopScore make the response fall back to BM25 on doubt.
-	MinCopyProb float64
-	MinTopScore float64
-	Model       ModelInfo
+	// Model describes the reader when it is not a *Swapper (which describes its own).
+	Model ModelInfo
 	// SeenDiffInterval is how long /readyz reuses a seen-corpus diff (Searcher.SeenDiff) before it starts
 	// a new one in the background (default 5m; after a failure 30s at most).
 	SeenDiffInterval time.Duration
@@ -295,62 +230,41 @@ type Options struct {
 	MetricsOff  bool
 }
 
-// Server serves the sidecar API.
+// Server serves the sidecar API: the HTTP layer over a ranking pipeline (package rank).
 type Server struct {
-	es      Searcher
-	first   FirstStage
-	model   Reranker
-	opts    Options
-	log     *slog.Logger
-	breaker *gobreaker.CircuitBreaker[inference.Result]
-	admit   *admission
+	es   Searcher
+	pipe *rank.Pipeline
+	// models is the swappable reader the pipeline reads with; nil when it has none, or a fixed one
+	// (Options.Model describes it then).
+	models *Swapper
+	opts   Options
+	log    *slog.Logger
 	// embedSlots bounds the ingest requests embedding at once (Options.EmbedSlots).
 	embedSlots chan struct{}
-	// inflight counts the runs in progress (the cost model's concurrency level); cost is the serving
-	// model's cost model, replaced on a swap (costs).
-	inflight atomic.Int64
-	costMu   sync.Mutex
-	cost     *costModel
-	costOf   any // the model the cost model measures
-	metrics  *metrics
-	router   *gin.Engine
-	admin    *gin.Engine // the write and admin endpoints when Options.SeparateAdmin; else router
-	seen     seenDiffState
+	metrics    *metrics
+	router     *gin.Engine
+	admin      *gin.Engine // the write and admin endpoints when Options.SeparateAdmin; else router
+	seen       seenDiffState
 	// allow is the drop-in's allow-list (dropin_proxy.go); nil until resolved: the configured index alone.
 	allow atomic.Pointer[allowList]
 }
 
-// New builds the server and its routes.
-func New(es Searcher, model Reranker, opts Options) *Server {
-	opts.MaxCandidates = cmp.Or(opts.MaxCandidates, 100)
-	opts.Decode.BeamWidth = cmp.Or(opts.Decode.BeamWidth, 10)
-	opts.MaxInflight = cmp.Or(opts.MaxInflight, 2)
-	opts.QueueTimeout = cmp.Or(opts.QueueTimeout, 500*time.Millisecond)
+// New builds the server and its routes over pipe. models is the reader pipe reads with when it can be
+// swapped (POST /v1/admin/model, SIGHUP; nil otherwise). The pipeline's metrics must be registered on
+// opts.Registry to be served.
+func New(es Searcher, pipe *rank.Pipeline, models *Swapper, opts Options) *Server {
 	opts.MetricsPath = cmp.Or(opts.MetricsPath, "/metrics")
-	opts.ConsecutiveFailures = cmp.Or(opts.ConsecutiveFailures, 5)
-	opts.HalfOpenMaxRequests = cmp.Or(opts.HalfOpenMaxRequests, 1)
-	opts.Policy = canonicalPolicy(cmp.Or(opts.Policy, PolicyModel))
-	opts.FusionK = cmp.Or(opts.FusionK, 60)
+	opts.RequestTimeout = cmp.Or(opts.RequestTimeout, 2*time.Second)
 	opts.SeenDiffInterval = cmp.Or(opts.SeenDiffInterval, 5*time.Minute)
 	opts.EmbedSlots = cmp.Or(opts.EmbedSlots, 1)
 	opts.AB = opts.AB.withDefaults()
 	opts.Fields.DocID = cmp.Or(opts.Fields.DocID, "docid")
 	opts.Fields.Title = cmp.Or(opts.Fields.Title, "title")
 	opts.Fields.Summary = cmp.Or(opts.Fields.Summary, "summary")
-	s := &Server{es: es, first: opts.FirstStage, model: model, opts: opts, log: opts.Logger,
-		embedSlots: make(chan struct{}, opts.EmbedSlots),
-		admit:      newAdmission(opts.MaxInflight, max(opts.QueueSize, 0), opts.QueueTimeout)}
+	s := &Server{es: es, pipe: pipe, models: models, opts: opts, log: opts.Logger,
+		embedSlots: make(chan struct{}, opts.EmbedSlots)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
-	}
-	if s.first == nil {
-		bm25 := retrieve.DefaultParams
-		bm25.Method = retrieve.MethodBM25
-		st, err := retrieve.New(bm25Only{es}, nil, bm25, s.log)
-		if err != nil {
-			panic(err) // static parameters
-		}
-		s.first = st
 	}
 	reg := opts.Registry
 	if reg == nil {
@@ -364,27 +278,6 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 	if opts.Clicks != nil {
 		watchClicks(reg, opts.Clicks)
 	}
-	s.breaker = gobreaker.NewCircuitBreaker[inference.Result](gobreaker.Settings{
-		Name:        "model",
-		MaxRequests: uint32(opts.HalfOpenMaxRequests),
-		Interval:    opts.BreakerCountInterval,
-		Timeout:     opts.OpenTimeout,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= uint32(opts.ConsecutiveFailures) },
-		OnStateChange: func(_ string, from, to gobreaker.State) {
-			s.log.Warn("model breaker state changed", "from", from.String(), "to", to.String())
-			s.metrics.breakerState.Set(float64(to))
-			s.metrics.breakerTransitions.WithLabelValues(to.String()).Inc()
-		},
-		// A client that went away says nothing about the model's health.
-		// A prompt that cannot fit the model's context is the request's size, not the model's fault.
-		// A request that waited for a session and got none never gets here (runModel answers it
-		// "overloaded"): only the model's own runs are counted.
-		IsSuccessful: func(err error) bool {
-			var load *loadTimeoutError
-			return err == nil || errors.Is(err, context.Canceled) || errors.Is(err, inference.ErrContextFull) ||
-				errors.Is(err, inference.ErrEmptyAllowedSet) || errors.Is(err, errNoBudget) || errors.As(err, &load)
-		},
-	})
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
@@ -408,7 +301,7 @@ func New(es Searcher, model Reranker, opts Options) *Server {
 		admin.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	}
 	s.admin = admin
-	if _, swappable := model.(*Swapper); swappable && opts.AdminToken != "" {
+	if models != nil && opts.AdminToken != "" {
 		admin.POST("/v1/admin/model", s.adminAuth, s.adminModel)
 	}
 	admin.POST("/v1/ingest", s.writeAuth, s.ingest)
@@ -443,22 +336,6 @@ type SourceFields struct {
 	DocID, Title, Summary string
 }
 
-// bm25Only lets a Searcher serve as the first stage's without dense searches (no encoder).
-type bm25Only struct{ Searcher }
-
-func (bm25Only) Dense(context.Context, []float32, []adapter.DenseQuery) ([][]adapter.Hit, error) {
-	return nil, errors.New("dense search: no encoder configured")
-}
-
-func (b bm25Only) SearchLean(ctx context.Context, query string, k int, onlyNew bool) ([]adapter.Hit, error) {
-	if onlyNew {
-		return b.SearchNew(ctx, query, k)
-	}
-	return b.SearchAll(ctx, query, k)
-}
-
-func (bm25Only) Sources(context.Context, []adapter.Hit) error { return nil }
-
 // Handler returns the HTTP handler.
 func (s *Server) Handler() http.Handler { return s.router }
 
@@ -479,13 +356,13 @@ func (s *Server) ready(c *gin.Context) {
 		return
 	}
 	s.refreshAllowList() // an alias added since the start is allowed from now on
-	if s.model == nil {
+	if !s.pipe.HasReader() {
 		// No model: nothing to compare the index's seen documents with, no breaker in use.
 		c.JSON(http.StatusOK, gin.H{"ready": true, "model": "none"})
 		return
 	}
 	model := s.modelInfo() // the current one: a hot swap changes the seen corpus
-	body := gin.H{"ready": true, "model": model.Name, "breaker": s.breaker.State().String()}
+	body := gin.H{"ready": true, "model": model.Name, "breaker": s.pipe.Guard().BreakerState()}
 	if b := model.withBlocks().Blocks; b != nil {
 		body["blocks"] = b
 	}

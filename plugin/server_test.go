@@ -216,20 +216,19 @@ func copyBeta(_ context.Context, _ string, cands []inference.Candidate) (inferen
 	}}, nil
 }
 
-func newTestServer(t *testing.T, es *fakeSearcher, m *fakeReranker, mod func(*Options)) *Server {
+func newTestServer(t *testing.T, es *fakeSearcher, m *fakeReranker, mod func(*testOptions)) *Server {
 	t.Helper()
-	opts := Options{MaxBodyBytes: 1 << 20, RequestTimeout: time.Second, ESBudgetFraction: 0.3, MaxQueryChars: 100,
+	opts := testOptions{MaxBodyBytes: 1 << 20, RequestTimeout: time.Second, ESBudgetFraction: 0.3, MaxQueryChars: 100,
 		MaxHits: 1000, MaxCandidates: 100, MaxInflight: 2, QueueSize: 2, ConsecutiveFailures: 2, OpenTimeout: time.Hour,
 		MinTopScore: -1e9, Model: ModelInfo{Name: "fake", SeenDocIDs: 200}, WriteToken: testWriteToken,
 		AllowPolicyOverride: true}
 	if mod != nil {
 		mod(&opts)
 	}
-	var r Reranker // a nil *fakeReranker is a server without a model
-	if m != nil {
-		r = m
+	if m == nil {
+		return newServer(es, nil, opts) // a server without a model
 	}
-	return New(es, r, opts)
+	return newServer(es, m, opts)
 }
 
 func do(t *testing.T, s *Server, method, path, body string) (int, map[string]any, http.Header) {
@@ -312,13 +311,13 @@ func TestRerankModes(t *testing.T) {
 			<-ctx.Done()
 			return inference.Result{}, ctx.Err()
 		}}
-		s := newTestServer(t, es, m, func(o *Options) { o.RequestTimeout = 20 * time.Millisecond })
+		s := newTestServer(t, es, m, func(o *testOptions) { o.RequestTimeout = 20 * time.Millisecond })
 		code, body, _ := do(t, s, "POST", "/v1/rerank", rerankBody(threeHits(), "q"))
 		require.Equal(t, http.StatusOK, code)
 		require.Equal(t, "model_timeout", body["fallback_reason"])
 	})
 	t.Run("low confidence falls back", func(t *testing.T) {
-		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.MinTopScore = -0.01 })
+		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.MinTopScore = -0.01 })
 		_, body, _ := do(t, s, "POST", "/v1/rerank", rerankBody(threeHits(), "q"))
 		require.Equal(t, "low_confidence", body["fallback_reason"])
 	})
@@ -330,7 +329,7 @@ func TestRerankModes(t *testing.T) {
 			<-release
 			return copyBeta(ctx, q, c)
 		}}
-		s := newTestServer(t, es, m, func(o *Options) { o.MaxInflight, o.QueueSize = 1, 0 })
+		s := newTestServer(t, es, m, func(o *testOptions) { o.MaxInflight, o.QueueSize = 1, 0 })
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -346,7 +345,7 @@ func TestRerankModes(t *testing.T) {
 
 func TestRerankBadInput(t *testing.T) {
 	es := &fakeSearcher{}
-	s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.MaxHits = 3; o.MaxBodyBytes = 2000 })
+	s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.MaxHits = 3; o.MaxBodyBytes = 2000 })
 	tests := []struct {
 		name, body string
 		code       int
@@ -410,7 +409,7 @@ func TestSearchElasticsearchBudgetSpent(t *testing.T) {
 				<-ctx.Done() // the ES share of the budget
 				return nil, tt.err(ctx)
 			}}
-			s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.RequestTimeout = 100 * time.Millisecond })
+			s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.RequestTimeout = 100 * time.Millisecond })
 			code, body, hdr := do(t, s, "POST", "/v1/search", `{"query":"q"}`)
 			require.Equal(t, tt.wantStatus, code, body)
 			require.Equal(t, tt.wantError, body["error"])
@@ -450,7 +449,7 @@ func TestNoModel(t *testing.T) {
 	var newCalls, allCalls atomic.Int64
 	for _, policy := range []string{"gate", "model", "fusion", "first_stage"} {
 		t.Run(policy, func(t *testing.T) {
-			s := newTestServer(t, abSearcher(&newCalls, &allCalls), nil, func(o *Options) { o.Policy = policy })
+			s := newTestServer(t, abSearcher(&newCalls, &allCalls), nil, func(o *testOptions) { o.Policy = policy })
 			code, body := search(t, s, "", "", `{"query":"q","size":4}`)
 			require.Equal(t, http.StatusOK, code, body)
 			require.Equal(t, "first_stage", body["mode"])
@@ -480,7 +479,7 @@ func TestPolicyOverride(t *testing.T) {
 		return inference.Result{}, nil
 	}}
 	es := &fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }}
-	s := newTestServer(t, es, m, func(o *Options) { o.Policy, o.AllowPolicyOverride = "first_stage", false })
+	s := newTestServer(t, es, m, func(o *testOptions) { o.Policy, o.AllowPolicyOverride = "first_stage", false })
 	for _, p := range []string{"model", "fusion", "gate"} {
 		code, body, _ := do(t, s, "POST", "/v1/search", `{"query":"q","policy":"`+p+`"}`)
 		require.Equal(t, http.StatusForbidden, code, body)
@@ -504,7 +503,7 @@ func TestPolicies(t *testing.T) {
 			t.Fatal("model called under policy bm25")
 			return inference.Result{}, nil
 		}}
-		s := newTestServer(t, es, m, func(o *Options) { o.Policy = "bm25" })
+		s := newTestServer(t, es, m, func(o *testOptions) { o.Policy = "bm25" })
 		code, body, _ := do(t, s, "POST", "/v1/search", `{"query":"q"}`)
 		require.Equal(t, http.StatusOK, code)
 		require.Equal(t, "first_stage", body["mode"])
@@ -513,7 +512,7 @@ func TestPolicies(t *testing.T) {
 		require.Equal(t, "Alpha", body["results"].([]any)[0].(map[string]any)["docid"])
 	})
 	t.Run("fusion interleaves the model and BM25 by reciprocal rank", func(t *testing.T) {
-		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *Options) { o.Policy = "fusion"; o.FusionK = 60 })
+		s := newTestServer(t, es, &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.Policy = "fusion"; o.FusionK = 60 })
 		code, body, _ := do(t, s, "POST", "/v1/search", `{"query":"q","size":10}`)
 		require.Equal(t, http.StatusOK, code)
 		require.Equal(t, "fused", body["mode"])
@@ -537,7 +536,7 @@ func TestNothingToRankFallsBackWithoutTrippingTheBreaker(t *testing.T) {
 	m := &fakeReranker{rank: func(context.Context, string, []inference.Candidate) (inference.Result, error) {
 		return inference.Result{}, fmt.Errorf("rank: %w", inference.ErrEmptyAllowedSet)
 	}}
-	s := newTestServer(t, es, m, func(o *Options) { o.Policy = "model" }) // the breaker opens after 2 failures
+	s := newTestServer(t, es, m, func(o *testOptions) { o.Policy = "model" }) // the breaker opens after 2 failures
 	for range 4 {
 		_, body, _ := do(t, s, "POST", "/v1/search", `{"query":"q"}`)
 		require.Equal(t, "first_stage_fallback", body["mode"])

@@ -23,7 +23,7 @@ func TestSnippets(t *testing.T) {
 	}}
 	chars := 0
 	es := &fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }}
-	with := func(n int) func(*Options) { return func(o *Options) { o.SnippetChars = n } }
+	with := func(n int) func(*testOptions) { return func(o *testOptions) { o.SnippetChars = n } }
 
 	t.Run("the model reads snippets, the results keep summaries", func(t *testing.T) {
 		es.snippets = func(ctx context.Context, q string, hits []adapter.Hit, n int) error {

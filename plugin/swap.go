@@ -12,16 +12,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/icicle-search/sidecar/rank"
+
 	"github.com/gin-gonic/gin"
 
-	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/internal/gate"
 )
 
 // LoadedModel is an open model as a ModelLoader returns it.
 type LoadedModel struct {
-	// Reranker ranks with the model.
-	Reranker Reranker
+	// Reader reads with the model (rank.NewICICLE over its engine).
+	Reader rank.Reader
 	// Info describes it for /v1/model and the responses.
 	Info ModelInfo
 	// Seen is its seen corpus (seen_docids.txt), compared with the previous model's on a swap.
@@ -95,14 +96,28 @@ func newGeneration(m LoadedModel) *generation {
 	return g
 }
 
-// Rank ranks with the current model, holding it until the answer is in.
-func (s *Swapper) Rank(ctx context.Context, query string, cands []inference.Candidate, opts inference.Options) (inference.Result, error) {
+// Read reads with the current model, holding it until the reading is in (rank.Reader).
+func (s *Swapper) Read(ctx context.Context, q rank.Query) (rank.Reading, error) {
 	g, err := s.acquire()
 	if err != nil {
-		return inference.Result{}, err
+		return rank.Reading{}, err
 	}
 	defer s.release(g)
-	return g.Reranker.Rank(ctx, query, cands, opts)
+	return g.Reader.Read(ctx, q)
+}
+
+// Name names the current model (rank.Source): the responses' model, and its cost model's key.
+func (s *Swapper) Name() string {
+	i := s.cur.Load().Info
+	return i.Name
+}
+
+// Seed is what a run of the current model cost alone when it was loaded (rank.Seeded).
+func (s *Swapper) Seed() rank.Seed {
+	if r := s.cur.Load().Info.Run; r != nil && r.WarmPromptTokens > 0 {
+		return rank.Seed{Tokens: r.WarmPromptTokens, Took: time.Duration(r.WarmRunMS * float64(time.Millisecond))}
+	}
+	return rank.Seed{}
 }
 
 // Info describes the current model.
@@ -238,25 +253,10 @@ func seenDiff(prev, next []string) (added, removed int) {
 
 // modelInfo describes the model serving now: the Swapper's current one, else Options.Model.
 func (s *Server) modelInfo() ModelInfo {
-	if sw, ok := s.model.(*Swapper); ok {
-		return sw.Info()
+	if s.models != nil {
+		return s.models.Info()
 	}
 	return s.opts.Model
-}
-
-// gate is the gate of the model serving now (the Swapper's current one, else Options.Gate); never nil:
-// a model without a gate gets gate.Default, which keeps BM25's order.
-func (s *Server) gate() *gate.Gate {
-	var g *gate.Gate
-	if sw, ok := s.model.(*Swapper); ok {
-		g = sw.Gate()
-	} else {
-		g = s.opts.Gate
-	}
-	if g == nil {
-		return gate.Default()
-	}
-	return g
 }
 
 // ErrNotSwappable is the answer of SwapModel for a server whose model is not a *Swapper.
@@ -265,8 +265,8 @@ var ErrNotSwappable = errors.New("the model cannot be swapped: the server was no
 // SwapModel loads dir and swaps it in (Swapper.Swap), logging and counting the outcome; POST
 // /v1/admin/model and SIGHUP (cmd/icicle) both come here. On error the previous model keeps serving.
 func (s *Server) SwapModel(dir string) (SwapReport, error) {
-	sw, ok := s.model.(*Swapper)
-	if !ok {
+	sw := s.models
+	if sw == nil {
 		return SwapReport{}, ErrNotSwappable
 	}
 	rep, err := sw.Swap(dir)

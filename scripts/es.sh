@@ -8,12 +8,17 @@
 #   scripts/es.sh stop      SIGTERM (clean close), then SIGKILL after ICICLE_ES_STOP_TIMEOUT seconds
 #   scripts/es.sh status    exit 0 if the node answers _cluster/health with yellow or green
 #   scripts/es.sh url       print http://127.0.0.1:PORT
+#   scripts/es.sh version   print the Elasticsearch version this environment selects
+#   scripts/es.sh versions  print the versions this script has pins for, the default first
 #
 # Use with:  scripts/es.sh start && ICICLE_ES_URL=$(scripts/es.sh url) go test -tags integration ./adapter
 #
 # Environment (defaults in brackets):
+#   ICICLE_ES_VERSION          which pinned release runs [8.14.3]; see VERSIONS below
+#   ICICLE_ES_JAVA_HOME        the JDK to use; otherwise the first JDK new enough for the version among
+#                              JAVA_HOME, java on PATH and /usr/lib/jvm/* (8.x: 17+, 9.x: 21+)
 #   ICICLE_CACHE               cache root [$HOME/.cache/icicle]; jars under es/<version>/
-#   ICICLE_RUN_DIR             run root [<repo>/.run]; data, logs, pid under es/
+#   ICICLE_RUN_DIR             run root [<repo>/.run]; data, logs, pid under es/<version>/
 #   ICICLE_ES_PORT             HTTP port on 127.0.0.1 [9200]
 #   ICICLE_ES_TRANSPORT_PORT   node-to-node port or range on 127.0.0.1 [9300-9399]
 #   ICICLE_ES_HEAP             JVM heap, -Xms and -Xmx [1g]
@@ -25,27 +30,57 @@
 # modules to Maven Central, so this node has no painless/reindex (no _update_by_query), no analysis-common
 # (only the standard/simple/whitespace/keyword analyzers), no x-pack (no security, licensing, ILM). The
 # launcher adds GET / and HEAD / (the rest-root module, also unpublished), which clients use for version
-# and ping. Plain http, no authentication: it binds to 127.0.0.1 only.
+# and ping. Plain http, no authentication: it binds to 127.0.0.1 only. Nor are the distribution's native
+# libraries (lib/platform: libvec, libzstd) published: 9.x then runs with its native methods off, so it has
+# no best_compression codec (an index that sets it never gets its shard started) and no memory locking;
+# the default codec, vectors and everything the sidecar uses work. The warning 9.x logs about it at every
+# start is silenced in the node's log4j configuration (write_config).
+#
+# Each major has its own launcher twins (scripts/es/src/es8, src/es9: node construction, plugin loading and
+# REST registration changed in 9.x) beside the shared src/common. 9.x runs without the distribution's
+# launcher, so its entitlement agent is not loaded, as 8.x runs without its security manager.
 #
 # Why not org.codelibs:elasticsearch-cluster-runner: its 8.x releases are published only to
 # maven.codelibs.org; Maven Central stops at 7.10.2.0, and 7.10 lacks the X-Elastic-Product header that
-# go-elasticsearch v8 requires. transport-netty4 8.14.1 is also missing from Central, hence 8.14.3.
+# go-elasticsearch v8 requires. transport-netty4 8.14.1 is also missing from Central, hence 8.14.3. Nor
+# does Central have transport-netty4 for every 9.x release (its index lists 9.0.0, 9.0.1, 9.0.4, 9.0.8,
+# 9.1.0, 9.1.7, 9.2.0, 9.2.2, 9.5.2 and 9.5.3); 9.5.3 is the newest with both jars and their checksums.
 #
-# Needs: java and javac 17+, mvn, curl, sha256sum; network to Maven Central on the first install only.
+# Needs: a JDK (java and javac) new enough for the version, mvn, curl, sha256sum; network to Maven Central
+# on the first install of each version only.
 set -euo pipefail
 
-ES_VERSION=8.14.3
-# sha256 of the two jars that are Elasticsearch (sha1 cross-checked against Maven Central's .sha1 files).
-ES_JAR_SHA256=80d33bfd4667f657f6bb6112db8f33ab955a1b12dd9d40a0a99d5eef8c799973
-NETTY_JAR_SHA256=832364618097e47031ab7f2e100dd1752cb77dec5efe17f044cb7f3db1f40586
+# VERSIONS: each release es.sh can run, with the sha256 of the two jars that are Elasticsearch (sha1
+# cross-checked against Maven Central's .sha1 files), the oldest Java it runs on, its major, and its
+# launcher twins (src/es8 compiles against 8.14, src/es9 against 9.5; 9.0 to 9.2 differ from both in how
+# REST handlers are registered and plugins described, and would need twins of their own).
+VERSIONS="8.14.3 9.5.3"
+ES_VERSION=${ICICLE_ES_VERSION:-8.14.3}
+case $ES_VERSION in
+  8.14.3)
+    ES_JAR_SHA256=80d33bfd4667f657f6bb6112db8f33ab955a1b12dd9d40a0a99d5eef8c799973
+    NETTY_JAR_SHA256=832364618097e47031ab7f2e100dd1752cb77dec5efe17f044cb7f3db1f40586
+    JAVA_MIN=17 MAJOR=8 TWINS=es8
+    ;;
+  9.5.3)
+    ES_JAR_SHA256=d64564a4575fa1dfcb1bd95162d608005d82d3ee7dc18836d3f8c37025671f2d
+    NETTY_JAR_SHA256=97bcc314d74f57a4dd071ee4f95bea10fc1eeca0de99394d625b947e4b0928ce
+    JAVA_MIN=21 MAJOR=9 TWINS=es9
+    ;;
+  *)
+    echo "es.sh: ICICLE_ES_VERSION=$ES_VERSION has no pins here; pick one of: $VERSIONS (adding a release means pinning its jars' sha256 in scripts/es.sh)" >&2
+    exit 1
+    ;;
+esac
 MAIN_CLASS=org.icicle.esnode.Main
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
 SRC=$HERE/es
+SRC_DIRS=("$SRC/src/common" "$SRC/src/$TWINS")
 
 CACHE=${ICICLE_CACHE:-$HOME/.cache/icicle}/es/$ES_VERSION
-RUN=${ICICLE_RUN_DIR:-$REPO/.run}/es
+RUN=${ICICLE_RUN_DIR:-$REPO/.run}/es/$ES_VERSION
 PORT=${ICICLE_ES_PORT:-9200}
 TRANSPORT_PORT=${ICICLE_ES_TRANSPORT_PORT:-9300-9399}
 HEAP=${ICICLE_ES_HEAP:-1g}
@@ -68,20 +103,62 @@ check_sha() { # file expected
   [[ $got == "$2" ]] || die "$1 has sha256 $got, expected $2: the download is corrupt or not the pinned release; run 'rm -rf $CACHE' and install again, or update the pin in scripts/es.sh deliberately"
 }
 
-# The stamp names everything the install depends on, so an edited launcher or pom is rebuilt.
+# The stamp names everything the compiled launcher depends on, so an edited launcher or pom is rebuilt.
 stamp_want() {
   {
-    echo "$ES_VERSION $ES_JAR_SHA256 $NETTY_JAR_SHA256"
+    echo "$ES_VERSION $ES_JAR_SHA256 $NETTY_JAR_SHA256 $JAVA_MIN"
     cat "$SRC/pom.xml"
-    find "$SRC/src" -name '*.java' -print0 | sort -z | xargs -0 cat
-  } | sha256sum | cut -d' ' -f1
+    find "${SRC_DIRS[@]}" -name '*.java' -print0 | sort -z | xargs -0 cat
+  } | sha256sum | cut -c1-16
 }
+# The launcher's classes live in a folder named by the stamp: checkouts with different launcher sources
+# (branches, worktrees) share the cache without recompiling over the classes of a node another one runs.
+CLASSES=$CACHE/launcher/$(stamp_want)
 
 # installed also re-hashes the two pinned jars (~50 ms), so a jar altered after install is noticed on start.
 installed() {
-  [[ -f $CACHE/.installed && $(cat "$CACHE/.installed") == "$(stamp_want)" ]] || return 1
+  [[ -f $CLASSES/.complete ]] || return 1
   [[ $(sha256sum "$CACHE/lib/elasticsearch-$ES_VERSION.jar" 2>/dev/null | cut -d' ' -f1) == "$ES_JAR_SHA256" ]] &&
     [[ $(sha256sum "$CACHE/lib/transport-netty4-$ES_VERSION.jar" 2>/dev/null | cut -d' ' -f1) == "$NETTY_JAR_SHA256" ]]
+}
+
+# java_version prints the feature version (17, 21, 25) of the java binary $1, or nothing.
+java_version() {
+  local v
+  v=$("$1" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p' | head -n 1)
+  [[ $v =~ ^[0-9]+ ]] && echo "${BASH_REMATCH[0]}"
+}
+
+# find_jdk sets JDK to a JDK home (java and javac) of Java JAVA_MIN or newer: ICICLE_ES_JAVA_HOME if set
+# (it must qualify), else the first that qualifies of JAVA_HOME, the java on PATH and /usr/lib/jvm/*.
+find_jdk() {
+  [[ -z ${JDK:-} ]] || return 0
+  local cands=() c v tried=()
+  local -A seen=()
+  if [[ -n ${ICICLE_ES_JAVA_HOME:-} ]]; then
+    c=${ICICLE_ES_JAVA_HOME%/}
+    [[ -x $c/bin/java && -x $c/bin/javac ]] ||
+      die "ICICLE_ES_JAVA_HOME=$c has no bin/java and bin/javac: point it at a JDK (not a JRE) of Java $JAVA_MIN or newer"
+    v=$(java_version "$c/bin/java")
+    [[ -n $v ]] && ((v >= JAVA_MIN)) ||
+      die "ICICLE_ES_JAVA_HOME=$c is Java ${v:-of unknown version}; Elasticsearch $ES_VERSION needs Java $JAVA_MIN or newer"
+    JDK=$c
+    return 0
+  fi
+  [[ -n ${JAVA_HOME:-} ]] && cands+=("${JAVA_HOME%/}")
+  if c=$(command -v java 2>/dev/null); then cands+=("$(dirname "$(dirname "$(readlink -f "$c")")")"); fi
+  for c in /usr/lib/jvm/*; do [[ -d $c && ! -L $c ]] && cands+=("$c"); done
+  for c in "${cands[@]}"; do
+    [[ -x $c/bin/java && -x $c/bin/javac && -z ${seen[$c]:-} ]] || continue
+    seen[$c]=1
+    v=$(java_version "$c/bin/java")
+    tried+=("$c (Java ${v:-?})")
+    if [[ -n $v ]] && ((v >= JAVA_MIN)); then
+      JDK=$c
+      return 0
+    fi
+  done
+  die "no JDK of Java $JAVA_MIN or newer found for Elasticsearch $ES_VERSION (looked at JAVA_HOME, java on PATH and /usr/lib/jvm/*: ${tried[*]:-none with java and javac}); install one (apt-get install openjdk-$JAVA_MIN-jdk-headless where Debian has it) or set ICICLE_ES_JAVA_HOME to its home"
 }
 
 install() {
@@ -89,13 +166,9 @@ install() {
     say "Elasticsearch $ES_VERSION already installed in $CACHE"
     return
   fi
-  need java "install a JDK 17+ (apt-get install openjdk-17-jdk-headless)"
-  need javac "install a JDK 17+, not only a JRE (apt-get install openjdk-17-jdk-headless)"
   need mvn "install Maven 3 (apt-get install maven)"
   need sha256sum "install coreutils"
-  local jv
-  jv=$(java -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p')
-  [[ ${jv%%.*} -ge 17 ]] 2>/dev/null || die "java is version '$jv'; Elasticsearch $ES_VERSION needs 17 or newer"
+  find_jdk
 
   mkdir -p "$CACHE"
   # Two installs at once (make -j, parallel CI steps) would race on the Maven repo and the class files.
@@ -124,15 +197,17 @@ install_locked() {
   check_sha "$lib/elasticsearch-$ES_VERSION.jar" "$ES_JAR_SHA256"
   check_sha "$lib/transport-netty4-$ES_VERSION.jar" "$NETTY_JAR_SHA256"
 
-  say "compiling the launcher ($SRC/src)"
-  rm -rf "$CACHE/classes"
-  mkdir -p "$CACHE/classes"
+  say "compiling the launcher (${SRC_DIRS[*]#"$REPO/"}) with $JDK"
+  local tmp=$CLASSES.tmp
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
   local srcs=()
-  mapfile -d '' srcs < <(find "$SRC/src" -name '*.java' -print0)
-  javac --release 17 -nowarn -d "$CACHE/classes" -cp "$lib/*" "${srcs[@]}" >"$CACHE/javac.log" 2>&1 ||
-    { cat "$CACHE/javac.log" >&2; die "javac failed on $SRC/src against Elasticsearch $ES_VERSION"; }
-
-  stamp_want >"$CACHE/.installed"
+  mapfile -d '' srcs < <(find "${SRC_DIRS[@]}" -name '*.java' -print0)
+  "$JDK/bin/javac" --release "$JAVA_MIN" -nowarn -d "$tmp" -cp "$lib/*" "${srcs[@]}" >"$CACHE/javac.log" 2>&1 ||
+    { cat "$CACHE/javac.log" >&2; die "javac failed on ${SRC_DIRS[*]} against Elasticsearch $ES_VERSION"; }
+  touch "$tmp/.complete"
+  rm -rf "$CLASSES"
+  mv "$tmp" "$CLASSES"
   say "installed Elasticsearch $ES_VERSION in $CACHE"
 }
 
@@ -174,6 +249,8 @@ rootLogger.level = info
 rootLogger.appenderRef.console.ref = console
 logger.deprecation.name = org.elasticsearch.deprecation
 logger.deprecation.level = error
+logger.nativeaccess.name = org.elasticsearch.nativeaccess.NativeAccess
+logger.nativeaccess.level = error
 EOF
   # Settings are passed on the command line (see start); this file only exists because ES reads it.
   : >"$RUN/home/config/elasticsearch.yml"
@@ -189,22 +266,33 @@ start() {
     say "pid $pid is running but not yet healthy; waiting"
   else
     if curl -s -m 2 -o /dev/null "$URL/" 2>/dev/null; then
-      die "something else already answers on $URL; stop it or pick another port with ICICLE_ES_PORT"
+      local other
+      other=$(curl -s -m 2 "$URL/" 2>/dev/null | sed -n 's/.*"number" *: *"\([^"]*\)".*/ (Elasticsearch \1)/p') || true
+      die "something else already answers on $URL${other}; stop it (another version's node: ICICLE_ES_VERSION=... scripts/es.sh stop) or pick another port with ICICLE_ES_PORT"
     fi
     install
+    find_jdk
     write_config
     [[ -f $LOG ]] && mv -f "$LOG" "$LOG.1"
-    say "starting Elasticsearch $ES_VERSION on $URL (data $RUN/data, log $LOG)"
+    say "starting Elasticsearch $ES_VERSION on $URL with $JDK (data $RUN/data, log $LOG)"
+    # The -D/-X flags follow the distribution's jvm.options where they matter for a small node. 8.x's read
+    # locale data through COMPAT; 9.x's use CLDR (COMPAT is gone from Java 23), add the vector incubator
+    # module Lucene 10 uses, and allow the native access its libraries ask for.
+    local jvm_major=()
+    if ((MAJOR == 8)); then
+      jvm_major=(-Djava.locale.providers=SPI,COMPAT)
+    else
+      jvm_major=(-Djava.locale.providers=CLDR --add-modules=jdk.incubator.vector --enable-native-access=ALL-UNNAMED)
+    fi
     # setsid: the node must outlive the shell (and make job) that started it.
-    # The -D/-X flags follow the distribution's jvm.options where they matter for a small node.
-    setsid nohup java \
+    setsid nohup "$JDK/bin/java" \
       -Xms"$HEAP" -Xmx"$HEAP" -XX:+UseG1GC \
       -Djava.io.tmpdir="$RUN/tmp" -Djava.awt.headless=true -Dfile.encoding=UTF-8 \
-      -Djava.locale.providers=SPI,COMPAT -Djna.nosys=true \
+      "${jvm_major[@]}" -Djna.nosys=true \
       -Dlog4j2.formatMsgNoLookups=true -Dlog4j2.disable.jmx=true -Dlog4j.shutdownHookEnabled=false \
       -Dio.netty.noUnsafe=true -Dio.netty.noKeySetOptimization=true -Dio.netty.recycler.maxCapacityPerThread=0 \
       -Dicicle.pidfile="$PIDFILE" \
-      -cp "$CACHE/classes:$CACHE/lib/*" "$MAIN_CLASS" \
+      -cp "$CLASSES:$CACHE/lib/*" "$MAIN_CLASS" \
       path.home="$RUN/home" path.data="$RUN/data" path.logs="$RUN/logs" \
       cluster.name=icicle node.name=icicle-es discovery.type=single-node \
       network.host=127.0.0.1 http.port="$PORT" transport.port="$TRANSPORT_PORT" \
@@ -281,5 +369,7 @@ case "${1:-}" in
   stop) stop ;;
   status) status ;;
   url) echo "$URL" ;;
-  *) die "usage: scripts/es.sh {install|start|stop|status|url}" ;;
+  version) echo "$ES_VERSION" ;;
+  versions) echo "$VERSIONS" ;;
+  *) die "usage: scripts/es.sh {install|start|stop|status|url|version|versions}" ;;
 esac

@@ -8,7 +8,8 @@
 #   4. Python: training/ stages, export parity, reference decoder (pytest)
 #   5. Integration: a real Elasticsearch node on loopback + the real model, end to end; nginx in front of
 #      it as a secured cluster (scripts/authproxy.sh) for the security tests; the official Python and
-#      JavaScript Elasticsearch clients against the drop-in (scripts/clients.sh)
+#      JavaScript Elasticsearch clients against the drop-in (scripts/clients.sh); then a 9.x node for the
+#      adapter suite and the end-to-end tests again
 # Set ICICLE_TEST_SKIP_PYTHON=1 to skip step 4 on a machine without the venv.
 # Real parts are required here: ICICLE_REQUIRE_REAL=1 makes every test that needs Elasticsearch, ONNX
 # Runtime or a model fixture FAIL when it is missing instead of skipping (internal/testenv), and each
@@ -24,7 +25,7 @@ run_real() {
   local name=$1 log rc=0 t0=$SECONDS
   shift
   log=$(mktemp)
-  go test -v "$@" >"$log" 2>&1 || rc=$?
+  go test -v -timeout 30m "$@" >"$log" 2>&1 || rc=$?
   grep -E '^(---|ok|FAIL|panic)' "$log" || true
   if [[ $rc != 0 ]]; then grep -E -B2 -A12 'Error Trace|panic:|real part missing' "$log" | head -n 80 || true; fi
   local pass skip
@@ -57,8 +58,8 @@ free_space() {
 free_space
 
 # one_run: two runs on one machine share the Elasticsearch test port and the two cores, and each slows the other
-# for as long as both last (session 37: a run killed from outside left its test.sh going, and the next run
-# overlapped it for 20 minutes). The lock is the machine's, under the cache; the kernel frees it when its holder
+# for as long as both last (a run killed from outside once left its test.sh going, and the next run overlapped
+# it for 20 minutes). The lock is the machine's, under the cache; the kernel frees it when its holder
 # exits. The daemons a run starts (the node, nginx) are started without it, so that one left behind by a killed
 # run does not hold it: es.sh then names the port it holds.
 one_run() {
@@ -107,7 +108,7 @@ run_real "native tokenizer (inference/tok)" -race -count=1 -tags "ort tokenizers
 run_real "model loader (inference/loader)" -race -count=1 -tags "ort tokenizers" ./inference/loader/
 # TestCompareHF is a measurement driven by scripts/bench-hf.sh, not a suite: left out, not skipped.
 run_real "parity with Python, every models/*/golden (inference)" -race -count=1 -tags "ort tokenizers" -skip '^TestCompareHF$' ./inference/
-go test -race -count=1 -tags "ort tokenizers" ./cmd/...
+run_real "native commands and readers (cmd, rank: the demo corpus's vectors, the dense reader's golden)" -race -count=1 -tags "ort tokenizers" ./cmd/... ./rank/
 
 step "Go: short fuzz of request decoding and corpus parsing"
 # Budgets in executions, not seconds: a duration -fuzztime races Go's fuzzing coordinator at its deadline and can
@@ -125,25 +126,52 @@ if [[ "${ICICLE_TEST_SKIP_PYTHON:-0}" != 1 ]]; then
   [[ $rc == 0 ]] || exit "$rc"
 fi
 
-step "Integration: real Elasticsearch node on loopback"
-export ICICLE_ES_PORT=${ICICLE_TEST_ES_PORT:-9250} ICICLE_RUN_DIR=$PWD/.run/test
+# Elasticsearch versions the integration suites run against (scripts/es.sh versions: 8.14.3, then 9.5.3;
+# ICICLE_TEST_ES_VERSIONS picks others). The first runs every suite below. Each further one, started on the
+# same port once the one before has stopped, runs the Python snippets test, the adapter suite and the
+# end-to-end tests whose answers come from the node (es_again below): the whole integration suite again
+# would add about 6 minutes, these about 3.
+read -r -a es_versions <<<"${ICICLE_TEST_ES_VERSIONS:-$(scripts/es.sh versions)}"
+es_stop_all() {
+  scripts/authproxy.sh stop >/dev/null 2>&1 || true
+  local v
+  for v in "${es_versions[@]}"; do ICICLE_ES_VERSION=$v scripts/es.sh stop >/dev/null 2>&1 || true; done
+}
+step "Integration: real Elasticsearch node on loopback (${es_versions[0]})"
+export ICICLE_ES_PORT=${ICICLE_TEST_ES_PORT:-9250} ICICLE_RUN_DIR=$PWD/.run/test ICICLE_ES_VERSION=${es_versions[0]}
+trap es_stop_all EXIT
 scripts/es.sh start 9>&-
-trap 'scripts/es.sh stop >/dev/null 2>&1 || true' EXIT
 # The authenticating proxy (nginx) in front of the node, for integration/security_test.go.
 export ICICLE_AUTHPROXY_PORT=${ICICLE_TEST_AUTHPROXY_PORT:-9280}
 eval "$(scripts/authproxy.sh start 9>&-)"
-trap 'scripts/authproxy.sh stop >/dev/null 2>&1 || true; scripts/es.sh stop >/dev/null 2>&1 || true' EXIT
 eval "$(scripts/clients.sh)" # the official Python and JavaScript clients that integration/clients_test.go drives
 export ICICLE_ES_URL=$(scripts/es.sh url)
-if [[ "${ICICLE_TEST_SKIP_PYTHON:-0}" != 1 ]]; then
-  step "Python: the training set's snippets from the real node (pytest -m elasticsearch)"
-  rc=0
+es_pytest() {
+  [[ "${ICICLE_TEST_SKIP_PYTHON:-0}" != 1 ]] || return 0
+  step "Python: the training set's snippets from the real node $ICICLE_ES_VERSION (pytest -m elasticsearch)"
+  local rc=0
   (cd training && "$venv/bin/python" -m pytest -q -p no:cacheprovider -m elasticsearch tests) || rc=$?
   if [[ $rc == 5 ]]; then echo "test.sh: pytest collected no Elasticsearch tests; that is a failure here" >&2; exit 1; fi
   [[ $rc == 0 ]] || exit "$rc"
-fi
-run_real "Elasticsearch adapter (adapter, real node)" -count=1 -tags "integration ort tokenizers" ./adapter/...
-run_real "end to end (integration, real node + model)" -count=1 -tags "integration ort tokenizers" ./integration/...
+}
+es_pytest
+run_real "Elasticsearch adapter (adapter, real node $ICICLE_ES_VERSION)" -count=1 -tags "integration ort tokenizers" ./adapter/...
+run_real "end to end (integration, real node $ICICLE_ES_VERSION + model)" -count=1 -tags "integration ort tokenizers" ./integration/...
+
+# The end-to-end tests run again on each further version: every test of these files (the proxy in front
+# keeps its port, so the security tests reach the new node).
+es_again=$(sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing\.T).*/\1/p' \
+  integration/{e2e,firststage,dropin,team,clients,security,default}_test.go | paste -sd '|')
+for v in "${es_versions[@]:1}"; do
+  step "Integration again on Elasticsearch $v: the adapter suite and the end-to-end tests (${es_again//|/, })"
+  scripts/es.sh stop
+  export ICICLE_ES_VERSION=$v
+  scripts/es.sh start 9>&-
+  es_pytest
+  run_real "Elasticsearch adapter (adapter, real node $v)" -count=1 -tags "integration ort tokenizers" ./adapter/...
+  run_real "end to end (integration, real node $v + model: the tests above)" -count=1 \
+    -tags "integration ort tokenizers" -run "^($es_again)\$" ./integration/...
+done
 
 step "Container: the compose stack built and run with podman"
 # The image built from the Dockerfile, the stack of docker-compose.yml up (Elasticsearch, the ingest job, the

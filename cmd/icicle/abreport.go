@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/icicle-search/sidecar/internal/abtest"
+	"github.com/icicle-search/sidecar/internal/dataset"
 )
 
 // abReport joins the impression log with the click log and reports who won (docs/ab.md): for
@@ -69,7 +70,7 @@ func abReport(args []string, stdout io.Writer) error {
 	var cl []abtest.Click
 	var oracle abtest.Oracle
 	if *qrels != "" {
-		labels, err := readQrels(*qrels)
+		labels, err := dataset.ReadQrels(*qrels)
 		if err != nil {
 			return fmt.Errorf("-simulate-clicks-from: %w", err)
 		}
@@ -197,11 +198,11 @@ func abSimulate(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	labels, err := readQrels(*qrelsPath)
+	labels, err := dataset.ReadQrels(*qrelsPath)
 	if err != nil {
 		return err
 	}
-	qs, err := readLabelled(*queries, *split, *n, labels, seen)
+	qs, err := dataset.ReadLabelled(*queries, *split, *n, labels, seen)
 	if err != nil {
 		return err
 	}

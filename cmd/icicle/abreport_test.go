@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -12,12 +14,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/config"
 	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/internal/abtest"
 	"github.com/icicle-search/sidecar/plugin"
+	"github.com/icicle-search/sidecar/rank"
+	"github.com/icicle-search/sidecar/retrieve"
 )
 
 // writeInterleavedLog writes n interleaved impressions over a rotated and a current file, in the sidecar's
@@ -112,6 +118,20 @@ func (fakeSearcher) SearchNew(_ context.Context, _ string, k int) ([]adapter.Hit
 	return fakeHits([]string{"n2", "n4", "n5", "n6"}, k), nil
 }
 
+// The first stage over the fake is BM25 alone: no dense searches.
+func (fakeSearcher) Dense(context.Context, []float32, []adapter.DenseQuery) ([][]adapter.Hit, error) {
+	return nil, errors.New("no encoder")
+}
+
+func (f fakeSearcher) SearchLean(ctx context.Context, q string, k int, onlyNew bool) ([]adapter.Hit, error) {
+	if onlyNew {
+		return f.SearchNew(ctx, q, k)
+	}
+	return f.SearchAll(ctx, q, k)
+}
+
+func (fakeSearcher) Sources(context.Context, []adapter.Hit) error { return nil }
+
 func fakeHits(ids []string, k int) []adapter.Hit {
 	var out []adapter.Hit
 	for i, d := range ids[:min(k, len(ids))] {
@@ -158,10 +178,20 @@ func TestABLoopThroughTheSidecar(t *testing.T) {
 	clicks, err := plugin.OpenClickLog(clickPath, plugin.ImpressionLogOptions{})
 	require.NoError(t, err)
 	const token = "loop-write-token-0123456789"
-	srv := plugin.New(fakeSearcher{}, fakeReranker{}, plugin.Options{MaxBodyBytes: 1 << 20, RequestTimeout: 5 * time.Second,
-		ESBudgetFraction: 0.3, MaxQueryChars: 100, MaxHits: 100, MaxCandidates: 100, Decode: inference.Options{BeamWidth: 4},
-		MaxInflight: 2, MinTopScore: -1e9, Policy: "model", AB: plugin.ABOptions{Enabled: true, Mode: plugin.ABInterleave},
-		Impressions: imps, Clicks: clicks, WriteToken: token})
+	cfg := config.Default()
+	cfg.Server.RequestTimeout, cfg.Server.ESBudgetFraction, cfg.Decode.MaxCandidates, cfg.Decode.BeamWidth = 5*time.Second, 0.3, 100, 4
+	cfg.Concurrency.MaxInflight, cfg.Experimental.MinTopScore, cfg.Policy.Mode = 2, -1e9, config.PolicyModel
+	bm25 := retrieve.DefaultParams
+	bm25.Method = retrieve.MethodBM25
+	first, err := retrieve.New(fakeSearcher{}, nil, bm25, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	reader := rank.Fixed{Reader: rank.NewICICLE(fakeReranker{}, inference.Options{BeamWidth: 4}, false), N: "fake"}
+	reg := prometheus.NewRegistry()
+	pipe, err := newPipeline(cfg, first, fakeSearcher{}, reader, rank.NewMetrics(reg), slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	srv := plugin.New(fakeSearcher{}, pipe, nil, plugin.Options{MaxBodyBytes: 1 << 20, RequestTimeout: 5 * time.Second,
+		MaxQueryChars: 100, MaxHits: 100, AB: plugin.ABOptions{Enabled: true, Mode: plugin.ABInterleave},
+		Impressions: imps, Clicks: clicks, WriteToken: token, Registry: reg})
 	hs := httptest.NewServer(srv.Handler())
 	defer hs.Close()
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/inference"
-	"github.com/icicle-search/sidecar/plugin"
+	"github.com/icicle-search/sidecar/rank"
 )
 
 // The background fill of a model's block store (issue 26, experimental.block_fill): when a model that reads by
@@ -64,7 +64,7 @@ func fillBlocks(ctx context.Context, es *adapter.Adapter, eng *inference.Engine,
 	err := es.ListNew(ctx, fillPage, func(page []adapter.Hit) error {
 		cands := make([]inference.Candidate, len(page))
 		for i, h := range page {
-			cands[i] = plugin.CandidateOf(h)
+			cands[i] = rank.ICICLECandidate(h)
 		}
 		for form, opts := range blockForms(opts) {
 			if err := fl.fill(ctx, opts, cands, form == 0); err != nil {

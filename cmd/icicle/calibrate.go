@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/internal/client"
+	"github.com/icicle-search/sidecar/internal/dataset"
 	"github.com/icicle-search/sidecar/internal/eval"
 	"github.com/icicle-search/sidecar/internal/gate"
 	"github.com/icicle-search/sidecar/plugin"
@@ -136,7 +138,7 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 		}
 	}
 	nDocIDs := len(only)
-	var qs []labelled
+	var qs []dataset.Labelled
 	for _, q := range all {
 		if !want[q.Subset] {
 			continue
@@ -152,9 +154,9 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 	if len(qs) < f.folds {
 		return fmt.Errorf("%d labelled queries of split %q, subsets %q in %s: want at least -folds (%d)", len(qs), f.split, f.subsets, f.queries, f.folds)
 	}
-	client := newSidecarClient(f.sidecar, f.timeout, f.concurrency)
+	client := client.New(f.sidecar, f.timeout, f.concurrency)
 	var model plugin.ModelInfo
-	if err := client.get(ctx, "/v1/model", &model); err != nil {
+	if err := client.Get(ctx, "/v1/model", &model); err != nil {
 		return fmt.Errorf("sidecar %s not answering (start it with `icicle serve`, policy.mode gate): %w", f.sidecar, err)
 	}
 
@@ -167,7 +169,7 @@ func runCalibrate(ctx context.Context, f calibrateFlags, out, log io.Writer) err
 	errs := make([]error, len(qs))
 	skipped := make([]string, len(qs))
 	forEach(ctx, len(qs), f.concurrency, func(i int) {
-		resp, err := client.search(ctx, plugin.SearchRequest{Query: qs[i].Text, Size: 10})
+		resp, err := client.Search(ctx, plugin.SearchRequest{Query: qs[i].Text, Size: 10})
 		switch {
 		case err != nil:
 			errs[i] = err

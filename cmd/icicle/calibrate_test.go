@@ -17,6 +17,7 @@ import (
 
 	"github.com/icicle-search/sidecar/internal/gate"
 	"github.com/icicle-search/sidecar/plugin"
+	"github.com/icicle-search/sidecar/rank"
 )
 
 // The answers fakeGateSidecar gives.
@@ -40,7 +41,7 @@ func fakeGateSidecar(t *testing.T, answer string, asked *sync.Map) *httptest.Ser
 		b, _ := io.ReadAll(r.Body)
 		require.NoError(t, json.Unmarshal(b, &req))
 		asked.Store(req.Query, true)
-		resp := plugin.Response{Mode: plugin.ModeGated}
+		resp := plugin.Response{Response: rank.Response{Mode: plugin.ModeGated}}
 		var n int
 		good := strings.HasPrefix(req.Query, "good")
 		_, _ = fmt.Sscanf(req.Query[strings.LastIndex(req.Query, " ")+1:], "%d", &n)

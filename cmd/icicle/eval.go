@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,6 +18,8 @@ import (
 	"time"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/internal/client"
+	"github.com/icicle-search/sidecar/internal/dataset"
 	"github.com/icicle-search/sidecar/internal/eval"
 	"github.com/icicle-search/sidecar/plugin"
 )
@@ -28,7 +27,8 @@ import (
 // evalFlags are the flags of `icicle eval`.
 type evalFlags struct {
 	labelledFlags
-	corpus, out                     string
+	corpus, out, reader             string
+	readerN                         int
 	concurrency, size, bins, warmup int
 	sweep, paperShots               []int
 	seed                            uint64
@@ -52,6 +52,8 @@ func evaluate(ctx context.Context, args []string, out io.Writer) error {
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the paper protocol's random documents (per query, independent of -concurrency)")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "timeout of one request to the sidecar")
 	fs.StringVar(&f.out, "out", "", "directory to write report.json, report.md and PNG plots into (created)")
+	fs.StringVar(&f.reader, "reader", "", "base URL of a second sidecar serving a reader profile with policy.mode model (icicle serve -profile NAME): arm R, its own ranking, beside A, F and B on the same queries")
+	fs.IntVar(&f.readerN, "reader-n", 20, "queries per subset sent to -reader (the first of each subset); a reader is slower than the first stage")
 	sweep := fs.String("sweep", "3,10,20,50,100", "N of the N-shot sweep (comma-separated; empty: none)")
 	paper := fs.String("paper-shots", "100", "N of the paper protocol (comma-separated, e.g. 3,10,20,50,100 for the appendix table; empty: none)")
 	if err := fs.Parse(args); err != nil {
@@ -96,16 +98,16 @@ func (l *labelledFlags) register(fs *flag.FlagSet, split string, n int, configFo
 
 // read reads the labelled queries: qrels, then the queries of the split, each tagged seen or new by
 // modelDir's seen corpus, which it also returns.
-func (l labelledFlags) read(modelDir string) ([]labelled, map[string]bool, error) {
+func (l labelledFlags) read(modelDir string) ([]dataset.Labelled, map[string]bool, error) {
 	seen, err := readSeen(modelDir)
 	if err != nil {
 		return nil, nil, err
 	}
-	qrels, err := readQrels(l.qrels)
+	qrels, err := dataset.ReadQrels(l.qrels)
 	if err != nil {
 		return nil, nil, err
 	}
-	qs, err := readLabelled(l.queries, l.split, l.n, qrels, seen)
+	qs, err := dataset.ReadLabelled(l.queries, l.split, l.n, qrels, seen)
 	return qs, seen, err
 }
 
@@ -137,19 +139,12 @@ func sameIndex(sidecar, own string) error {
 		"elasticsearch.index (ICICLE_ELASTICSEARCH_INDEX=%s)", sidecar, own, sidecar)
 }
 
-// labelled is one query of the evaluation set.
-type labelled struct {
-	ID, Text string
-	Relevant map[string]bool
-	Subset   string
-}
-
 // evalRun holds what every phase of one evaluation shares.
 type evalRun struct {
 	f      evalFlags
 	es     *adapter.Adapter
-	client *sidecarClient
-	qs     []labelled
+	client *client.Client
+	qs     []dataset.Labelled
 	log    io.Writer
 }
 
@@ -172,9 +167,9 @@ func runEval(ctx context.Context, f evalFlags, out, log io.Writer) error {
 		return err
 	}
 	defer es.Close()
-	client := newSidecarClient(f.sidecar, f.timeout, f.concurrency)
+	client := client.New(f.sidecar, f.timeout, f.concurrency)
 	var model plugin.ModelEndpoint
-	if err := client.get(ctx, "/v1/model", &model); err != nil {
+	if err := client.Get(ctx, "/v1/model", &model); err != nil {
 		return fmt.Errorf("sidecar %s not answering (start it with `icicle serve`): %w", f.sidecar, err)
 	}
 	if err := sameIndex(model.Index, es.Index()); err != nil {
@@ -190,11 +185,18 @@ func runEval(ctx context.Context, f evalFlags, out, log io.Writer) error {
 
 	for _, q := range qs[:min(f.warmup, len(qs))] {
 		_, _ = es.SearchAll(ctx, q.Text, f.size)
-		_, _ = client.search(ctx, plugin.SearchRequest{Query: q.Text, Size: f.size})
+		_, _ = client.Search(ctx, plugin.SearchRequest{Query: q.Text, Size: f.size})
 	}
 	var arms []eval.Arm
 	a, first, b := r.armsAB(ctx)
 	arms = append(arms, a, first, b)
+	if f.reader != "" {
+		rd, err := r.readerArm(ctx, a, first, b)
+		if err != nil {
+			return err
+		}
+		arms = append(arms, rd...)
+	}
 	if len(f.sweep) > 0 {
 		arms = append(arms, r.sweep(ctx)...)
 	}
@@ -278,7 +280,7 @@ func (r *evalRun) armsAB(ctx context.Context) (eval.Arm, eval.Arm, eval.Arm) {
 
 		f[i] = r.outcome(q)
 		start = time.Now()
-		resp, err := r.client.search(ctx, plugin.SearchRequest{Query: q.Text, Size: r.f.size, Policy: plugin.PolicyFirstStage})
+		resp, err := r.client.Search(ctx, plugin.SearchRequest{Query: q.Text, Size: r.f.size, Policy: plugin.PolicyFirstStage})
 		f[i].Latency = time.Since(start)
 		if err != nil {
 			f[i].Err = err.Error()
@@ -288,7 +290,7 @@ func (r *evalRun) armsAB(ctx context.Context) (eval.Arm, eval.Arm, eval.Arm) {
 
 		b[i] = r.outcome(q)
 		start = time.Now()
-		resp, err = r.client.search(ctx, plugin.SearchRequest{Query: q.Text, Size: r.f.size})
+		resp, err = r.client.Search(ctx, plugin.SearchRequest{Query: q.Text, Size: r.f.size})
 		b[i].Latency = time.Since(start)
 		if err != nil {
 			b[i].Err = err.Error()
@@ -299,6 +301,61 @@ func (r *evalRun) armsAB(ctx context.Context) (eval.Arm, eval.Arm, eval.Arm) {
 	return eval.NewArm("A: BM25 all docs", eval.ProtocolBM25All, 0, a, r.f.bins),
 		eval.NewArm("F: first stage alone", eval.ProtocolFirstStage, 0, f, r.f.bins),
 		eval.NewArm("B: sidecar /v1/search", eval.ProtocolSearch, 0, b, r.f.bins)
+}
+
+// readerArm asks the reader sidecar (-reader) for its own ranking on the first -reader-n queries of each
+// subset, and returns arm R with arms A, F and B cut to the same queries (ProtocolOnReaderQueries).
+func (r *evalRun) readerArm(ctx context.Context, arms ...eval.Arm) ([]eval.Arm, error) {
+	client := client.New(r.f.reader, r.f.timeout, 1)
+	var model plugin.ModelEndpoint
+	if err := client.Get(ctx, "/v1/model", &model); err != nil {
+		return nil, fmt.Errorf("-reader %s not answering: %w", r.f.reader, err)
+	}
+	if !model.Reader || model.Policy.Mode != plugin.PolicyModel {
+		return nil, fmt.Errorf("-reader %s: want a sidecar serving a reader with policy.mode model (icicle serve -profile NAME, "+
+			"ICICLE_POLICY_MODE=model), got reader %v, policy %q", r.f.reader, model.Reader, model.Policy.Mode)
+	}
+	if err := sameIndex(model.Index, r.es.Index()); err != nil {
+		return nil, err
+	}
+	var idx []int
+	taken := map[string]int{}
+	for i, q := range r.qs {
+		if taken[q.Subset] < r.f.readerN {
+			taken[q.Subset]++
+			idx = append(idx, i)
+		}
+	}
+	outs := make([]eval.Outcome, len(idx))
+	start := time.Now()
+	// One at a time: a reader on a few cores answers one query at a time fastest (its own admission control
+	// would answer more at once from the first stage, as overloaded).
+	forEach(ctx, len(idx), 1, func(k int) {
+		q := r.qs[idx[k]]
+		outs[k] = r.outcome(q)
+		t0 := time.Now()
+		resp, err := client.Search(ctx, plugin.SearchRequest{Query: q.Text, Size: r.f.size})
+		outs[k].Latency = time.Since(t0)
+		if err != nil {
+			outs[k].Err = err.Error()
+			return
+		}
+		r.fill(&outs[k], resp)
+	}, nil)
+	fmt.Fprintf(r.log, "eval: %-32s %4d queries %6.1f s\n", "reader "+model.Name, len(idx), time.Since(start).Seconds())
+	out := make([]eval.Arm, 0, len(arms)+1)
+	for _, a := range arms {
+		cut := make([]eval.Outcome, len(idx))
+		for k, i := range idx {
+			cut[k] = a.Outcomes[i]
+		}
+		out = append(out, eval.NewArm(a.Name, eval.ProtocolOnReaderQueries, 0, cut, r.f.bins))
+	}
+	name := "R: reader " + model.Name
+	if model.Profile != "" {
+		name = "R: reader profile " + model.Profile
+	}
+	return append(out, eval.NewArm(name, eval.ProtocolReader, 0, outs, r.f.bins)), nil
 }
 
 // sweep posts the BM25 top N new documents of every query to /v1/rerank, for each N of -sweep. The top
@@ -404,7 +461,7 @@ func (r *evalRun) paper(ctx context.Context, pool []adapter.Hit) []eval.Arm {
 }
 
 // rerank posts hits to /v1/rerank as Elasticsearch hits and scores the answer.
-func (r *evalRun) rerank(ctx context.Context, q labelled, hits []adapter.Hit) eval.Outcome {
+func (r *evalRun) rerank(ctx context.Context, q dataset.Labelled, hits []adapter.Hit) eval.Outcome {
 	o := r.outcome(q)
 	req := plugin.RerankRequest{Query: q.Text, Size: r.f.size, Hits: make([]plugin.ESHit, len(hits))}
 	for i, h := range hits {
@@ -416,7 +473,7 @@ func (r *evalRun) rerank(ctx context.Context, q labelled, hits []adapter.Hit) ev
 		req.Hits[i] = plugin.ESHit{ID: h.ID, Score: &h.Score, Source: raw}
 	}
 	start := time.Now()
-	resp, err := r.client.rerank(ctx, req)
+	resp, err := r.client.Rerank(ctx, req)
 	o.Latency = time.Since(start)
 	if err != nil {
 		o.Err = err.Error()
@@ -427,7 +484,7 @@ func (r *evalRun) rerank(ctx context.Context, q labelled, hits []adapter.Hit) ev
 }
 
 // outcome starts q's outcome.
-func (r *evalRun) outcome(q labelled) eval.Outcome {
+func (r *evalRun) outcome(q dataset.Labelled) eval.Outcome {
 	return eval.Outcome{QueryID: q.ID, Relevant: q.Relevant, Subset: q.Subset}
 }
 
@@ -487,179 +544,6 @@ func forEach(ctx context.Context, n, workers int, fn func(i int), sent func(i in
 	}
 	close(next)
 	wg.Wait()
-}
-
-// sidecarClient speaks to the running sidecar.
-type sidecarClient struct {
-	base string
-	http *http.Client
-}
-
-func newSidecarClient(base string, timeout time.Duration, conns int) *sidecarClient {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = conns
-	return &sidecarClient{base: strings.TrimRight(base, "/"), http: &http.Client{Timeout: timeout, Transport: tr}}
-}
-
-// search posts to /v1/search. An answer from an A/B arm other than B (the sidecar's own A/B experiment
-// is on) is an error: it is not the ICICLE answer this arm measures.
-func (c *sidecarClient) search(ctx context.Context, req plugin.SearchRequest) (plugin.Response, error) {
-	var out struct {
-		plugin.Response
-		// AB is read here rather than from plugin.Response so that this check does not depend on the
-		// experiment's wire types.
-		AB *struct {
-			Arm string `json:"arm"`
-		} `json:"ab"`
-	}
-	if err := c.post(ctx, "/v1/search", req, &out); err != nil {
-		return plugin.Response{}, err
-	}
-	if out.AB != nil && out.AB.Arm != "B" {
-		return plugin.Response{}, fmt.Errorf("POST /v1/search: answered by A/B arm %q, not B: evaluate a sidecar with ab.enabled off", out.AB.Arm)
-	}
-	return out.Response, nil
-}
-
-func (c *sidecarClient) rerank(ctx context.Context, req plugin.RerankRequest) (plugin.Response, error) {
-	var out plugin.Response
-	err := c.post(ctx, "/v1/rerank", req, &out)
-	return out, err
-}
-
-func (c *sidecarClient) post(ctx context.Context, path string, body, out any) error {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	return c.do(req, out)
-}
-
-func (c *sidecarClient) get(ctx context.Context, path string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
-	if err != nil {
-		return err
-	}
-	return c.do(req, out)
-}
-
-// do sends req and decodes a 200 answer into out; any other status is an error naming it and the
-// sidecar's error text.
-func (c *sidecarClient) do(req *http.Request, out any) error {
-	res, err := c.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(res.Body, 16<<20))
-	if err != nil {
-		return err
-	}
-	if res.StatusCode != http.StatusOK {
-		var e plugin.ErrorBody
-		_ = json.Unmarshal(raw, &e)
-		return fmt.Errorf("%s %s: status %d: %s", req.Method, req.URL.Path, res.StatusCode, cmp.Or(e.Error, strings.TrimSpace(string(raw))))
-	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return fmt.Errorf("%s %s: decode response: %w", req.Method, req.URL.Path, err)
-	}
-	return nil
-}
-
-// openMaybeGzip opens path, gunzipping a .gz file.
-func openMaybeGzip(path string) (io.ReadCloser, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	if !strings.HasSuffix(path, ".gz") {
-		return f, nil
-	}
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	return struct {
-		io.Reader
-		io.Closer
-	}{zr, f}, nil
-}
-
-// readLabelled reads the queries of split that have relevance labels, the first n whose relevant
-// document is seen and the first n whose relevant documents are all new, in file order. A query with
-// any seen relevant document is a seen-document query.
-func readLabelled(path, split string, n int, qrels map[string]map[string]bool, seen map[string]bool) ([]labelled, error) {
-	rc, err := openMaybeGzip(path)
-	if err != nil {
-		return nil, fmt.Errorf("read queries: %w", err)
-	}
-	defer rc.Close()
-	var out []labelled
-	count := map[string]int{}
-	sc := bufio.NewScanner(rc)
-	sc.Buffer(make([]byte, 1<<16), 1<<22)
-	for line := 1; sc.Scan() && (count[eval.SubsetSeen] < n || count[eval.SubsetNew] < n); line++ {
-		var q struct {
-			Qid   string `json:"qid"`
-			ID    string `json:"_id"`
-			Query string `json:"query"`
-			Text  string `json:"text"`
-			Split string `json:"split"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &q); err != nil {
-			return nil, fmt.Errorf("read queries: %s:%d: %w", path, line, err)
-		}
-		id, text := cmp.Or(q.Qid, q.ID), cmp.Or(q.Query, q.Text)
-		if split != "" && q.Split != split || len(qrels[id]) == 0 || strings.TrimSpace(text) == "" {
-			continue
-		}
-		sub := eval.SubsetNew
-		for d := range qrels[id] {
-			if seen[d] {
-				sub = eval.SubsetSeen
-			}
-		}
-		if count[sub] < n {
-			count[sub]++
-			out = append(out, labelled{ID: id, Text: text, Relevant: qrels[id], Subset: sub})
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read queries: %s: %w", path, err)
-	}
-	return out, nil
-}
-
-// readQrels reads a BEIR qrels TSV (qid, docid, relevance; an optional header) into the relevant docids
-// of each query; relevance 0 is not relevant.
-func readQrels(path string) (map[string]map[string]bool, error) {
-	rc, err := openMaybeGzip(path)
-	if err != nil {
-		return nil, fmt.Errorf("read qrels: %w", err)
-	}
-	defer rc.Close()
-	out := make(map[string]map[string]bool)
-	sc := bufio.NewScanner(rc)
-	for line := 1; sc.Scan(); line++ {
-		f := strings.Split(sc.Text(), "\t")
-		if len(f) < 3 || line == 1 && f[0] == "qid" || strings.TrimSpace(f[2]) == "0" {
-			continue
-		}
-		if out[f[0]] == nil {
-			out[f[0]] = make(map[string]bool)
-		}
-		out[f[0]][f[1]] = true
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read qrels: %s: %w", path, err)
-	}
-	return out, nil
 }
 
 // sortedKeys returns a set's keys in order, for deterministic choices.

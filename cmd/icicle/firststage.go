@@ -78,8 +78,10 @@ func embedDocs(enc *dense.Encoder) func(ctx context.Context, docs []adapter.Doc)
 }
 
 // embedKnown embeds docs with embed, except those whose title and text have a vector in set (made by the
-// same encoder: the caller checks), which are taken from it; known counts them.
-func embedKnown(set *vecfile.Set, embed func(context.Context, []adapter.Doc) ([][]float32, error),
+// same encoder: the caller checks), which are taken from it, scaled back to unit length when the encoder
+// normalises (the file keeps half precision; the index's dot_product similarity wants unit vectors); known
+// counts them.
+func embedKnown(set *vecfile.Set, normalize bool, embed func(context.Context, []adapter.Doc) ([][]float32, error),
 	known *atomic.Int64) func(context.Context, []adapter.Doc) ([][]float32, error) {
 	return func(ctx context.Context, docs []adapter.Doc) ([][]float32, error) {
 		out := make([][]float32, len(docs))
@@ -87,6 +89,9 @@ func embedKnown(set *vecfile.Set, embed func(context.Context, []adapter.Doc) ([]
 		var at []int
 		for i, d := range docs {
 			if v, ok := set.Get(d.Title, d.Text); ok {
+				if normalize {
+					v = dense.Normalized(v)
+				}
 				out[i] = v
 				continue
 			}

@@ -22,6 +22,7 @@ import (
 	"github.com/icicle-search/sidecar/inference/dense"
 	"github.com/icicle-search/sidecar/inference/ort"
 	"github.com/icicle-search/sidecar/internal/compress"
+	"github.com/icicle-search/sidecar/internal/dataset"
 	"github.com/icicle-search/sidecar/internal/vecfile"
 )
 
@@ -129,7 +130,7 @@ func ingest(ctx context.Context, args []string) error {
 				return fmt.Errorf("-vectors %s: made by %s (%d dims), the first stage's encoder is %s (%d dims)",
 					*vectorsFile, set.Encoder, set.Dims, enc.Name(), enc.Dims())
 			}
-			opts.Embed = embedKnown(set, opts.Embed, &precomputed)
+			opts.Embed = embedKnown(set, enc.Manifest().Normalize, opts.Embed, &precomputed)
 		}
 	} else if *vectorsFile != "" {
 		return errors.New("-vectors: the first stage has no encoder (first_stage.encoder_dir, -no-vectors): nothing to give vectors to")
@@ -260,7 +261,7 @@ func (p *progress) readSoFar(lines, rejected int) {
 // countTotal counts the corpus's non-blank lines concurrently with the ingestion, so the total shows up
 // when known without delaying the first document. A read error leaves the total unknown.
 func (p *progress) countTotal(ctx context.Context, path string) {
-	r, err := openMaybeGzip(path)
+	r, err := dataset.Open(path)
 	if err != nil {
 		return
 	}

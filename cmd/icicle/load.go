@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/icicle-search/sidecar/internal/client"
+	"github.com/icicle-search/sidecar/internal/dataset"
 	"github.com/icicle-search/sidecar/internal/load"
 	"github.com/icicle-search/sidecar/plugin"
 )
@@ -95,7 +97,7 @@ func runLoad(ctx context.Context, args []string, out io.Writer) error {
 
 // readQueryTexts reads up to n query texts: JSONL objects with "query" (or "text"), or plain lines.
 func readQueryTexts(path string, n int) ([]string, error) {
-	rc, err := openMaybeGzip(path)
+	rc, err := dataset.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read queries: %w", err)
 	}
@@ -140,7 +142,7 @@ func runOpenLoad(ctx context.Context, o openFlags, url, path string, duration ti
 			var err error
 			if o.sessions <= 0 {
 				var info plugin.ModelEndpoint
-				if err := newSidecarClient(url, 10*time.Second, 1).get(ctx, "/v1/model", &info); err != nil {
+				if err := client.New(url, 10*time.Second, 1).Get(ctx, "/v1/model", &info); err != nil {
 					return fmt.Errorf("read the sidecar's sessions from /v1/model (or set -sessions): %w", err)
 				}
 				o.sessions = max(info.Concurrency.MaxInflight, 1)

@@ -35,6 +35,7 @@ commands:
   load      concurrent clients against a running sidecar: throughput, latency, errors, fallbacks, RSS
   ab-report join the impression and click logs: who won the A/B experiment (sign test; CTR, MRR with CIs)
   ab-simulate  send labelled queries to a running sidecar and post clicks drawn from the qrels to /v1/click
+  version   print the version, the source commit and the Go version
 
 Run "icicle <command> -h" for the command's flags. Configuration: -config FILE (YAML), then
 ICICLE_* environment variables; see config/example.yaml.
@@ -69,6 +70,8 @@ func main() {
 		err = abReport(args, os.Stdout)
 	case "ab-simulate":
 		err = abSimulate(ctx, args, os.Stdout)
+	case "version", "-version", "--version":
+		err = printVersion(args, os.Stdout)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

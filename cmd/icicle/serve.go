@@ -27,6 +27,7 @@ import (
 	"github.com/icicle-search/sidecar/inference/ort"
 	"github.com/icicle-search/sidecar/internal/gate"
 	"github.com/icicle-search/sidecar/plugin"
+	"github.com/icicle-search/sidecar/rank"
 	"github.com/icicle-search/sidecar/retrieve"
 )
 
@@ -108,16 +109,16 @@ func serve(ctx context.Context, args []string) error {
 	open := func(dir string) (plugin.LoadedModel, error) {
 		return openModel(dir, cfg.Model, plan, cfg.Decode.BeamWidth, cfg.Experimental, serving, fillFrom, log)
 	}
+	cfg.Concurrency.MaxInflight = plan.sessions // the guard admits as many reads as the reader has sessions
 	var (
-		model plugin.Reranker // nil: no model
-		info  plugin.ModelInfo
+		models *plugin.Swapper // nil: no reader
+		info   plugin.ModelInfo
 	)
 	if cfg.Model.Dir != "" {
 		first, err := open(cfg.Model.Dir)
 		if err != nil {
 			return err
 		}
-		cfg.Concurrency.MaxInflight = plan.sessions
 		info = first.Info
 		sw := plugin.NewSwapper(first, open, log)
 		defer func() {
@@ -125,7 +126,7 @@ func serve(ctx context.Context, args []string) error {
 				log.Error("close model", "err", err)
 			}
 		}()
-		model = sw
+		models = sw
 		checkCtx, cancel = context.WithTimeout(ctx, 30*time.Second)
 		if n, err := es.SeenCount(checkCtx); err == nil && n != info.SeenDocIDs {
 			log.Warn("seen corpus differs between the index and the model", "index_seen", n, "model_seen", info.SeenDocIDs)
@@ -184,22 +185,23 @@ func serve(ctx context.Context, args []string) error {
 	if enc != nil {
 		ingestEmbed, ingestVectorModel = embedDocs(enc), enc.Name()
 	}
-	x := cfg.Experimental
-	srv := plugin.New(es, model, plugin.Options{
+	// The ranking: the first stage, the reader (when one is configured) under the guard, the policy.
+	var source rank.Source
+	if models != nil {
+		source = models
+	}
+	pipe, err := newPipeline(cfg, stage, es, source, rank.NewMetrics(reg), log)
+	if err != nil {
+		return err
+	}
+	srv := plugin.New(es, pipe, models, plugin.Options{
 		MaxBodyBytes: cfg.Server.MaxBodyBytes, RequestTimeout: cfg.Server.RequestTimeout,
-		ESBudgetFraction: cfg.Server.ESBudgetFraction, MaxQueryChars: cfg.Server.MaxQueryChars,
-		MaxHits: cfg.Server.MaxHits, MaxCandidates: cfg.Decode.MaxCandidates, SnippetChars: x.SnippetChars, FirstStage: stage,
+		MaxQueryChars: cfg.Server.MaxQueryChars, MaxHits: cfg.Server.MaxHits,
 		Fields:      plugin.SourceFields{DocID: cfg.Fields.DocID, Title: cfg.Fields.Title, Summary: cfg.Fields.Summary},
-		Decode:      decodeOptions(cfg.Decode.BeamWidth, x),
-		MaxInflight: cfg.Concurrency.MaxInflight, QueueSize: cfg.Concurrency.QueueSize, QueueTimeout: cfg.Concurrency.QueueTimeout,
 		MetricsPath: cfg.Metrics.Path, MetricsOff: !cfg.Metrics.Enabled,
-		ConsecutiveFailures: cfg.Breaker.ConsecutiveFailures, OpenTimeout: cfg.Breaker.OpenTimeout,
-		HalfOpenMaxRequests: cfg.Breaker.HalfOpenMaxRequests, BreakerCountInterval: cfg.Breaker.Interval,
-		Policy: cfg.Policy.Mode, AllowPolicyOverride: cfg.Policy.AllowOverride, FusionK: x.FusionK,
-		RouteByFirstStage: x.RouteByFirstStage, MinCopyProb: x.MinCopyProb, MinTopScore: x.MinTopScore,
-		RunModelWhenGateNever: x.RunModelWhenGateNever, Profile: cfg.Profile(), Experimental: experimentalSettings(cfg),
-		TrustedProxies:       cfg.Server.TrustedProxies,
-		MemoryFromFirstStage: x.MemoryScope == config.MemoryFirstStage, Model: info, Logger: log, Registry: reg, Ingester: es, Compressor: comp, CompressWorkers: compWorkers,
+		AllowPolicyOverride: cfg.Policy.AllowOverride, Profile: cfg.Profile(), Experimental: experimentalSettings(cfg),
+		TrustedProxies: cfg.Server.TrustedProxies,
+		Model:          info, Logger: log, Registry: reg, Ingester: es, Compressor: comp, CompressWorkers: compWorkers,
 		AB: plugin.ABOptions{Enabled: cfg.AB.Enabled, Mode: cfg.AB.Mode, SplitB: cfg.AB.SplitB, KeyHeader: cfg.AB.KeyHeader,
 			Experiment: cfg.AB.Experiment},
 		Embed: ingestEmbed, VectorModel: ingestVectorModel,
@@ -279,7 +281,7 @@ type runPlan struct {
 // left at 0 (auto), so that sessions x threads is the number of cores: sessions sharing cores with more
 // threads than cores slow every run down (measured on 2 cores: reader135 370 ms p50 alone with 2 threads,
 // 830-880 ms when two sessions of 2 threads ran at once). With both automatic: one session with every
-// core, the lowest latency at the same capacity (docs/evaluation.md, "Load").
+// core, the lowest latency at the same capacity (docs/evaluation.md, "Admission control").
 func planRun(sessions, threads, cores int) runPlan {
 	cores = max(cores, 1)
 	switch {
@@ -344,6 +346,8 @@ func experimentalSettings(cfg config.Config) map[string]string {
 // serving are the sidecar's settings (servingSettings): the model's gate applies only if fitted under them.
 func openModel(dir string, c config.Model, plan runPlan, beamWidth int, x config.Experimental, serving plugin.Settings,
 	fillFrom *adapter.Adapter, log *slog.Logger) (plugin.LoadedModel, error) {
+	// A reading keeps each route's best answer when the first stage settles the routes (rank.RouteByFirstStage).
+	routeByFirstStage := x.RouteByFirstStage
 	// Each model its own store: a swapped model starts empty (or with its own file) and fills as it serves.
 	blocks, err := openBlockStore(dir, x, log)
 	if err != nil {
@@ -404,5 +408,6 @@ func openModel(dir string, c config.Model, plan runPlan, beamWidth int, x config
 		closeEngine := closeModel
 		closeModel = func() error { stop(); return closeEngine() }
 	}
-	return plugin.LoadedModel{Reranker: m.Engine, Info: info, Seen: m.Seen, Close: closeModel, Gate: g}, nil
+	reader := rank.NewICICLE(m.Engine, opts, routeByFirstStage)
+	return plugin.LoadedModel{Reader: reader, Info: info, Seen: m.Seen, Close: closeModel, Gate: g}, nil
 }

@@ -239,6 +239,14 @@ func normalize(v []float32) {
 	}
 }
 
+// Normalized returns a copy of v scaled to unit length (a zero vector stays zero), as the encoder's own
+// vectors are when its manifest says normalize.
+func Normalized(v []float32) []float32 {
+	out := slices.Clone(v)
+	normalize(out)
+	return out
+}
+
 // Dot returns the dot product of a and b (the cosine for normalised vectors); 0 when their lengths differ.
 func Dot(a, b []float32) float64 {
 	if len(a) != len(b) {

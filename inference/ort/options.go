@@ -37,7 +37,7 @@ type Options struct {
 	// (session.force_spinning_stop), so that between a request's Runs and the next request's the cores go to
 	// Elasticsearch and the query encoder, which share them. Measured through the sidecar on 2 cores (b3 by
 	// blocks, 10 candidates): the first stage inside a model request 26.8 / 25.7 ms p50 with spinning kept,
-	// 21.6 / 20.5 without (what it takes alone), the model's Run unchanged (docs/evaluation.md). No effect
+	// 21.6 / 20.5 without (what it takes alone), the model's Run unchanged (docs/research, "What a 100-candidate Run can still shed on these cores"). No effect
 	// with NoSpin.
 	SpinBetweenRuns bool
 }

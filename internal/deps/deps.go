@@ -13,5 +13,5 @@ import (
 	_ "github.com/stretchr/testify/require"
 	_ "github.com/yalue/onnxruntime_go"
 	_ "go.uber.org/goleak"
-	_ "gopkg.in/yaml.v3"
+	_ "go.yaml.in/yaml/v3"
 )

@@ -24,6 +24,7 @@ const (
 	RouteCopy       = "copy"
 	RouteParametric = "parametric"
 	RouteBM25       = "bm25"
+	RouteFirstStage = "first_stage"
 	RouteNone       = "none"
 )
 
@@ -39,7 +40,8 @@ type Outcome struct {
 	Subset string `json:"subset"`
 	// Latency is the arm's wall time for the query, measured by the client.
 	Latency time.Duration `json:"latency_ns"`
-	// Route is the top result's provenance (RouteCopy, RouteParametric, RouteBM25); empty when Ranked is.
+	// Route is the top result's provenance (RouteCopy, RouteParametric, RouteFirstStage, RouteBM25); empty when
+	// Ranked is.
 	Route string `json:"route,omitempty"`
 	// ModelRoute is the route of the model's own top beam (RouteCopy or RouteParametric) when the response
 	// says it though the top result shows another (policy gate keeping BM25's order reports it); empty

@@ -240,8 +240,8 @@ func TestWriteMarkdown(t *testing.T) {
 	var buf bytes.Buffer
 	testReport().WriteMarkdown(&buf)
 	out := buf.String()
-	require.Contains(t, out, "| A: BM25 | new | 15 | 0 | 1.000 | 1.000 | 1.000 | 0.00 / 0.00 / 1.00 | – (0/0) |")
-	require.Contains(t, out, "| B: sidecar | all | 20 | 0 | 0.000 | 1.000 | 0.500 | 1.00 / 0.00 / 0.00 | 0.500 (10/20) |")
+	require.Contains(t, out, "| A: BM25 | new | 15 | 0 | 1.000 | 1.000 | 1.000 | 0.00 / 0.00 / 0.00 / 1.00 | – (0/0) |")
+	require.Contains(t, out, "| B: sidecar | all | 20 | 0 | 0.000 | 1.000 | 0.500 | 1.00 / 0.00 / 0.00 / 0.00 | 0.500 (10/20) |")
 	require.Contains(t, out, "### N-shot sweep")
 	require.Contains(t, out, "| D_new, gold in context (ctx) | 100 | 15 | 0.000 | 0.649 | 1.000 | 0.772 |")
 }

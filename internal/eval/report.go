@@ -20,6 +20,11 @@ const (
 	ProtocolSearch = "search"
 	// ProtocolTopN is the N-shot sweep: the BM25 top N new documents posted to /v1/rerank.
 	ProtocolTopN = "bm25_top_n"
+	// ProtocolReader is arm R: a second sidecar serving a reader profile, asked for the reader's own
+	// ranking (policy model) on some of the queries; ProtocolOnReaderQueries are arms A, F and B on the same
+	// queries, so that the four compare query for query.
+	ProtocolReader          = "reader"
+	ProtocolOnReaderQueries = "on_reader_queries"
 	// ProtocolPaper is the paper's protocol posted to /v1/rerank: a new-document query gets its gold
 	// document and N-1 random new documents (gold at a random position); a seen-document query gets N
 	// random new documents (all-noise).
@@ -103,19 +108,31 @@ func (r Report) WriteMarkdown(w io.Writer) {
 		m.Sidecar, m.Model, m.Index, m.Concurrency, m.Seed, m.Bins, m.TookS)
 	groups := []struct{ title, protocol string }{
 		{"BM25 over all documents (A: what a team runs today), the first stage alone (F) and the sidecar's /v1/search (B)", ""},
+		{"The reader's own ranking (R: a sidecar serving a reader profile in model mode) beside A, F and B on the same queries", ProtocolReader},
 		{"N-shot sweep: BM25 top N new documents posted to /v1/rerank", ProtocolTopN},
 		{"Paper protocol: gold + N-1 random new documents (new), N random new documents (seen, all-noise), posted to /v1/rerank", ProtocolPaper},
 	}
 	for _, g := range groups {
 		arms := r.ByProtocol(g.protocol)
-		if g.protocol == "" {
+		switch g.protocol {
+		case "":
 			arms = append(append(r.ByProtocol(ProtocolBM25All), r.ByProtocol(ProtocolFirstStage)...), r.ByProtocol(ProtocolSearch)...)
+		case ProtocolReader:
+			if len(arms) > 0 {
+				arms = append(r.ByProtocol(ProtocolOnReaderQueries), arms...)
+			}
 		}
 		if len(arms) == 0 {
 			continue
 		}
 		fmt.Fprintf(w, "\n### %s\n\n", g.title)
 		WriteTable(w, arms)
+		if g.protocol == ProtocolReader {
+			// The reader's departures from the first stage, query by query: what a gate would have to tell apart.
+			if f, rd := r.ByProtocol(ProtocolOnReaderQueries), r.ByProtocol(ProtocolReader); len(f) >= 2 && len(rd) == 1 {
+				writeChanges(w, f[1], rd[0])
+			}
+		}
 		if g.protocol != "" {
 			continue
 		}
@@ -139,7 +156,7 @@ func (r Report) WriteMarkdown(w io.Writer) {
 
 // WriteTable writes one markdown row per arm and subset.
 func WriteTable(w io.Writer, arms []Arm) {
-	fmt.Fprintln(w, "| arm | subset | queries | errors | Hits@1 | Hits@10 | MRR@10 | top-1 copy / param / bm25 | gold in context | routing recall | P(hit\\|COPY) | ECE route | ECE top-1 | fallback | p50 ms | p95 ms | p99 ms |")
+	fmt.Fprintln(w, "| arm | subset | queries | errors | Hits@1 | Hits@10 | MRR@10 | top-1 copy / param / first stage / bm25 | gold in context | routing recall | P(hit\\|COPY) | ECE route | ECE top-1 | fallback | p50 ms | p95 ms | p99 ms |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, a := range arms {
 		for _, sub := range []string{SubsetSeen, SubsetNew, SubsetAll} {
@@ -148,9 +165,9 @@ func WriteTable(w io.Writer, arms []Arm) {
 				continue
 			}
 			share := func(route string) float64 { return float64(s.Routes[route]) / float64(s.N) }
-			fmt.Fprintf(w, "| %s | %s | %d | %d | %.3f | %.3f | %.3f | %.2f / %.2f / %.2f | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.1f |\n",
+			fmt.Fprintf(w, "| %s | %s | %d | %d | %.3f | %.3f | %.3f | %.2f / %.2f / %.2f / %.2f | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.1f |\n",
 				a.Name, sub, s.N, s.Errors, s.Hits1, s.Hits10, s.MRR,
-				share(RouteCopy), share(RouteParametric), share(RouteBM25),
+				share(RouteCopy), share(RouteParametric), share(RouteFirstStage), share(RouteBM25),
 				s.InContext, s.RoutingRecall, s.HitGivenCopy, optional(s.RouteECE), optional(s.TopECE),
 				fallbackCell(s), s.Latency.P50, s.Latency.P95, s.Latency.P99)
 		}

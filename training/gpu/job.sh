@@ -52,7 +52,7 @@ job_args() {
     # the sidecar's 100 candidates with experimental.summary_candidates 10: the first stage's top 10 with summaries
     r26c) echo "$(job_args r26a) --summary-candidates 10" ;;
     # r24e read by blocks, shared positions: whether block reading keeps what 64-token summaries give, where a
-    # causal prefill of them costs 1.2 s a query on 2 cores (docs/evaluation.md); runs beside r24e in one loan
+    # causal prefill of them costs 1.2 s a query on 2 cores (docs/research/2026-11-readers.md); runs beside r24e
     r26e) echo "$(job_args r24e) --blocks shared" ;;
     # issue 24: r24d reading each candidate's query snippet (the sidecar's experimental.snippet_chars 150) instead of its
     # summary; needs the set with snippets (python -m icicle.readerdata snippets; stage.sh --set it --parts 4).

@@ -41,7 +41,8 @@ p = sys.argv[1] + '/manifest.json'
 m = json.load(open(p))
 m['name'] = 'icicle-' + sys.argv[2]
 open(p, 'w', encoding='utf-8').write(json.dumps(m, indent=2, ensure_ascii=False) + chr(10))" "$dest" "$name")
-# The int8 file for the query (served with model.quantized: true; docs/evaluation.md, "int8 weights for the query").
+# The int8 file for the query (served with model.quantized: true; docs/research/2026-11-readers.md, "int8 weights for
+# the query").
 (cd "$root/training" && "$venv/bin/python" -m icicle.export int8 --model "$dest" &&
   "$venv/bin/python" -m icicle.export agree --model "$dest")  # how often its next token is fp32's (30 s)
 cp "$work/$name.delta.safetensors" "$dest/delta.safetensors"

@@ -1,7 +1,7 @@
 """The reader's cost per request on the device's GPU: a causal prefill of an N-token prompt, then one-token decode
 steps over its cache, batch 1, in reader135's architecture (SmolLM2-135M, 30 layers) with random weights (the time
 does not depend on the weights' values, so nothing but this tree travels), fp32 and bf16. The sidecar's prompts:
-433 tokens for 10 candidates with summaries, 3,692 for 100 (docs/evaluation.md, "Block reading").
+433 tokens for 10 candidates with summaries, 3,692 for 100 (docs/research/2026-11-readers.md, "Block reading").
 
     python training/gpu/latency.py [--tokens 433 3692] [--decode 20] [--reps 20] [--device cuda] [--out FILE]
 

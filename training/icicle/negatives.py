@@ -12,7 +12,8 @@ The embedding matrix is computed once per (pool, model) and cached on disk as
 ``<work_dir>/embeddings/<model key>-<corpus hash>.npz`` (docids + float32 [n, 384]); the corpus hash covers
 every pool docid, title and text and the text recipe, the model key the encoder's name and a hash of its
 weights, so a changed corpus or model never reuses a stale file. The neighbour lists are recomputed from it
-on load (exact search over 6.5K x 384 takes about a second).
+on load by an exhaustive numpy search (6.5K x 384 takes about a second), which ranks exactly as FAISS
+IndexFlatIP did, ties included.
 """
 from __future__ import annotations
 
@@ -176,22 +177,27 @@ def load_or_embed(pool: Sequence[str], docs: Mapping, embedder: Embedder, work_d
     return emb, path, False
 
 
-def exact_neighbours(emb: np.ndarray, k: int, threads: int | None = 1) -> np.ndarray:
+def exact_neighbours(emb: np.ndarray, k: int, block: int = 1024) -> np.ndarray:
     """Top-k rows by inner product for every row, itself excluded: int64 [n, min(k, n-1)], best first.
-    FAISS IndexFlatIP (exhaustive, exact); ties keep FAISS's order, which is deterministic for a given input."""
-    import faiss
 
-    n = emb.shape[0]
+    An exhaustive float32 search with numpy, ``block`` query rows at a time (a [block, n] score matrix). Equal
+    scores rank the higher row index first, as FAISS ``IndexFlatIP`` ranked them when it did this search, so the
+    lists are the ones it gave (tests/test_negatives.py). Where equal scores straddle the k-th place, the higher
+    row indices are kept (FAISS's pick among them followed its heap)."""
+    x = np.ascontiguousarray(emb, dtype=np.float32)
+    n = x.shape[0]
     k = min(k, n - 1)
-    if threads:
-        faiss.omp_set_num_threads(threads)
-    index = faiss.IndexFlatIP(emb.shape[1])
-    index.add(np.ascontiguousarray(emb, dtype=np.float32))
-    _, nb = index.search(np.ascontiguousarray(emb, dtype=np.float32), min(k + 1, n))
     out = np.empty((n, k), dtype=np.int64)
-    for i in range(n):
-        row = [j for j in nb[i] if j != i and j >= 0][:k]
-        out[i] = row
+    if k <= 0:
+        return out
+    for start in range(0, n, block):
+        sims = x[start:start + block] @ x.T
+        rows = np.arange(sims.shape[0])
+        sims[rows, start + rows] = -np.inf
+        cut = np.partition(sims, n - k, axis=1)[:, n - k]  # each row's k-th best score
+        for r, s in enumerate(sims):
+            cand = np.flatnonzero(s >= cut[r])  # the top k and every score equal to the k-th
+            out[start + r] = cand[np.lexsort((-cand, -s[cand]))[:k]]  # best score first, then the higher index
     return out
 
 
@@ -213,7 +219,7 @@ class DenseHardNegatives:
         self.embedder = embedder or MiniLMEmbedder(threads=threads)
         self.emb, self.cache_path, self.cache_hit = load_or_embed(self.pool, docs, self.embedder, work_dir, log)
         self._row = {d: i for i, d in enumerate(self.pool)}
-        self._nb = exact_neighbours(self.emb, self.k, threads)
+        self._nb = exact_neighbours(self.emb, self.k)
 
     def neighbours(self, gold: str) -> list[str]:
         i = self._row.get(gold)

@@ -307,8 +307,8 @@ def seen_heldout_queries(rs: dict, data_dir: str = DEFAULT_DATA_DIR) -> list[dic
     """The set's "seen_heldout" questions as nq_qed's own query lines (qid, query, split), in the set's order: what a
     model trained on the set never saw of its seen corpus. `scripts/calibrate.sh` fits a model's gate on them beside
     the new-document queries when the model directory has them (a gate fitted on new documents alone promotes the
-    memory route's wrong answers on seen ones: docs/evaluation.md, "`models/r24a`"). The set keeps no qids, so a
-    question is found by its text and gold among the train split's queries; one not found is an error."""
+    memory route's wrong answers on seen ones: docs/research/2026-11-readers.md, "`models/r24a`"). The set keeps no
+    qids, so a question is found by its text and gold among the train split's queries; one not found is an error."""
     _, queries = load_beir(data_dir)
     by = {(q.query, q.docid): q for q in queries if q.nq_split == "train"}
     out, missing = [], []
@@ -426,8 +426,8 @@ def main(argv=None) -> None:
     b.add_argument("--threads", type=int, default=2)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--depth", type=int, default=LIST_DEPTH,
-                   help=f"candidates a list holds (default {LIST_DEPTH}; the sidecar reads up to 100: a reader trained on "
-                        "20 loses its reading at 100, docs/evaluation.md)")
+                   help=f"candidates a list holds (default {LIST_DEPTH}; the sidecar reads up to 100: a reader trained "
+                        "on 20 loses its reading at 100, docs/research/2026-11-readers.md)")
     b.add_argument("--cache", default="",
                    help="the encoder's vectors' folder (default OUT/cache): another set's, e.g. "
                         "~/.cache/icicle/readerset/cache, reuses its vectors (a set 100 deep then builds in minutes)")

@@ -85,7 +85,7 @@ def test_neighbours_share_more_words_with_the_gold_title_than_random(hn, split, 
     assert near > 1.5 * far, (near, far)
 
 
-def test_faiss_is_exact_inner_product(hn):
+def test_exact_neighbours_is_exact_inner_product(hn):
     sims = hn.emb @ hn.emb.T
     np.fill_diagonal(sims, -np.inf)
     ref = np.argsort(-sims, axis=1, kind="stable")[:, : hn.k]
@@ -94,6 +94,32 @@ def test_faiss_is_exact_inner_product(hn):
     for i in range(len(ref)):
         np.testing.assert_allclose(sims[i, got[i]], sims[i, ref[i]], atol=1e-5)
         assert i not in got[i]
+
+
+FAISS_GOLDEN = os.path.join(os.path.dirname(__file__), "data", "exact_neighbours_faiss.npz")
+
+
+@pytest.mark.parametrize("block", [1024, 7])
+def test_exact_neighbours_matches_faiss(block):
+    """The lists FAISS IndexFlatIP gave (faiss-cpu 1.15.1, the search exact_neighbours replaced) for 200 unit
+    vectors in 16 dimensions (numpy default_rng(0) normals), rows 10, 77 and 150 exact copies of row 3 and row 181
+    of row 180, so that equal scores are ranked too, k=100 (DenseHardNegatives' k). Written by the replaced code:
+    IndexFlatIP(16), add(emb), search(emb, 101), each row's list without the row itself, first 100."""
+    with np.load(FAISS_GOLDEN) as z:
+        emb, want = z["emb"], z["neighbours"].astype(np.int64)
+    assert emb.shape == (200, 16) and want.shape == (200, 100)
+    got = exact_neighbours(emb, 100, block=block)
+    np.testing.assert_array_equal(got, want)
+    assert list(got[3][:3]) == [150, 77, 10] and list(got[10][:3]) == [150, 77, 3], "equal scores: higher index first"
+    assert got[180][0] == 181 and got[181][0] == 180
+
+
+def test_exact_neighbours_small_pools():
+    emb = np.eye(3, dtype=np.float32)[[0, 1, 2, 0]]  # row 3 repeats row 0
+    np.testing.assert_array_equal(exact_neighbours(emb, 100), [[3, 2, 1], [3, 2, 0], [3, 1, 0], [0, 2, 1]])
+    # equal scores across the cut: the higher indices stay
+    np.testing.assert_array_equal(exact_neighbours(emb, 1), [[3], [3], [3], [0]])
+    assert exact_neighbours(emb[:1], 5).shape == (1, 0)
 
 
 def test_sample_never_gold_distinct_and_deterministic(hn, pool):

@@ -18,8 +18,8 @@ seen documents, which a copy-only reader cannot name; with `--memory`, those the
 log-probability). It prints the grid's best settings on all queries (in-sample) and 5-fold cross-validation: the
 best settings of four folds applied to the fifth, by subset, against the first stage alone (w = 0). `--slots`
 scores only the documents the reader read (the sidecar's context) and moves them only among the places they hold,
-so that a document it did not read (a seen one) keeps its place (docs/evaluation.md, "Blending the reader into the
-first stage's scores": a sidecar policy with this rule was measured and removed). `collect
+so that a document it did not read (a seen one) keeps its place (docs/research/2026-11-readers.md, "Blending the
+reader into the first stage's scores": a sidecar policy with this rule was measured and removed). `collect
 --seen-queries FILE` asks the seen-document questions of FILE (their "qid"s: a model's seen_heldout_queries.jsonl,
 kept out of its training) instead of the split's first --seen-n, which a reader with a memory route trained on.
 """

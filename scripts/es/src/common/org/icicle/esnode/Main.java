@@ -12,7 +12,6 @@ import org.elasticsearch.env.Environment;
 import org.elasticsearch.node.IcicleNode;
 import org.elasticsearch.node.InternalSettingsPreparer;
 import org.elasticsearch.node.Node;
-import org.elasticsearch.plugins.IciclePluginsService;
 import org.elasticsearch.plugins.Plugin;
 import org.elasticsearch.transport.netty4.Netty4Plugin;
 
@@ -24,6 +23,10 @@ import org.elasticsearch.transport.netty4.Netty4Plugin;
  * ...). path.home must contain config/log4j2.properties; scripts/es.sh
  * writes it. With -Dicicle.pidfile=PATH the JVM writes its pid there before
  * the node is built and removes it after the node has closed.
+ *
+ * This file compiles against Elasticsearch 8.x and 9.x alike; what differs
+ * between the majors (node construction, plugin loading, the REST handler
+ * registration) lives in src/es8 and src/es9, one twin per class.
  */
 public final class Main {
 
@@ -68,7 +71,7 @@ public final class Main {
         LogConfigurator.configure(env, true);
 
         List<Class<? extends Plugin>> plugins = List.of(Netty4Plugin.class, RootPlugin.class);
-        Node node = new IcicleNode(env, s -> new IciclePluginsService(s, env, plugins));
+        Node node = IcicleNode.create(env, plugins);
 
         CountDownLatch stopped = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
