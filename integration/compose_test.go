@@ -171,13 +171,14 @@ func TestComposeServices(t *testing.T) {
 	require.ElementsMatch(t, []string{esService, ingestService, icicleService}, p.ServiceNames())
 }
 
-// esVersion is the Elasticsearch version scripts/es.sh runs (its ES_VERSION), which the tests use.
+// esVersion is the Elasticsearch version scripts/es.sh runs by default (its ES_VERSION's default), which the
+// tests use.
 func esVersion(t *testing.T) string {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "scripts", "es.sh"))
 	require.NoError(t, err)
-	m := regexp.MustCompile(`(?m)^ES_VERSION=(\S+)$`).FindSubmatch(raw)
-	require.NotNil(t, m, "scripts/es.sh has no ES_VERSION=")
+	m := regexp.MustCompile(`(?m)^ES_VERSION=(?:\$\{ICICLE_ES_VERSION:-)?([0-9.]+)\}?$`).FindSubmatch(raw)
+	require.NotNil(t, m, "scripts/es.sh has no ES_VERSION=<version> or ES_VERSION=${ICICLE_ES_VERSION:-<version>}")
 	return string(m[1])
 }
 

@@ -65,7 +65,8 @@ BASE_DEBIAN=localhost/icicle-base/debian:bookworm
 # The Go version of the builder is the one of the Dockerfile's GOLANG_IMAGE (golang:<version>-bookworm).
 GO_VERSION=$(sed -n 's/^ARG GOLANG_IMAGE=golang:\([0-9.]*\)-bookworm.*/\1/p' "$REPO/Dockerfile")
 BASE_GOLANG=localhost/icicle-base/golang:$GO_VERSION-bookworm
-ES_VERSION=$(sed -n 's/^ES_VERSION=//p' "$HERE/es.sh")
+# The local Elasticsearch image stands in for docker-compose.yml's default one, at its version.
+ES_VERSION=$(sed -n 's|.*ES_IMAGE:-docker.elastic.co/elasticsearch/elasticsearch:\([0-9.]*\)}.*|\1|p' "$REPO/docker-compose.yml")
 BASE_ES=localhost/icicle-base/elasticsearch:$ES_VERSION
 ENCODER=models/bge-small-en-v15-q
 LABEL=org.icicle.inputs
@@ -78,6 +79,7 @@ die() { echo "container.sh: $*" >&2; exit 1; }
 say() { echo "container.sh: $*" >&2; }
 sha() { sha256sum | cut -c1-16; }
 
+[[ -n $ES_VERSION ]] || die "docker-compose.yml: no \${ES_IMAGE:-docker.elastic.co/elasticsearch/elasticsearch:<version>} to take the Elasticsearch version from"
 [[ -n $GO_VERSION ]] || die "Dockerfile: no 'ARG GOLANG_IMAGE=golang:<version>-bookworm...' line to take the Go version from"
 for p in "$ES_PORT_HOST" "$PORT_HOST"; do [[ $p =~ ^[0-9]+$ ]] || die "port '$p' is not a number (ICICLE_CONTAINER_ES_PORT, ICICLE_CONTAINER_PORT)"; done
 case $NATIVE in prebuilt | fetch) ;; *) die "ICICLE_CONTAINER_NATIVE=$NATIVE: want prebuilt or fetch" ;; esac
@@ -244,14 +246,15 @@ base_rust() {
 }
 
 base_es() {
-  "$HERE/es.sh" install >/dev/null
-  local esdir=${ICICLE_CACHE:-$HOME/.cache/icicle}/es/$ES_VERSION inputs
-  [[ -d $esdir/lib && -d $esdir/classes ]] || die "scripts/es.sh install left no lib/ and classes/ in $esdir"
-  inputs=$({ image_inputs "$BASE_DEBIAN"; cat "$CDIR/es.Containerfile" "$CDIR/es-entrypoint.sh" "$esdir/.installed"; } | sha)
+  local esdir=${ICICLE_CACHE:-$HOME/.cache/icicle}/es/$ES_VERSION classes inputs
+  classes=$(ICICLE_ES_VERSION=$ES_VERSION "$HERE/es.sh" classes 2>/dev/null) ||
+    die "ICICLE_ES_VERSION=$ES_VERSION scripts/es.sh classes failed (run it to see why)"
+  [[ -d $esdir/lib && -d $classes ]] || die "scripts/es.sh install left no $esdir/lib and $classes"
+  inputs=$({ image_inputs "$BASE_DEBIAN"; cat "$CDIR/es.Containerfile" "$CDIR/es-entrypoint.sh"; echo "$classes"; } | sha)
   if [[ $(image_inputs "$BASE_ES") == "$inputs" ]]; then return; fi
-  say "building $BASE_ES (the node of scripts/es.sh, from $esdir)"
+  say "building $BASE_ES (scripts/es.sh's node: $esdir/lib, $classes)"
   podman build "${BUILD_LIMITS[@]}" --quiet --layers --label "$LABEL=$inputs" \
-    --build-arg BASE="$BASE_DEBIAN" --build-context esnode="$esdir" \
+    --build-arg BASE="$BASE_DEBIAN" --build-context eslib="$esdir/lib" --build-context eslauncher="$classes" \
     -f "$CDIR/es.Containerfile" -t "$BASE_ES" "$CDIR" >"$RUN/base-es.log" 2>&1 ||
     { tail -n 40 "$RUN/base-es.log" >&2; die "building $BASE_ES failed (log $RUN/base-es.log)"; }
 }

@@ -10,6 +10,7 @@
 #   scripts/es.sh url       print http://127.0.0.1:PORT
 #   scripts/es.sh version   print the Elasticsearch version this environment selects
 #   scripts/es.sh versions  print the versions this script has pins for, the default first
+#   scripts/es.sh classes   install if needed, print the folder of the launcher's compiled classes
 #
 # Use with:  scripts/es.sh start && ICICLE_ES_URL=$(scripts/es.sh url) go test -tags integration ./adapter
 #
@@ -371,5 +372,6 @@ case "${1:-}" in
   url) echo "$URL" ;;
   version) echo "$ES_VERSION" ;;
   versions) echo "$VERSIONS" ;;
-  *) die "usage: scripts/es.sh {install|start|stop|status|url|version|versions}" ;;
+  classes) install >&2; echo "$CLASSES" ;;
+  *) die "usage: scripts/es.sh {install|start|stop|status|url|version|versions|classes}" ;;
 esac
