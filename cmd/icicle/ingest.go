@@ -34,6 +34,7 @@ func ingest(ctx context.Context, args []string) error {
 	modelDir := fs.String("model-dir", "", "model directory whose seen_docids.txt marks documents seen (default: model.dir from config)")
 	refresh := fs.Bool("refresh", true, "make documents searchable before returning")
 	flushTimeout := fs.Duration("flush-timeout", 2*time.Minute, "timeout of one bulk request (at least elasticsearch.request_timeout)")
+	bulkWorkers := fs.Int("workers", 2, "bulk requests in flight at once (1 writes the corpus in its own order)")
 	replace := fs.Bool("replace", false, "overwrite a stored document whose text differs (default: report it as failed, \"docid taken\": another document with the same title)")
 	quiet := fs.Bool("quiet", false, "no progress line on stderr (there is none when stderr is not a terminal)")
 	compressorKind := fs.String("compressor", "", "summaries of documents without one: extractive or llm (default: compressor.kind from config, extractive)")
@@ -115,7 +116,10 @@ func ingest(ctx context.Context, args []string) error {
 		func(d *adapter.Doc, s string) { d.Summary = s; compressed.Add(1) })
 	// Read before write, as POST /v1/ingest does: a different document stored under a docid is not
 	// overwritten unless -replace. The seen flag is the model's seen_docids.txt here, never kept.
-	opts := adapter.IngestOptions{Refresh: *refresh, KeepStored: true, Replace: *replace}
+	if *bulkWorkers < 1 {
+		return fmt.Errorf("-workers: want at least 1, got %d", *bulkWorkers)
+	}
+	opts := adapter.IngestOptions{Refresh: *refresh, KeepStored: true, Replace: *replace, Workers: *bulkWorkers}
 	var precomputed atomic.Int64
 	if enc != nil {
 		// Each document's vector for the first stage; a stored document with the same text keeps its own, and
