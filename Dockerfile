@@ -89,10 +89,16 @@ COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY --from=tokenizers /out/libtokenizers.a /out/tokenizers/
 COPY . .
+# The version and commit `icicle version` prints (.git is not in the build context: pass them, e.g.
+# --build-arg ICICLE_VERSION=0.2.0 --build-arg ICICLE_COMMIT=$(git rev-parse HEAD)).
+ARG ICICLE_VERSION=""
+ARG ICICLE_COMMIT=""
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=1 CGO_LDFLAGS="-L/out/tokenizers" \
-    go build -tags "ort tokenizers" -trimpath -ldflags "-s -w" -o /out/icicle ./cmd/icicle
+    go build -tags "ort tokenizers" -trimpath \
+      -ldflags "-s -w ${ICICLE_VERSION:+-X main.version=$ICICLE_VERSION} ${ICICLE_COMMIT:+-X main.commit=$ICICLE_COMMIT}" \
+      -o /out/icicle ./cmd/icicle
 
 FROM ${RUNTIME_IMAGE} AS runtime
 RUN apt-get update \

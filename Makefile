@@ -8,7 +8,7 @@ SHELL := /bin/bash
 export ICICLE_CACHE ?= $(HOME)/.cache/icicle
 TAGS := ort tokenizers
 
-.PHONY: demo demo-blocks test bootstrap build serve stop es-start es-stop test-go test-native test-python test-integration model-tiny model-small model-reader135 calibrate model-gpu eval-model clean
+.PHONY: demo demo-blocks container-test test bootstrap build serve stop es-start es-stop test-go test-native test-python test-integration model-tiny model-small model-reader135 calibrate model-gpu eval-model clean
 
 demo: ## bootstrap, start ES, ingest the demo corpus, start the sidecar, compare BM25, the first stage, the default and a reader
 	scripts/demo.sh
@@ -24,6 +24,9 @@ bootstrap: ## install native libraries, the Elasticsearch node and the Python ve
 
 build: ## build bin/icicle with the native tags
 	scripts/build.sh
+
+container-test: ## build the image and run the compose stack with podman, query it, tear it down (part of make test)
+	scripts/container.sh test
 
 stop: ## stop the demo sidecar and the local Elasticsearch node
 	scripts/demo.sh stop

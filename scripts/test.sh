@@ -10,6 +10,8 @@
 #      it as a secured cluster (scripts/authproxy.sh) for the security tests; the official Python and
 #      JavaScript Elasticsearch clients against the drop-in (scripts/clients.sh); then a 9.x node for the
 #      adapter suite and the end-to-end tests again
+#   6. Containers: the image built from the Dockerfile and docker-compose.yml run with podman
+#      (scripts/container.sh test: Elasticsearch, the ingest job, the sidecar; queries; torn down)
 # Set ICICLE_TEST_SKIP_PYTHON=1 to skip step 4 on a machine without the venv.
 # Real parts are required here: ICICLE_REQUIRE_REAL=1 makes every test that needs Elasticsearch, ONNX
 # Runtime or a model fixture FAIL when it is missing instead of skipping (internal/testenv), and each
