@@ -391,8 +391,8 @@ func FuzzDropinBody(f *testing.F) {
 	f.Add(`{"ext":{"icicle":{"query":"q"},"x":1},"size":0,"aggs":{}}`)
 	f.Add(`{"from":"1e3","search_after":null}`)
 	f.Add(`[]`)
-	s := newServer(&fakeSearcher{}, &fakeReranker{rank: copyBeta}, testOptions{MaxBodyBytes: 1 << 16, RequestTimeout: 1e9,
-		MaxQueryChars: 200, MaxHits: 50, MinTopScore: -1e9})
+	s := newServer(&fakeSearcher{}, &fakeReranker{rank: copyBeta}, testOptions{Options: Options{MaxBodyBytes: 1 << 16, RequestTimeout: 1e9, MaxQueryChars: 200, MaxHits: 50},
+		MinTopScore: -1e9})
 	f.Fuzz(func(t *testing.T, body string) {
 		rec := httptest.NewRecorder()
 		s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/icicle-docs/_search", strings.NewReader(body)))

@@ -16,8 +16,8 @@ func FuzzRerankRequest(f *testing.F) {
 	f.Add(`{"query": "q", "hits": [{"_source": 5}]}`)
 	f.Add("{\"query\": \"\xff\"}")
 	f.Add(`[]`)
-	s := newServer(&fakeSearcher{}, &fakeReranker{rank: copyBeta}, testOptions{MaxBodyBytes: 1 << 16, RequestTimeout: 1e9,
-		MaxQueryChars: 200, MaxHits: 50, MinTopScore: -1e9})
+	s := newServer(&fakeSearcher{}, &fakeReranker{rank: copyBeta}, testOptions{Options: Options{MaxBodyBytes: 1 << 16, RequestTimeout: 1e9, MaxQueryChars: 200, MaxHits: 50},
+		MinTopScore: -1e9})
 	f.Fuzz(func(t *testing.T, body string) {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest(http.MethodPost, "/v1/rerank", strings.NewReader(body))

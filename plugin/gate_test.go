@@ -128,8 +128,8 @@ func TestGateTravelsWithTheModel(t *testing.T) {
 		}, nil)
 	t.Cleanup(func() { _ = sw.Close() })
 	var newCalls, allCalls atomic.Int64
-	s := newServer(abSearcher(&newCalls, &allCalls), sw, testOptions{MaxBodyBytes: 1 << 20, RequestTimeout: 1e9, ESBudgetFraction: 0.3,
-		MaxQueryChars: 100, MaxHits: 100, MinTopScore: -1e9, Policy: "gate", Gate: fixedGate(-3, 0.5)})
+	s := newServer(abSearcher(&newCalls, &allCalls), sw, testOptions{Options: Options{MaxBodyBytes: 1 << 20, RequestTimeout: 1e9, MaxQueryChars: 100, MaxHits: 100},
+		ESBudgetFraction: 0.3, MinTopScore: -1e9, Policy: "gate", Gate: fixedGate(-3, 0.5)})
 	_, body := search(t, s, "", "", `{"query":"q"}`)
 	require.Equal(t, GatePromote, body["gate"].(map[string]any)["decision"], "the Swapper's gate, not Options.Gate")
 	_, err := s.SwapModel("/models/second")

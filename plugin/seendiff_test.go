@@ -133,7 +133,8 @@ func TestReadySeenDiffFollowsSwaps(t *testing.T) {
 		}
 		return adapter.SeenDiff{IndexSeen: 2, ModelSeen: 2}, nil
 	}}
-	s := newServer(es, sw, testOptions{RequestTimeout: time.Second, ESBudgetFraction: 0.3, MinTopScore: -1e9})
+	s := newServer(es, sw, testOptions{Options: Options{RequestTimeout: time.Second},
+		ESBudgetFraction: 0.3, MinTopScore: -1e9})
 
 	body := readyWithDiff(t, s)
 	require.Equal(t, "A", body["seen_diff"].(map[string]any)["model"])

@@ -32,8 +32,8 @@ func BenchmarkRerankOverhead(b *testing.B) {
 			}
 			return inference.Result{Beams: beams, PCopy: 0.9, InContext: len(cands)}, nil
 		}}
-		s := newServer(&fakeSearcher{}, model, testOptions{MaxBodyBytes: 4 << 20, RequestTimeout: 1e9, MaxQueryChars: 1024,
-			MaxHits: 1000, MaxCandidates: 100, MinTopScore: -1e9})
+		s := newServer(&fakeSearcher{}, model, testOptions{Options: Options{MaxBodyBytes: 4 << 20, RequestTimeout: 1e9, MaxQueryChars: 1024, MaxHits: 1000},
+			MaxCandidates: 100, MinTopScore: -1e9})
 		h := s.Handler()
 		b.Run(fmt.Sprintf("hits=%d", n), func(b *testing.B) {
 			b.ReportAllocs()

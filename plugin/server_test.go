@@ -218,10 +218,9 @@ func copyBeta(_ context.Context, _ string, cands []inference.Candidate) (inferen
 
 func newTestServer(t *testing.T, es *fakeSearcher, m *fakeReranker, mod func(*testOptions)) *Server {
 	t.Helper()
-	opts := testOptions{MaxBodyBytes: 1 << 20, RequestTimeout: time.Second, ESBudgetFraction: 0.3, MaxQueryChars: 100,
-		MaxHits: 1000, MaxCandidates: 100, MaxInflight: 2, QueueSize: 2, ConsecutiveFailures: 2, OpenTimeout: time.Hour,
-		MinTopScore: -1e9, Model: ModelInfo{Name: "fake", SeenDocIDs: 200}, WriteToken: testWriteToken,
-		AllowPolicyOverride: true}
+	opts := testOptions{Options: Options{MaxBodyBytes: 1 << 20, RequestTimeout: time.Second, MaxQueryChars: 100, MaxHits: 1000, Model: ModelInfo{Name: "fake", SeenDocIDs: 200},
+		WriteToken: testWriteToken, AllowPolicyOverride: true}, ESBudgetFraction: 0.3, MaxCandidates: 100,
+		MaxInflight: 2, QueueSize: 2, ConsecutiveFailures: 2, OpenTimeout: time.Hour, MinTopScore: -1e9}
 	if mod != nil {
 		mod(&opts)
 	}

@@ -221,8 +221,8 @@ func newSwapServer(t *testing.T, token string) (*Server, *fakeModel, *fakeModel)
 	sw := NewSwapper(old.loaded(), fakeLoader(old, next), nil)
 	t.Cleanup(func() { require.NoError(t, sw.Close()) })
 	es := &fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }}
-	s := newServer(es, sw, testOptions{MaxBodyBytes: 1 << 20, RequestTimeout: time.Second, ESBudgetFraction: 0.3, MaxQueryChars: 100,
-		MaxHits: 1000, MaxCandidates: 100, MaxInflight: 2, MinTopScore: -1e9, AdminToken: token})
+	s := newServer(es, sw, testOptions{Options: Options{MaxBodyBytes: 1 << 20, RequestTimeout: time.Second, MaxQueryChars: 100, MaxHits: 1000, AdminToken: token},
+		ESBudgetFraction: 0.3, MaxCandidates: 100, MaxInflight: 2, MinTopScore: -1e9})
 	return s, old, next
 }
 

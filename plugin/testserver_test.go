@@ -10,50 +10,19 @@ import (
 
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/inference"
-	"github.com/icicle-search/sidecar/internal/compress"
 	"github.com/icicle-search/sidecar/internal/gate"
 	"github.com/icicle-search/sidecar/rank"
 	"github.com/icicle-search/sidecar/retrieve"
 )
 
-// testOptions are a test server's settings in one flat struct: the HTTP layer's (Options) and the ranking's
-// (rank.Options, rank.GuardOptions), so that a test sets what it needs in one place. newServer wires them as
+// testOptions are a test server's settings in one struct: the HTTP layer's (Options, embedded) and the
+// ranking's (rank.Options, rank.GuardOptions) flat, so that a test sets what it needs in one place. newServer wires them as
 // cmd/icicle does.
 type testOptions struct {
-	MaxBodyBytes        int64
-	RequestTimeout      time.Duration
-	ESBudgetFraction    float64
-	MaxQueryChars       int
-	MaxHits             int
-	Fields              SourceFields
-	AllowPolicyOverride bool
-	Model               ModelInfo
-	SeenDiffInterval    time.Duration
-	Ingester            Ingester
-	Compressor          compress.Compressor
-	CompressWorkers     int
-	Embed               func(ctx context.Context, docs []adapter.Doc) ([][]float32, error)
-	VectorModel         string
-	EmbedSlots          int
-	AB                  ABOptions
-	Impressions         *ImpressionLog
-	AdminToken          string
-	CallerCredentials   string
-	WriteToken          string
-	SeparateAdmin       bool
-	Clicks              *ClickLog
-	Logger              *slog.Logger
-	TrustedProxies      []string
-	AllowedIndices      []string
-	AllowScripts        bool
-	RankWindowSize      int
-	Profile             string
-	Experimental        map[string]string
-	Registry            *prometheus.Registry
-	MetricsPath         string
-	MetricsOff          bool
+	Options // the HTTP layer's; Registry and Logger default as newServer says
 
 	// The ranking's.
+	ESBudgetFraction                        float64
 	MaxCandidates                           int
 	SnippetChars                            int
 	Decode                                  inference.Options
@@ -130,15 +99,9 @@ func newServer(es Searcher, model any, o testOptions) *Server {
 	if err != nil {
 		panic(err)
 	}
-	return New(es, pipe, sw, Options{MaxBodyBytes: o.MaxBodyBytes, RequestTimeout: o.RequestTimeout,
-		MaxQueryChars: o.MaxQueryChars, MaxHits: o.MaxHits, Fields: o.Fields, AllowPolicyOverride: o.AllowPolicyOverride,
-		Model: o.Model, SeenDiffInterval: o.SeenDiffInterval, Ingester: o.Ingester, Compressor: o.Compressor,
-		CompressWorkers: o.CompressWorkers, Embed: o.Embed, VectorModel: o.VectorModel, EmbedSlots: o.EmbedSlots, AB: o.AB,
-		Impressions: o.Impressions, AdminToken: o.AdminToken, CallerCredentials: o.CallerCredentials,
-		WriteToken: o.WriteToken, SeparateAdmin: o.SeparateAdmin, Clicks: o.Clicks, Logger: o.Logger,
-		TrustedProxies: o.TrustedProxies, AllowedIndices: o.AllowedIndices, AllowScripts: o.AllowScripts,
-		RankWindowSize: o.RankWindowSize, Profile: o.Profile, Experimental: o.Experimental, Registry: reg,
-		MetricsPath: o.MetricsPath, MetricsOff: o.MetricsOff})
+	http := o.Options
+	http.Registry, http.Logger = reg, log
+	return New(es, pipe, sw, http)
 }
 
 // bm25Only lets a Searcher serve as the first stage's without dense searches (no encoder).

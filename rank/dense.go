@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+
+	"github.com/icicle-search/sidecar/inference/dense"
 )
 
 // Embedder is what DenseReader needs of a dense encoder (*dense.Encoder): a query's vector and passages'
@@ -68,7 +70,7 @@ func (r *DenseReader) Read(ctx context.Context, q Query) (Reading, error) {
 	}
 	out := Reading{Scored: make([]Scored, len(q.Candidates)), InContext: len(q.Candidates), PromptTokens: tokens}
 	for i, c := range q.Candidates {
-		out.Scored[i] = Scored{DocID: c.DocID, Score: dot(qv, pv[i]), Route: RouteCopy, Candidate: i}
+		out.Scored[i] = Scored{DocID: c.DocID, Score: dense.Dot(qv, pv[i]), Route: RouteCopy, Candidate: i}
 	}
 	slices.SortStableFunc(out.Scored, func(a, b Scored) int { return cmp.Compare(b.Score, a.Score) })
 	margin := 0.0
@@ -77,18 +79,6 @@ func (r *DenseReader) Read(ctx context.Context, q Query) (Reading, error) {
 	}
 	out.Confidence = map[string]float64{ConfidenceMargin: margin}
 	return out, nil
-}
-
-// dot is the dot product of two vectors of the same length (0 when they differ).
-func dot(a, b []float32) float64 {
-	if len(a) != len(b) {
-		return 0
-	}
-	var s float64
-	for i := range a {
-		s += float64(a[i]) * float64(b[i])
-	}
-	return s
 }
 
 var _ Reader = (*DenseReader)(nil)

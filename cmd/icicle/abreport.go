@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/icicle-search/sidecar/internal/abtest"
+	"github.com/icicle-search/sidecar/internal/client"
 	"github.com/icicle-search/sidecar/internal/dataset"
 )
 
@@ -210,7 +211,7 @@ func abSimulate(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("-queries: no labelled query of split %q in %s", *split, *queries)
 	}
 
-	client := &http.Client{Timeout: *timeout}
+	hc := &http.Client{Timeout: *timeout}
 	base := strings.TrimRight(*sidecar, "/")
 	type job struct{ id, text string }
 	jobs := make(chan job)
@@ -221,7 +222,7 @@ func abSimulate(ctx context.Context, args []string, stdout io.Writer) error {
 	for range *concurrency {
 		wg.Go(func() {
 			for j := range jobs {
-				imp, err := searchImpression(ctx, client, base, j.id, j.text, *size)
+				imp, err := searchImpression(ctx, hc, base, j.id, j.text, *size)
 				mu.Lock()
 				if err != nil {
 					st.searchErrors++
@@ -261,7 +262,7 @@ send:
 	}
 	clicks, oracle := abtest.Simulate(imps, labels, model)
 	for _, c := range clicks {
-		if err := postClick(ctx, client, base, bearer, c); err != nil {
+		if err := postClick(ctx, hc, base, bearer, c); err != nil {
 			st.clickErrors++
 			if st.firstErr == nil {
 				st.firstErr = err
@@ -301,7 +302,7 @@ type simStats struct {
 
 // searchImpression posts one query to /v1/search with X-Request-ID rid and returns the answer as the
 // impression ab-report will read (its impression id, arm and the results with their teams).
-func searchImpression(ctx context.Context, client *http.Client, base, rid, query string, size int) (abtest.Impression, error) {
+func searchImpression(ctx context.Context, hc *http.Client, base, rid, query string, size int) (abtest.Impression, error) {
 	body, _ := json.Marshal(map[string]any{"query": query, "size": size})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/search", bytes.NewReader(body))
 	if err != nil {
@@ -319,7 +320,7 @@ func searchImpression(ctx context.Context, client *http.Client, base, rid, query
 		} `json:"ab"`
 		Results []abtest.Shown `json:"results"`
 	}
-	if err := doJSON(client, req, http.StatusOK, &out); err != nil {
+	if err := client.DoJSON(hc, req, http.StatusOK, &out); err != nil {
 		return abtest.Impression{}, err
 	}
 	imp := abtest.Impression{Time: time.Now().UTC(), ImpressionID: out.ImpressionID, RequestID: out.RequestID, Mode: out.Mode, Shown: out.Results}
@@ -330,7 +331,7 @@ func searchImpression(ctx context.Context, client *http.Client, base, rid, query
 }
 
 // postClick posts one click to /v1/click with the bearer token.
-func postClick(ctx context.Context, client *http.Client, base, token string, c abtest.Click) error {
+func postClick(ctx context.Context, hc *http.Client, base, token string, c abtest.Click) error {
 	body, _ := json.Marshal(map[string]any{"impression_id": c.ImpressionID, "docid": c.DocID, "position": c.Position})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/click", bytes.NewReader(body))
 	if err != nil {
@@ -338,34 +339,5 @@ func postClick(ctx context.Context, client *http.Client, base, token string, c a
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
-	return doJSON(client, req, http.StatusAccepted, nil)
-}
-
-// doJSON sends req and decodes an answer of status want into out (nil: discard); another status is an
-// error naming it and the sidecar's error text.
-func doJSON(client *http.Client, req *http.Request, want int, out any) error {
-	res, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(res.Body, 16<<20))
-	if err != nil {
-		return err
-	}
-	if res.StatusCode != want {
-		var e struct {
-			Error string `json:"error"`
-			Field string `json:"field"`
-		}
-		_ = json.Unmarshal(raw, &e)
-		return fmt.Errorf("%s %s: status %d: %s %s", req.Method, req.URL.Path, res.StatusCode, e.Field, cmp.Or(e.Error, strings.TrimSpace(string(raw))))
-	}
-	if out == nil {
-		return nil
-	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return fmt.Errorf("%s %s: decode response: %w", req.Method, req.URL.Path, err)
-	}
-	return nil
+	return client.DoJSON(hc, req, http.StatusAccepted, nil)
 }

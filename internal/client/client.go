@@ -81,10 +81,15 @@ func (c *Client) Get(ctx context.Context, path string, out any) error {
 	return c.do(req, out)
 }
 
-// do sends req and decodes a 200 answer into out; any other status is an error naming it and the
-// sidecar's error text.
+// do sends req and decodes a 200 answer into out.
 func (c *Client) do(req *http.Request, out any) error {
-	res, err := c.http.Do(req)
+	return DoJSON(c.http, req, http.StatusOK, out)
+}
+
+// DoJSON sends req with hc and decodes an answer of status want into out (nil: discard the body); any other
+// status is an error naming it, the field the sidecar names and its error text.
+func DoJSON(hc *http.Client, req *http.Request, want int, out any) error {
+	res, err := hc.Do(req)
 	if err != nil {
 		return err
 	}
@@ -93,10 +98,17 @@ func (c *Client) do(req *http.Request, out any) error {
 	if err != nil {
 		return err
 	}
-	if res.StatusCode != http.StatusOK {
+	if res.StatusCode != want {
 		var e plugin.ErrorBody
 		_ = json.Unmarshal(raw, &e)
-		return fmt.Errorf("%s %s: status %d: %s", req.Method, req.URL.Path, res.StatusCode, cmp.Or(e.Error, strings.TrimSpace(string(raw))))
+		msg := cmp.Or(e.Error, strings.TrimSpace(string(raw)))
+		if e.Field != "" {
+			msg = "field " + e.Field + ": " + msg
+		}
+		return fmt.Errorf("%s %s: status %d: %s", req.Method, req.URL.Path, res.StatusCode, msg)
+	}
+	if out == nil {
+		return nil
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
 		return fmt.Errorf("%s %s: decode response: %w", req.Method, req.URL.Path, err)
