@@ -111,10 +111,12 @@ fi
 step "Side by side on nq_qed dev questions: BM25, the first stage, the sidecar's default, and the reader"
 bin/icicle eval "${cfg[@]}" -sidecar "$url" -n "${DEMO_QUERIES:-100}" -sweep "" -paper-shots "" -concurrency 2 \
   "${reader_args[@]}" -out "$run/eval"
-reader_rss=
+reader_rss= reader_left=
 if [[ -n $reader_dir ]]; then
   reader_rss=$(ps -o rss= -p "$(cat "$readerpid")" | awk '{printf "%.0f", $1/1024}')
-  if [[ ${DEMO_KEEP_READER:-0} != 1 ]]; then
+  if [[ ${DEMO_KEEP_READER:-0} == 1 ]]; then
+    reader_left=" (still running at http://${DEMO_READER_ADDR:-127.0.0.1:8081})"
+  else
     stop_pid "$readerpid"
   fi
 fi
@@ -123,7 +125,7 @@ step "Done"
 cat <<TXT
 
 Full report: $run/eval/report.md (JSON and plots beside it). The demo took $(($(date +%s) - began)) s.${reader_rss:+
-The $reader reader's sidecar held ${reader_rss} MiB resident after its questions${DEMO_KEEP_READER:+ (still running)}.}
+The $reader reader's sidecar held ${reader_rss} MiB resident after its questions${reader_left}.}
 The sidecar is running at $url (pid $(cat "$pidfile"), ${rss} MiB resident, log $run/sidecar.log), next to
 Elasticsearch at $ICICLE_ELASTICSEARCH_ADDRESSES. Try:
   curl -s $url/v1/search -d '{"query": "who sang the theme song for the office", "size": 3}'
