@@ -84,8 +84,8 @@ type Adapter struct {
 	team bool
 	log  *slog.Logger
 	now  func() time.Time
-	// retries and backoff are the retrier's policy (rt), which Ingest also applies to bulk items that
-	// Elasticsearch shed for load; seenPageSize is ListSeen's page (SeenPageSize; tests shrink it).
+	// retries and backoff are the retrier's policy (rt), which the bulk writer also applies to bulk actions
+	// that Elasticsearch shed for load; seenPageSize is ListSeen's page (SeenPageSize; tests shrink it).
 	retries      int
 	backoff      func(attempt int) time.Duration
 	seenPageSize int

@@ -85,6 +85,8 @@ func (a *Adapter) count(ctx context.Context, query map[string]any) (int, error) 
 // read: the team's own fields never change, and a document rewritten meanwhile is not given stale data.
 // Resumable by construction: a run that stops leaves what it wrote, and the next one selects only what is
 // still missing.
+// An update that Elasticsearch sheds for load is sent again as Ingest's documents are; one shed at every
+// attempt is in Failed, retryable.
 func (a *Adapter) Enrich(ctx context.Context, opts EnrichOptions) (EnrichReport, error) {
 	var rep EnrichReport
 	switch {
@@ -195,47 +197,39 @@ func (a *Adapter) Enrich(ctx context.Context, opts EnrichOptions) (EnrichReport,
 			}
 		}
 		if len(embed) > 0 {
-			vs, err := opts.Embed(ctx, pick(docs, embed))
-			if err == nil && len(vs) != len(embed) {
-				err = fmt.Errorf("%d vectors for %d documents", len(vs), len(embed))
-			}
+			vs, err := embedDocs(ctx, opts.Embed, pick(docs, embed), a.vectorDims)
 			if err != nil {
 				return rep, fmt.Errorf("enrich %q: embed: %w (rerunning continues where this run stopped)", a.index, err)
 			}
 			for j, i := range embed {
-				if len(vs[j]) != a.vectorDims {
-					return rep, fmt.Errorf("enrich %q: embed: a vector of %d dims, the index has %d", a.index, len(vs[j]), a.vectorDims)
-				}
 				updates[i][a.f.Vector], updates[i][a.f.VectorModel] = vs[j], opts.VectorModel
 				rep.Vectors++
 			}
 		}
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
+		var actions []bulkAction
 		var sent []int
 		for i, h := range hits {
 			if len(updates[i]) == 0 {
 				continue
 			}
+			source, err := json.Marshal(map[string]any{"doc": updates[i]})
+			if err != nil {
+				return rep, fmt.Errorf("enrich %q: encode the update of %q: %w", a.index, docs[i].DocID, err)
+			}
 			sent = append(sent, i)
-			_ = enc.Encode(map[string]any{"update": map[string]any{"_id": h.ID, "if_seq_no": h.SeqNo, "if_primary_term": h.PrimaryTerm}})
-			_ = enc.Encode(map[string]any{"doc": updates[i]})
+			actions = append(actions, bulkAction{op: "update", id: h.ID, seqNo: &h.SeqNo, primaryTerm: &h.PrimaryTerm, source: source})
 		}
-		if len(sent) > 0 {
-			var bulk bulkUpdates
-			if err := a.do(ctx, esapi.BulkRequest{Index: a.index, Body: &buf}, &bulk); err != nil {
+		if len(actions) > 0 {
+			results, err := a.bulkAll(ctx, "", actions)
+			if err != nil {
 				return rep, fmt.Errorf("enrich %q: write: %w (rerunning continues where this run stopped)", a.index, err)
 			}
-			if len(bulk.Items) != len(sent) {
-				return rep, fmt.Errorf("enrich %q: bulk update answered %d items for %d documents", a.index, len(bulk.Items), len(sent))
-			}
-			for k, item := range bulk.Items {
-				r := item["update"]
+			for k, r := range results {
 				switch {
-				case r.Status == http.StatusConflict:
+				case r.status == http.StatusConflict:
 					rep.Changed++
-				case r.Error.Type != "":
-					rep.Failed = append(rep.Failed, Failure{DocID: docs[sent[k]].DocID, Reason: r.Error.Type + ": " + r.Error.Reason, Retryable: retryable(r.Status)})
+				case r.failed():
+					rep.Failed = append(rep.Failed, Failure{DocID: docs[sent[k]].DocID, Reason: r.reason(), Retryable: r.retryable()})
 				default:
 					rep.Written++
 				}
@@ -256,6 +250,24 @@ func (a *Adapter) Enrich(ctx context.Context, opts EnrichOptions) (EnrichReport,
 	return rep, nil
 }
 
+// embedDocs returns the vectors embed computes for docs, checked: one per document, each of dims dimensions.
+func embedDocs(ctx context.Context, embed func(context.Context, []Doc) ([][]float32, error), docs []Doc, dims int) ([][]float32, error) {
+	vs, err := embed(ctx, docs)
+	if err != nil {
+		return nil, err
+	}
+	if len(vs) != len(docs) {
+		return nil, fmt.Errorf("%d vectors for %d documents", len(vs), len(docs))
+	}
+	for _, v := range vs {
+		if len(v) != dims {
+			return nil, fmt.Errorf("a vector of %d dims, the index has %d", len(v), dims)
+		}
+	}
+	return vs, nil
+}
+
+// pick returns the documents of docs at the positions idx.
 func pick(docs []Doc, idx []int) []Doc {
 	out := make([]Doc, len(idx))
 	for j, i := range idx {
