@@ -123,9 +123,9 @@ func TestIntegrationListSeenAndDiff(t *testing.T) {
 	}
 }
 
-// shedProxy forwards to the node, but from the first shed bulk requests it keeps every k-th document
-// back and answers for it as a node whose write queue is full does inside a 200 bulk response (an item
-// with status 429, es_rejected_execution_exception); the node never sees those documents.
+// shedProxy forwards to the node, but from the first shed bulk requests it keeps every k-th action (index,
+// create or update) back and answers for it as a node whose write queue is full does inside a 200 bulk
+// response (an item with status 429, es_rejected_execution_exception); the node never sees those actions.
 type shedProxy struct {
 	t   *testing.T
 	url string
@@ -158,7 +158,7 @@ func (p *shedProxy) serve(w http.ResponseWriter, r *http.Request) {
 	p.mu.Unlock()
 	var kept [][]byte
 	var shedAt []int // positions in the original request
-	var ids []string
+	var ops, ids []string
 	if shedding {
 		lines := bytes.Split(bytes.TrimRight(body, "\n"), []byte("\n"))
 		for k := 0; k+1 < len(lines); k += 2 {
@@ -168,7 +168,9 @@ func (p *shedProxy) serve(w http.ResponseWriter, r *http.Request) {
 				}
 				require.NoError(p.t, json.Unmarshal(lines[k], &meta))
 				shedAt = append(shedAt, k/2)
-				ids = append(ids, meta["index"].ID)
+				for op, m := range meta { // one key: the action
+					ops, ids = append(ops, op), append(ids, m.ID)
+				}
 				continue
 			}
 			kept = append(kept, lines[k], lines[k+1])
@@ -209,8 +211,8 @@ func (p *shedProxy) serve(w http.ResponseWriter, r *http.Request) {
 	next := 0
 	for i := range total {
 		if len(shedAt) > 0 && shedAt[0] == i {
-			items = append(items, json.RawMessage(fmt.Sprintf(`{"index":{"_index":"x","_id":%q,"status":429,"error":{"type":"es_rejected_execution_exception","reason":"rejected execution of primary operation [queue capacity 10000]"}}}`, ids[0])))
-			shedAt, ids = shedAt[1:], ids[1:]
+			items = append(items, json.RawMessage(fmt.Sprintf(`{%q:{"_index":"x","_id":%q,"status":429,"error":{"type":"es_rejected_execution_exception","reason":"rejected execution of primary operation [queue capacity 10000]"}}}`, ops[0], ids[0])))
+			shedAt, ops, ids = shedAt[1:], ops[1:], ids[1:]
 			p.mu.Lock()
 			p.held++
 			p.mu.Unlock()
