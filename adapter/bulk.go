@@ -101,6 +101,18 @@ type bulkResponse struct {
 	} `json:"items"`
 }
 
+// result returns what the response says of its k-th action.
+func (res *bulkResponse) result(k int) bulkResult {
+	if k >= len(res.Items) {
+		return bulkResult{err: errNoResult}
+	}
+	var r bulkResult
+	for _, item := range res.Items[k] { // one key: the action
+		r.status, r.result, r.errType, r.errReason = item.Status, item.Result, item.Error.Type, item.Error.Reason
+	}
+	return r
+}
+
 // bulkOptions tune a bulkWriter.
 type bulkOptions struct {
 	// workers is how many requests may be in flight at once. Default 1.
@@ -326,23 +338,19 @@ func (w *bulkWriter) send(ctx context.Context, batch []*bulkPending) {
 	round := w.round
 	w.mu.Unlock()
 	for k, p := range batch {
-		r := bulkResult{sends: p.sends}
-		switch {
-		case err != nil:
+		var r bulkResult
+		if err != nil {
 			r.err = fmt.Errorf("bulk request: %w", err)
-		case k >= len(res.Items):
-			r.err = errNoResult
-		default:
-			for _, item := range res.Items[k] { // one key: the action
-				r.status, r.result, r.errType, r.errReason = item.Status, item.Result, item.Error.Type, item.Error.Reason
-			}
-			if r.failed() && retryable(r.status) && round < w.a.retries {
-				p.shed = r.itemReason()
-				w.mu.Lock()
-				w.shed = append(w.shed, p)
-				w.mu.Unlock()
-				continue
-			}
+		} else {
+			r = res.result(k)
+		}
+		r.sends = p.sends
+		if r.err == nil && r.failed() && retryable(r.status) && round < w.a.retries {
+			p.shed = r.itemReason()
+			w.mu.Lock()
+			w.shed = append(w.shed, p)
+			w.mu.Unlock()
+			continue
 		}
 		p.settle(r)
 	}
