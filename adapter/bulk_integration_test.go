@@ -27,6 +27,17 @@ func shedAdapter(t *testing.T, p *shedProxy, index string, opts adapter.Options)
 	return a
 }
 
+// ingestedIndex returns an adapter on a fresh index that holds docs, searchable.
+func ingestedIndex(t *testing.T, docs []adapter.Doc) (*adapter.Adapter, string) {
+	t.Helper()
+	a, index := newIndex(t)
+	require.NoError(t, a.EnsureIndex(t.Context()))
+	rep, err := a.Ingest(t.Context(), slices.Values(docs), adapter.IngestOptions{Refresh: true})
+	require.NoError(t, err)
+	require.Equal(t, adapter.IngestReport{Indexed: len(docs)}, rep)
+	return a, index
+}
+
 // heldCount returns how many actions p has answered 429 for.
 func (p *shedProxy) heldCount() int {
 	p.mu.Lock()
@@ -38,10 +49,9 @@ func (p *shedProxy) heldCount() int {
 // version read (if_seq_no), shed by the node are sent again with the same condition and succeed, since
 // the node never saw them; every document is counted once and stored once.
 func TestIntegrationIngestKeepStoredRetriesShedItems(t *testing.T) {
-	direct, index := newIndex(t)
 	ctx := t.Context()
-	require.NoError(t, direct.EnsureIndex(ctx))
 	docs := corpus(t, 200)
+	direct, index := ingestedIndex(t, nil) // empty: the documents are created through the proxy
 
 	p := newShedProxy(t, 2, 3) // the first two bulk requests lose every third document
 	rep, err := shedAdapter(t, p, index, adapter.Options{}).Ingest(ctx, slices.Values(docs),
@@ -76,13 +86,10 @@ func TestIntegrationIngestKeepStoredRetriesShedItems(t *testing.T) {
 // counted once; an update shed at every attempt is a retryable failure after Options.MaxRetries resends,
 // and no more are made.
 func TestIntegrationMarkSeenRetriesShedUpdates(t *testing.T) {
-	direct, index := newIndex(t)
 	ctx := t.Context()
-	require.NoError(t, direct.EnsureIndex(ctx))
 	docs := corpus(t, 300)
 	nSeen := seenEvery(docs, 2)
-	_, err := direct.Ingest(ctx, slices.Values(docs), adapter.IngestOptions{Refresh: true})
-	require.NoError(t, err)
+	direct, index := ingestedIndex(t, docs)
 
 	p := newShedProxy(t, 1, 3) // the first bulk request loses every third update
 	rep, err := shedAdapter(t, p, index, adapter.Options{}).MarkSeen(ctx, docDocIDs(docs))
@@ -114,12 +121,9 @@ func TestIntegrationMarkSeenRetriesShedUpdates(t *testing.T) {
 // TestIntegrationEnrichRetriesShedUpdates: Enrich's updates over the version read, shed by the node, are
 // sent again and written; each document is embedded once and written once.
 func TestIntegrationEnrichRetriesShedUpdates(t *testing.T) {
-	plainA, index := newIndex(t)
 	ctx := t.Context()
-	require.NoError(t, plainA.EnsureIndex(ctx))
 	docs := corpus(t, 40)
-	_, err := plainA.Ingest(ctx, slices.Values(docs), adapter.IngestOptions{Refresh: true})
-	require.NoError(t, err)
+	_, index := ingestedIndex(t, docs)
 
 	p := newShedProxy(t, 2, 3) // the first two bulk requests lose every third update
 	a := shedAdapter(t, p, index, adapter.Options{VectorDims: testDims})
