@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/dropin"
 	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/internal/compress"
 	"github.com/icicle-search/sidecar/internal/gate"
@@ -25,7 +26,7 @@ type sidecarOptions struct {
 	ESBudgetFraction    float64
 	MaxQueryChars       int
 	MaxHits             int
-	Fields              plugin.SourceFields
+	Fields              dropin.SourceFields
 	AllowPolicyOverride bool
 	Model               plugin.ModelInfo
 	Ingester            plugin.Ingester

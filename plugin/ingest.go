@@ -11,11 +11,11 @@ import (
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/dropin"
 	"github.com/icicle-search/sidecar/internal/compress"
 )
 
@@ -374,17 +374,5 @@ func seenField(line []byte) (seen, set bool, problem string) {
 	case "true":
 		return true, true, ""
 	}
-	return false, false, fmt.Sprintf(`field "seen" is %s, want true or false`, truncateJSON(rec.Seen))
-}
-
-// truncateJSON shortens a value quoted in a rejection so one bad record cannot flood the response.
-func truncateJSON(b []byte) string {
-	if len(b) <= 32 {
-		return string(b)
-	}
-	cut := 32
-	for cut > 0 && !utf8.RuneStart(b[cut]) {
-		cut--
-	}
-	return string(b[:cut]) + "..."
+	return false, false, fmt.Sprintf(`field "seen" is %s, want true or false`, dropin.Excerpt(rec.Seen))
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/dropin"
 	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/internal/gate"
 )
@@ -462,10 +463,10 @@ func contractCases() []contractCase {
 		{name: "dropin model error", method: "POST", path: "/icicle-docs/_search", body: match, server: withModel(modelErr(errors.New("onnx")), nil), status: 200, mode: "first_stage_fallback", reason: "model_error"},
 		{name: "dropin unresolved parametric", method: "POST", path: "/icicle-docs/_search", body: match, status: 200, mode: "reranked",
 			server: withES(&fakeSearcher{resolve: func(context.Context, []string) (map[string]adapter.Hit, error) { return nil, nil }}, &fakeReranker{rank: copyBeta}, nil)},
-		{name: "dropin GET passthrough", method: "GET", path: "/icicle-docs/_search?q=title:alpha", status: 200, mode: "passthrough", reason: ReasonNoQueryText},
-		{name: "dropin aggregations only", method: "POST", path: "/icicle-docs/_search", body: `{"size":0,"aggs":{"s":{"terms":{"field":"seen"}}}}`, status: 200, mode: "passthrough", reason: ReasonAggregationsOnly,
+		{name: "dropin GET passthrough", method: "GET", path: "/icicle-docs/_search?q=title:alpha", status: 200, mode: "passthrough", reason: dropin.ReasonNoQueryText},
+		{name: "dropin aggregations only", method: "POST", path: "/icicle-docs/_search", body: `{"size":0,"aggs":{"s":{"terms":{"field":"seen"}}}}`, status: 200, mode: "passthrough", reason: dropin.ReasonAggregationsOnly,
 			server: withES(rawES(200, `{"took":1,"hits":{"total":{"value":3,"relation":"eq"},"max_score":null,"hits":[]},"aggregations":{"s":{"buckets":[]}}}`), &fakeReranker{rank: copyBeta}, nil)},
-		{name: "dropin scroll", method: "POST", path: "/icicle-docs/_search?scroll=1m", body: match, status: 200, mode: "passthrough", reason: ReasonScroll},
+		{name: "dropin scroll", method: "POST", path: "/icicle-docs/_search?scroll=1m", body: match, status: 200, mode: "passthrough", reason: dropin.ReasonScroll},
 		{name: "dropin bad ext", method: "POST", path: "/icicle-docs/_search", body: `{"ext":{"icicle":{"query":1}}}`, status: 400, reqInvalid: true},
 		{name: "dropin Elasticsearch 400", method: "POST", path: "/icicle-docs/_search", body: `{"query":{"matc":{}}}`, server: withES(rawES(400, esBadQuery), &fakeReranker{}, nil), status: 400},
 		{name: "dropin index outside the allow-list", method: "POST", path: "/nope/_search", body: match, status: 403},

@@ -16,7 +16,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/dropin"
 	"github.com/icicle-search/sidecar/rank"
 )
 
@@ -41,7 +41,7 @@ func (s *Server) rerank(c *gin.Context) {
 		s.fail(c, "rerank", &InputError{Field: "hits", Problem: fmt.Sprintf("%d hits, at most %d accepted", len(req.Hits), s.opts.MaxHits)})
 		return
 	}
-	hits, err := s.hitsFromES(req.Hits)
+	hits, err := s.opts.Fields.Hits(req.Hits)
 	if err != nil {
 		s.fail(c, "rerank", err)
 		return
@@ -117,7 +117,7 @@ func (s *Server) decode(c *gin.Context, v any) error {
 	if !utf8.Valid(body) {
 		return &InputError{Field: "body", Problem: "invalid UTF-8"}
 	}
-	if err := checkDuplicateKeys(body); err != nil {
+	if err := dropin.CheckDuplicateKeys(body); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -166,79 +166,6 @@ func (s *Server) requestPolicy(p string) (string, error) {
 			"another needs policy.allow_override", p, configured, PolicyFirstStage)}
 	}
 	return p, nil
-}
-
-// hitsFromES reads the title (docid) and summary out of each hit's _source.
-//
-// The fields read are Options.Fields' (the sidecar's layout by default: title, summary, docid): the title
-// is required, and is the docid unless the docid field (or the _id, with a team's index keyed by it) says
-// otherwise.
-func (s *Server) hitsFromES(in []ESHit) ([]adapter.Hit, error) {
-	f := s.opts.Fields
-	hits := make([]adapter.Hit, len(in))
-	for i, h := range in {
-		field := func(f string) string { return "hits[" + strconv.Itoa(i) + "]" + f }
-		if len(h.Source) == 0 {
-			return nil, &InputError{Field: field("._source"), Problem: "required"}
-		}
-		var src map[string]json.RawMessage
-		if err := json.Unmarshal(h.Source, &src); err != nil {
-			return nil, &InputError{Field: field("._source"), Problem: "must be an object with string " + f.Title + " and " + f.Summary + ": " + err.Error()}
-		}
-		title, err := sourceString(src, f.Title)
-		if err == nil && strings.TrimSpace(title) == "" {
-			err = errors.New("required (the title is the docid)")
-		}
-		if err != nil {
-			return nil, &InputError{Field: field("._source." + f.Title), Problem: err.Error()}
-		}
-		hits[i] = adapter.Hit{ID: h.ID, DocID: title, Title: title, Rank: i + 1}
-		if f.DocID == adapter.IDField && h.ID != "" {
-			hits[i].DocID = h.ID
-		} else if d, err := sourceString(src, f.DocID); err == nil && d != "" {
-			hits[i].DocID = d
-		} else if err != nil {
-			return nil, &InputError{Field: field("._source." + f.DocID), Problem: err.Error()}
-		}
-		summary, err := sourceString(src, f.Summary)
-		if err != nil {
-			return nil, &InputError{Field: field("._source." + f.Summary), Problem: err.Error()}
-		}
-		hits[i].Summary = summary
-		if h.Score != nil {
-			hits[i].Score = *h.Score
-		}
-	}
-	return hits, nil
-}
-
-// sourceString reads the string at a field's dotted path in a hit's _source ("" when absent, an array's
-// first string); anything else is an error saying what it is.
-func sourceString(src map[string]json.RawMessage, path string) (string, error) {
-	raw, ok := src[path]
-	if !ok {
-		head, rest, nested := strings.Cut(path, ".")
-		var inner map[string]json.RawMessage
-		if !nested || json.Unmarshal(src[head], &inner) != nil {
-			return "", nil
-		}
-		return sourceString(inner, rest)
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
-	}
-	var ss []string
-	if json.Unmarshal(raw, &ss) == nil {
-		if len(ss) > 0 {
-			return ss[0], nil
-		}
-		return "", nil
-	}
-	if string(raw) == "null" {
-		return "", nil
-	}
-	return "", fmt.Errorf("must be a string, got JSON %s", truncateJSON(raw))
 }
 
 func (s *Server) respond(c *gin.Context, endpoint string, start time.Time, resp Response) {

@@ -1,8 +1,7 @@
 package plugin
 
 import (
-	"encoding/json"
-
+	"github.com/icicle-search/sidecar/dropin"
 	"github.com/icicle-search/sidecar/rank"
 )
 
@@ -60,13 +59,8 @@ const (
 	ReasonGateIdle           = rank.ReasonGateIdle
 )
 
-// ESHit is one hit as Elasticsearch returns it in hits.hits.
-type ESHit struct {
-	ID     string          `json:"_id"`
-	Index  string          `json:"_index,omitempty"`
-	Score  *float64        `json:"_score"`
-	Source json.RawMessage `json:"_source"`
-}
+// ESHit is one hit as Elasticsearch returns it in hits.hits (dropin.ESHit): what /v1/rerank reads.
+type ESHit = dropin.ESHit
 
 // HitSource is the part of _source the sidecar reads. Title is the docid.
 type HitSource struct {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/config"
+	"github.com/icicle-search/sidecar/dropin"
 	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/inference/loader"
 	"github.com/icicle-search/sidecar/inference/ort"
@@ -197,7 +198,7 @@ func serve(ctx context.Context, args []string) error {
 	srv := plugin.New(es, pipe, models, plugin.Options{
 		MaxBodyBytes: cfg.Server.MaxBodyBytes, RequestTimeout: cfg.Server.RequestTimeout,
 		MaxQueryChars: cfg.Server.MaxQueryChars, MaxHits: cfg.Server.MaxHits,
-		Fields:      plugin.SourceFields{DocID: cfg.Fields.DocID, Title: cfg.Fields.Title, Summary: cfg.Fields.Summary},
+		Fields:      dropin.SourceFields{DocID: cfg.Fields.DocID, Title: cfg.Fields.Title, Summary: cfg.Fields.Summary},
 		MetricsPath: cfg.Metrics.Path, MetricsOff: !cfg.Metrics.Enabled,
 		AllowPolicyOverride: cfg.Policy.AllowOverride, Profile: cfg.Profile(), Experimental: experimentalSettings(cfg),
 		TrustedProxies: cfg.Server.TrustedProxies,
