@@ -11,6 +11,7 @@ import (
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/dropin"
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/internal/abtest"
 	"github.com/icicle-search/sidecar/internal/compress"
 	"github.com/icicle-search/sidecar/internal/gate"
 	"github.com/icicle-search/sidecar/plugin"
@@ -32,8 +33,8 @@ type sidecarOptions struct {
 	Ingester            plugin.Ingester
 	Compressor          compress.Compressor
 	AB                  plugin.ABOptions
-	Impressions         *plugin.ImpressionLog
-	Clicks              *plugin.ClickLog
+	Impressions         *abtest.ImpressionLog
+	Clicks              *abtest.ClickLog
 	CallerCredentials   string
 	WriteToken          string
 	AllowedIndices      []string

@@ -85,15 +85,6 @@ func (s *Server) search(c *gin.Context) {
 	s.respond(c, "search", start, resp)
 }
 
-// searchModel is the sidecar's answer (arm B): the pipeline over the whole index under policy.
-func (s *Server) searchModel(ctx context.Context, query string, size int, policy string) (Response, error) {
-	ranked, err := s.pipe.Run(ctx, rank.Request{Query: query, Size: size, Policy: policy})
-	if err != nil {
-		return Response{}, err
-	}
-	return Response{Response: ranked}, nil
-}
-
 // readBody reads the request body within Options.MaxBodyBytes. Too large stays an *http.MaxBytesError
 // (413); any other read failure is bad input on "body".
 func (s *Server) readBody(c *gin.Context) ([]byte, error) {

@@ -18,6 +18,7 @@ import (
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/dropin"
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/internal/abtest"
 	"github.com/icicle-search/sidecar/internal/compress"
 	"github.com/icicle-search/sidecar/internal/gate"
 	"github.com/icicle-search/sidecar/rank"
@@ -172,7 +173,7 @@ type Options struct {
 	AB ABOptions
 	// Impressions, when set, receives one line per /v1/search answer; the caller closes it after the
 	// HTTP server has drained.
-	Impressions *ImpressionLog
+	Impressions *abtest.ImpressionLog
 	// AdminToken enables POST /v1/admin/model (hot swap; the model must be a *Swapper) for requests
 	// with "Authorization: Bearer <AdminToken>"; "" leaves the endpoint off (404).
 	AdminToken string
@@ -190,7 +191,7 @@ type Options struct {
 	SeparateAdmin bool
 	// Clicks, when set, serves POST /v1/click (behind writeAuth) and receives the clicks; nil leaves the
 	// endpoint off (404). The caller closes it after the HTTP server has drained.
-	Clicks *ClickLog
+	Clicks *abtest.ClickLog
 
 	Logger *slog.Logger
 
@@ -240,6 +241,8 @@ type Server struct {
 	seen       seenDiffState
 	// dropin is Elasticsearch's API in front of the cluster (dropin.go).
 	dropin *dropin.Proxy
+	// arms answer /v1/search from the request's arm of the A/B experiment (ab.go).
+	arms *abtest.Arms
 }
 
 // New builds the server and its routes over pipe. models is the reader pipe reads with when it can be
@@ -253,7 +256,7 @@ func New(es Searcher, pipe *rank.Pipeline, models *Swapper, opts Options) *Serve
 	opts.AB = opts.AB.withDefaults()
 	opts.Fields = opts.Fields.WithDefaults()
 	s := &Server{es: es, pipe: pipe, models: models, opts: opts, log: opts.Logger,
-		embedSlots: make(chan struct{}, opts.EmbedSlots)}
+		embedSlots: make(chan struct{}, opts.EmbedSlots), arms: abtest.NewArms(es, pipe)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"github.com/icicle-search/sidecar/dropin"
+	"github.com/icicle-search/sidecar/internal/abtest"
 	"github.com/icicle-search/sidecar/rank"
 )
 
@@ -111,7 +112,7 @@ type Response struct {
 // ABInfo is the A/B section of a /v1/search response (docs/ab.md).
 type ABInfo struct {
 	// Arm is A (BM25 over all documents), B (the sidecar's policy) or interleaved (each result has a team).
-	Arm Arm `json:"arm"`
+	Arm abtest.Arm `json:"arm"`
 	// Experiment is ab.experiment.
 	Experiment string `json:"experiment"`
 	// KeySource is "header" (the key header was sent) or "request_id" (it was not: assigned per request).

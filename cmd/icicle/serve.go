@@ -26,6 +26,7 @@ import (
 	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/inference/loader"
 	"github.com/icicle-search/sidecar/inference/ort"
+	"github.com/icicle-search/sidecar/internal/abtest"
 	"github.com/icicle-search/sidecar/internal/gate"
 	"github.com/icicle-search/sidecar/plugin"
 	"github.com/icicle-search/sidecar/rank"
@@ -147,9 +148,9 @@ func serve(ctx context.Context, args []string) error {
 	log.Info("first stage", "encoder", stage.Encoder(), "method", params.Method, "dense_weight", params.DenseWeight,
 		"rrf_k", params.RRFK, "depth", params.Depth, "knn", params.KNN, "params_file", cfg.FirstStage.ParamsFile)
 
-	var impressions *plugin.ImpressionLog
+	var impressions *abtest.ImpressionLog
 	if path := cfg.AB.ImpressionLog; path != "" {
-		if impressions, err = plugin.OpenImpressionLog(path, plugin.ImpressionLogOptions{
+		if impressions, err = abtest.OpenImpressionLog(path, abtest.LogOptions{
 			Buffer: cfg.AB.ImpressionBuffer, MaxBytes: cfg.AB.ImpressionLogMaxBytes, Logger: log}); err != nil {
 			return err
 		}
@@ -161,10 +162,10 @@ func serve(ctx context.Context, args []string) error {
 		}()
 	}
 
-	// issue 14b: POST /v1/click appends to the click log, with the impression log's rotation and queue.
-	var clicks *plugin.ClickLog
+	// POST /v1/click appends to the click log, with the impression log's rotation and queue.
+	var clicks *abtest.ClickLog
 	if path := cfg.AB.ClickLog; path != "" {
-		if clicks, err = plugin.OpenClickLog(path, plugin.ImpressionLogOptions{
+		if clicks, err = abtest.OpenClickLog(path, abtest.LogOptions{
 			Buffer: cfg.AB.ImpressionBuffer, MaxBytes: cfg.AB.ImpressionLogMaxBytes, Logger: log}); err != nil {
 			return err
 		}
