@@ -42,27 +42,22 @@ const (
 // click serves POST /v1/click (behind writeAuth): it validates the click and appends it to the click log.
 // The sidecar does not look the impression up: the log is joined offline (icicle ab-report), where a click
 // on an impression that is not in the impression log is counted, not lost.
-func (s *Server) click(c *gin.Context) {
+func (s *Server) click(c *gin.Context) (answer, error) {
 	start := time.Now()
 	var req ClickRequest
 	if err := s.decode(c, &req); err != nil {
-		s.fail(c, "click", err)
-		return
+		return answer{}, err
 	}
 	if err := checkClick(req); err != nil {
-		s.fail(c, "click", err)
-		return
+		return answer{}, err
 	}
 	rid := requestID(c)
 	ok := s.opts.Clicks.Log(abtest.Click{Time: start.UTC(), ImpressionID: req.ImpressionID, RequestID: req.RequestID,
 		DocID: req.DocID, Position: *req.Position, ClickRequestID: rid})
 	if !ok {
-		s.fail(c, "click", fmt.Errorf("log click: %w", ErrLogFull))
-		return
+		return answer{}, fmt.Errorf("log click: %w", ErrLogFull)
 	}
-	s.metrics.requests.WithLabelValues("click", "202", "logged").Inc()
-	s.metrics.duration.WithLabelValues("click").Observe(time.Since(start).Seconds())
-	c.JSON(http.StatusAccepted, ClickResponse{RequestID: rid, ImpressionID: req.ImpressionID, Logged: true})
+	return answer{status: http.StatusAccepted, body: ClickResponse{RequestID: rid, ImpressionID: req.ImpressionID, Logged: true}, mode: "logged"}, nil
 }
 
 // checkClick validates a click's fields, naming the first bad one.

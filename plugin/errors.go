@@ -30,6 +30,11 @@ type BusyError struct{ What string }
 
 func (e *BusyError) Error() string { return e.What }
 
+// offError is a request for an endpoint whose feature is off on this server: 404 with the reason.
+type offError struct{ what string }
+
+func (e *offError) Error() string { return e.what }
+
 // ErrUpstream marks an Elasticsearch failure (unreachable, rejecting or erroring): rank.ErrUpstream.
 var ErrUpstream = rank.ErrUpstream
 
@@ -55,7 +60,10 @@ func classify(c *gin.Context, log *slog.Logger, err error) wireError {
 	var forbidden *ForbiddenError
 	var busy *BusyError
 	var dup *dropin.DuplicateKeyError
+	var off *offError
 	switch {
+	case errors.As(err, &off):
+		return wireError{http.StatusNotFound, off.what, "", "resource_not_found_exception", off.what}
 	case errors.As(err, &dup):
 		return wireError{http.StatusBadRequest, fmt.Sprintf("duplicate key (line %d, column %d)", dup.Line, dup.Column),
 			dup.Field(), "x_content_parse_exception", dup.Error()}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -21,68 +20,58 @@ import (
 )
 
 // rerank serves POST /v1/rerank: the caller's BM25 hits, reranked.
-func (s *Server) rerank(c *gin.Context) {
+func (s *Server) rerank(c *gin.Context) (answer, error) {
 	start := time.Now()
 	var req RerankRequest
 	if err := s.decode(c, &req); err != nil {
-		s.fail(c, "rerank", err)
-		return
+		return answer{}, err
 	}
 	if err := s.checkQuery(req.Query, req.Size); err != nil {
-		s.fail(c, "rerank", err)
-		return
+		return answer{}, err
 	}
 	policy, err := s.requestPolicy(req.Policy)
 	if err != nil {
-		s.fail(c, "rerank", err)
-		return
+		return answer{}, err
 	}
 	if len(req.Hits) > s.opts.MaxHits {
-		s.fail(c, "rerank", &InputError{Field: "hits", Problem: fmt.Sprintf("%d hits, at most %d accepted", len(req.Hits), s.opts.MaxHits)})
-		return
+		return answer{}, &InputError{Field: "hits", Problem: fmt.Sprintf("%d hits, at most %d accepted", len(req.Hits), s.opts.MaxHits)}
 	}
 	hits, err := s.opts.Fields.Hits(req.Hits)
 	if err != nil {
-		s.fail(c, "rerank", err)
-		return
+		return answer{}, err
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.RequestTimeout)
 	defer cancel()
 	ranked, err := s.pipe.Run(ctx, rank.Request{Query: req.Query, Size: req.Size, Policy: policy, Hits: hits})
 	if err != nil {
-		s.fail(c, "rerank", err)
-		return
+		return answer{}, err
 	}
-	s.respond(c, "rerank", start, Response{Response: ranked})
+	return s.ranked(c, "rerank", start, Response{Response: ranked}), nil
 }
 
 // search serves POST /v1/search: BM25 over the whole index (the baseline) and over new documents (the
-// model's context) by the sidecar, then ranked as rerank is; or,
-// with the A/B experiment on, the request's arm (ab.go).
-func (s *Server) search(c *gin.Context) {
+// model's context) by the sidecar, then ranked as rerank is; or, with the A/B experiment on, the request's
+// arm (ab.go).
+func (s *Server) search(c *gin.Context) (answer, error) {
 	start := time.Now()
 	var req SearchRequest
 	if err := s.decode(c, &req); err != nil {
-		s.fail(c, "search", err)
-		return
+		return answer{}, err
 	}
 	if err := s.checkQuery(req.Query, req.Size); err != nil {
-		s.fail(c, "search", err)
-		return
+		return answer{}, err
 	}
 	var err error
 	if req.Policy, err = s.requestPolicy(req.Policy); err != nil {
-		s.fail(c, "search", err)
-		return
+		return answer{}, err
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.RequestTimeout)
 	defer cancel()
 	resp, err := s.searchAB(ctx, c, req)
 	if err != nil {
-		s.fail(c, "search", err)
-		return
+		return answer{}, err
 	}
-	s.respond(c, "search", start, resp)
+	return s.ranked(c, "search", start, resp), nil
 }
 
 // readBody reads the request body within Options.MaxBodyBytes. Too large stays an *http.MaxBytesError
@@ -159,19 +148,13 @@ func (s *Server) requestPolicy(p string) (string, error) {
 	return p, nil
 }
 
-func (s *Server) respond(c *gin.Context, endpoint string, start time.Time, resp Response) {
+// ranked is the answer of a ranking, resp, to the request that started at start, logged.
+func (s *Server) ranked(c *gin.Context, endpoint string, start time.Time, resp Response) answer {
 	resp.RequestID = requestID(c)
 	resp.Timings.Total = ms(time.Since(start))
-	s.metrics.requests.WithLabelValues(endpoint, "200", string(resp.Mode)).Inc()
-	s.metrics.duration.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
 	s.log.Info("ranked", "request_id", resp.RequestID, "endpoint", endpoint, "mode", resp.Mode,
 		"reason", resp.FallbackReason, "hits", resp.HitsReceived, "in_context", resp.CandidatesInContext, "took_ms", resp.Timings.Total)
-	c.JSON(http.StatusOK, resp)
-}
-
-func (s *Server) fail(c *gin.Context, endpoint string, err error) {
-	writeError(c, s.log, err)
-	s.metrics.requests.WithLabelValues(endpoint, strconv.Itoa(c.Writer.Status()), "error").Inc()
+	return answer{body: resp, mode: string(resp.Mode)}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

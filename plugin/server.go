@@ -285,7 +285,7 @@ func New(es Searcher, pipe *rank.Pipeline, models *Swapper, opts Options) *Serve
 	r.Use(s.recoverer, s.requestID)
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", s.ready)
-	r.GET("/v1/model", s.modelEndpoint)
+	r.GET("/v1/model", s.api("", s.modelEndpoint))
 	// Writes and admin (auth.go): behind their tokens, on their own listener with SeparateAdmin.
 	admin := r
 	if opts.SeparateAdmin {
@@ -298,15 +298,15 @@ func New(es Searcher, pipe *rank.Pipeline, models *Swapper, opts Options) *Serve
 	}
 	s.admin = admin
 	if models != nil && opts.AdminToken != "" {
-		admin.POST("/v1/admin/model", s.adminAuth, s.adminModel)
+		admin.POST("/v1/admin/model", s.adminAuth, s.api("admin_model", s.adminModel))
 	}
-	admin.POST("/v1/ingest", s.writeAuth, s.ingest)
+	admin.POST("/v1/ingest", s.writeAuth, s.api("ingest", s.ingest))
 	// Searches on the caller's behalf carry the caller's credentials (auth.go).
-	r.POST("/v1/rerank", s.callerAuth, s.rerank)
-	r.POST("/v1/search", s.callerAuth, s.search)
+	r.POST("/v1/rerank", s.callerAuth, s.api("rerank", s.rerank))
+	r.POST("/v1/search", s.callerAuth, s.api("search", s.search))
 	// Clicks come from the callers' applications, so they stay on the public address, behind the write key.
 	if opts.Clicks != nil {
-		r.POST("/v1/click", s.writeAuth, s.click)
+		r.POST("/v1/click", s.writeAuth, s.api("click", s.click))
 	}
 	if !opts.MetricsOff {
 		r.GET(opts.MetricsPath, gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
