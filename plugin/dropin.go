@@ -20,15 +20,8 @@ import (
 // in Elasticsearch's shape.
 func (s *Server) dropinSearch(c *gin.Context, index string) {
 	start := time.Now()
-	if index != "" {
-		if err := s.dropin.CheckIndex("indices:data/read/search", index); err != nil {
-			s.failES(c, "dropin", err)
-			return
-		}
-	}
-	body, err := s.readBody(c)
-	if err != nil {
-		s.failES(c, "dropin", err)
+	body, ok := s.dropinBody(c, "dropin", "indices:data/read/search", index)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.RequestTimeout)
@@ -75,15 +68,8 @@ func (s *Server) proxy(c *gin.Context) {
 		s.dropinSearch(c, "")
 		return
 	}
-	if route.Index != "" {
-		if err := s.dropin.CheckIndex(route.Action, route.Index); err != nil {
-			s.failES(c, "dropin_proxy", err)
-			return
-		}
-	}
-	body, err := s.readBody(c)
-	if err != nil {
-		s.failES(c, "dropin_proxy", err)
+	body, ok := s.dropinBody(c, "dropin_proxy", route.Action, route.Index)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.RequestTimeout)
@@ -100,6 +86,23 @@ func (s *Server) proxy(c *gin.Context) {
 	s.log.Info("dropin proxy", "request_id", requestID(c), "method", c.Request.Method, "path", "/"+strings.Join(route.Path, "/"),
 		"status", ans.Status, "took_ms", ms(time.Since(start)))
 	c.Data(ans.Status, ans.ContentType, ans.Body)
+}
+
+// dropinBody reads the request's body once the index expression it names (none: "") is on the allow-list
+// for Elasticsearch's action; otherwise it writes the error (failES) and reports false.
+func (s *Server) dropinBody(c *gin.Context, endpoint, action, index string) ([]byte, bool) {
+	if index != "" {
+		if err := s.dropin.CheckIndex(action, index); err != nil {
+			s.failES(c, endpoint, err)
+			return nil, false
+		}
+	}
+	body, err := s.readBody(c)
+	if err != nil {
+		s.failES(c, endpoint, err)
+		return nil, false
+	}
+	return body, true
 }
 
 // failES records and writes the sidecar's own error in Elasticsearch's shape (writeESError).
