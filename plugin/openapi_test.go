@@ -402,7 +402,7 @@ func contractCases() []contractCase {
 		{name: "admin too large", method: "POST", path: "/v1/admin/model", body: `{"dir":"` + strings.Repeat("x", 2<<20) + `"}`, header: bearer, server: admin, status: 413},
 		{name: "admin loader panics", method: "POST", path: "/v1/admin/model", body: `{"dir":"models/panic"}`, header: bearer, server: admin, status: 500},
 
-		// POST /v1/click (issue 14b)
+		// POST /v1/click
 		{name: "click", method: "POST", path: "/v1/click", body: `{"impression_id":"` + strings.Repeat("0a", 16) + `","docid":"Beta","position":2}`,
 			header: bearer, server: withClicks(false), status: 202},
 		{name: "click by request id", method: "POST", path: "/v1/click", body: `{"request_id":"r-1","docid":"Beta","position":2}`,
