@@ -522,7 +522,7 @@ const (
 	CompressorLLM = "llm"
 )
 
-// Dropin configures the Elasticsearch drop-in (plugin/dropin.go, docs/api.md).
+// Dropin configures the Elasticsearch drop-in (package dropin, docs/api.md).
 type Dropin struct {
 	// RankWindowSize is how many of Elasticsearch's top hits a reranked search ranks once, to cut every page
 	// of the query from (widened to the request's size; a request may set ext.icicle.rank_window_size).

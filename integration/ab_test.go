@@ -28,14 +28,14 @@ func TestABLoop(t *testing.T) {
 	s := newStack(t, 300)
 	dir := t.TempDir()
 	impPath, clickPath := filepath.Join(dir, "impressions.jsonl"), filepath.Join(dir, "clicks.jsonl")
-	imps, err := plugin.OpenImpressionLog(impPath, plugin.ImpressionLogOptions{})
+	imps, err := abtest.OpenImpressionLog(impPath, abtest.LogOptions{})
 	require.NoError(t, err)
-	clicks, err := plugin.OpenClickLog(clickPath, plugin.ImpressionLogOptions{})
+	clicks, err := abtest.OpenClickLog(clickPath, abtest.LogOptions{})
 	require.NoError(t, err)
 	const token = "integration-write-token-0123"
 	srv := newSidecar(s.es, s.engine, sidecarOptions{MaxBodyBytes: 4 << 20, RequestTimeout: 30 * time.Second,
 		ESBudgetFraction: 0.3, MaxQueryChars: 1024, MaxHits: 1000, MaxCandidates: 100, Decode: inference.Options{BeamWidth: 10},
-		MaxInflight: 1, QueueSize: 4, MinTopScore: -1e9, AB: plugin.ABOptions{Enabled: true, Mode: plugin.ABInterleave},
+		MaxInflight: 1, QueueSize: 4, MinTopScore: -1e9, AB: plugin.ABOptions{Enabled: true, Mode: abtest.ModeInterleave},
 		Impressions: imps, Clicks: clicks, WriteToken: token})
 	hs := httptest.NewServer(srv.Handler())
 	defer hs.Close()
@@ -123,9 +123,9 @@ func searchLogged(t *testing.T, base, rid, query string) abtest.Impression {
 	require.NoError(t, json.NewDecoder(res.Body).Decode(&out))
 	require.Equal(t, out.ImpressionID, res.Header.Get("X-ICICLE-Impression-ID"))
 	require.NotNil(t, out.AB)
-	imp := abtest.Impression{ImpressionID: out.ImpressionID, RequestID: out.RequestID, Arm: string(out.AB.Arm), Mode: string(out.Mode)}
+	imp := abtest.Impression{ImpressionID: out.ImpressionID, RequestID: out.RequestID, Arm: out.AB.Arm, Mode: out.Mode}
 	for _, r := range out.Results {
-		imp.Shown = append(imp.Shown, abtest.Shown{Rank: r.Rank, DocID: r.DocID, Team: string(r.Team)})
+		imp.Shown = append(imp.Shown, abtest.Shown{Rank: r.Rank, DocID: r.DocID, Team: abtest.Team(r.Team)})
 	}
 	return imp
 }

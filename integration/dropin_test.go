@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/dropin"
 	"github.com/icicle-search/sidecar/plugin"
 )
 
@@ -29,17 +30,17 @@ type dropinResponse struct {
 			Value int `json:"value"`
 		} `json:"total"`
 		Hits []struct {
-			Index  string            `json:"_index"`
-			ID     string            `json:"_id"`
-			Score  *float64          `json:"_score"`
-			Source map[string]any    `json:"_source"`
-			Icicle *plugin.DropinHit `json:"_icicle"`
+			Index  string          `json:"_index"`
+			ID     string          `json:"_id"`
+			Score  *float64        `json:"_score"`
+			Source map[string]any  `json:"_source"`
+			Icicle *dropin.HitInfo `json:"_icicle"`
 		} `json:"hits"`
 	} `json:"hits"`
-	Aggregations json.RawMessage    `json:"aggregations"`
-	Icicle       *plugin.DropinInfo `json:"icicle"`
-	Error        json.RawMessage    `json:"error"`
-	Status       int                `json:"status"`
+	Aggregations json.RawMessage `json:"aggregations"`
+	Icicle       *dropin.Info    `json:"icicle"`
+	Error        json.RawMessage `json:"error"`
+	Status       int             `json:"status"`
 }
 
 func postRaw(t *testing.T, url, body string) (int, http.Header, []byte) {
@@ -128,8 +129,8 @@ func TestDropin(t *testing.T) {
 		require.Equal(t, http.StatusOK, code, string(b))
 		var resp dropinResponse
 		require.NoError(t, json.Unmarshal(b, &resp))
-		require.Equal(t, plugin.ModePassthrough, resp.Icicle.Mode)
-		require.Equal(t, plugin.ReasonAggregationsOnly, resp.Icicle.Reason)
+		require.Equal(t, dropin.ModePassthrough, resp.Icicle.Mode)
+		require.Equal(t, dropin.ReasonAggregationsOnly, resp.Icicle.Reason)
 		require.Empty(t, resp.Hits.Hits)
 		_, _, direct := postRaw(t, esURL+"/"+index+"/_search", body)
 		var es dropinResponse
@@ -163,7 +164,7 @@ func TestDropin(t *testing.T) {
 			code, hdr, b := postRaw(t, s.url+path, match)
 			require.Equal(t, http.StatusForbidden, code, path)
 			require.Equal(t, "Elasticsearch", hdr.Get("X-Elastic-Product"))
-			var e plugin.ESErrorBody
+			var e dropin.ErrorBody
 			require.NoError(t, json.Unmarshal(b, &e))
 			require.Equal(t, "security_exception", e.Error.Type, path)
 			require.Equal(t, 403, e.Status)
@@ -240,7 +241,7 @@ func TestDropinPassthrough(t *testing.T) {
 		var resp dropinResponse
 		require.NoError(t, json.Unmarshal(b, &resp))
 		require.NotNil(t, resp.Icicle)
-		require.NotEqual(t, plugin.ModePassthrough, resp.Icicle.Mode)
+		require.NotEqual(t, dropin.ModePassthrough, resp.Icicle.Mode)
 		for _, h := range resp.Hits.Hits {
 			require.Equal(t, index, h.Index)
 		}
@@ -299,7 +300,7 @@ func TestDropinPassthrough(t *testing.T) {
 			code, hdr, b := esCall(t, tc.method, s.url+tc.path, "application/json", tc.body)
 			require.Equal(t, tc.code, code, tc.name)
 			require.Equal(t, "Elasticsearch", hdr.Get("X-Elastic-Product"), tc.name)
-			var e plugin.ESErrorBody
+			var e dropin.ErrorBody
 			require.NoError(t, json.Unmarshal(b, &e), tc.name)
 			require.Equal(t, tc.code, e.Status, tc.name)
 			require.Equal(t, tc.errType, e.Error.Type, tc.name)

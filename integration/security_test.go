@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/dropin"
 	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/inference/loader"
 	"github.com/icicle-search/sidecar/inference/ort"
@@ -307,7 +308,7 @@ func TestSecurityBehindAuthProxy(t *testing.T) {
 				Hits struct {
 					Hits []json.RawMessage `json:"hits"`
 				} `json:"hits"`
-				Icicle plugin.DropinInfo `json:"icicle"`
+				Icicle dropin.Info `json:"icicle"`
 			}
 			require.NoError(t, json.Unmarshal(b, &dr))
 			require.NotEmpty(t, dr.Hits.Hits)

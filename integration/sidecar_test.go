@@ -9,7 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/dropin"
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/internal/abtest"
 	"github.com/icicle-search/sidecar/internal/compress"
 	"github.com/icicle-search/sidecar/internal/gate"
 	"github.com/icicle-search/sidecar/plugin"
@@ -25,14 +27,14 @@ type sidecarOptions struct {
 	ESBudgetFraction    float64
 	MaxQueryChars       int
 	MaxHits             int
-	Fields              plugin.SourceFields
+	Fields              dropin.SourceFields
 	AllowPolicyOverride bool
 	Model               plugin.ModelInfo
 	Ingester            plugin.Ingester
 	Compressor          compress.Compressor
 	AB                  plugin.ABOptions
-	Impressions         *plugin.ImpressionLog
-	Clicks              *plugin.ClickLog
+	Impressions         *abtest.ImpressionLog
+	Clicks              *abtest.ClickLog
 	CallerCredentials   string
 	WriteToken          string
 	AllowedIndices      []string

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/dropin"
 	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/inference/dense"
 	"github.com/icicle-search/sidecar/inference/loader"
@@ -199,7 +200,7 @@ func TestTeamIndex(t *testing.T) {
 	srv := newSidecar(es, lm.Engine, sidecarOptions{MaxBodyBytes: 4 << 20, RequestTimeout: 30 * time.Second,
 		ESBudgetFraction: 0.1, MaxQueryChars: 1024, MaxHits: 1000, MaxCandidates: 10, Decode: inference.Options{BeamWidth: 10},
 		MaxInflight: 1, QueueSize: 4, MinTopScore: -1e9, Policy: "model", FirstStage: stage,
-		Fields:         plugin.SourceFields{DocID: teamFields.DocID, Title: teamFields.Title, Summary: teamFields.Summary},
+		Fields:         dropin.SourceFields{DocID: teamFields.DocID, Title: teamFields.Title, Summary: teamFields.Summary},
 		AllowedIndices: []string{index}, Model: plugin.ModelInfo{Name: lm.Manifest.Name}})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
@@ -235,7 +236,7 @@ func TestTeamIndex(t *testing.T) {
 	require.Equal(t, retrieve.BaselineHybrid, rr.Baseline.Kind)
 
 	var dropin struct {
-		Icicle plugin.DropinInfo `json:"icicle"`
+		Icicle dropin.Info `json:"icicle"`
 	}
 	esDo(t, http.MethodPost, hs.URL+"/"+index+"/_search", "application/json", []byte(`{"query":{"match":{"body":"`+query+`"}},"size":3}`), &dropin)
 	require.Equal(t, plugin.ModeReranked, dropin.Icicle.Mode, "the drop-in reranks the team's index, reason %q", dropin.Icicle.Reason)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,59 +17,8 @@ import (
 
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/internal/abtest"
 )
-
-func TestArmForIsStable(t *testing.T) {
-	for i := range 200 {
-		key := fmt.Sprintf("user-%d", i)
-		arm := armFor(digest("icicle", key), 0.3)
-		for range 5 {
-			require.Equal(t, arm, armFor(digest("icicle", key), 0.3), "key %s", key)
-		}
-	}
-}
-
-func TestArmForHonoursTheSplit(t *testing.T) {
-	const n = 20000
-	for _, split := range []float64{0, 0.1, 0.5, 0.9, 1} {
-		t.Run(fmt.Sprint(split), func(t *testing.T) {
-			b := 0
-			for i := range n {
-				if armFor(digest("icicle", fmt.Sprintf("session-%d", i)), split) == ArmB {
-					b++
-				}
-			}
-			// Binomial: 4 standard deviations is at most 0.014 at n = 20000.
-			tol := 4 * math.Sqrt(split*(1-split)/n)
-			require.InDelta(t, split, float64(b)/n, tol+1e-12, "%d of %d keys in arm B", b, n)
-		})
-	}
-}
-
-func TestArmForRaisingTheSplitOnlyMovesKeysToB(t *testing.T) {
-	for i := range 5000 {
-		d := digest("icicle", fmt.Sprint(i))
-		if armFor(d, 0.2) == ArmB {
-			require.Equal(t, ArmB, armFor(d, 0.5), "key %d left arm B when the split grew", i)
-		}
-	}
-}
-
-func TestExperimentRedrawsArms(t *testing.T) {
-	moved := 0
-	for i := range 2000 {
-		key := fmt.Sprint(i)
-		if armFor(digest("exp-1", key), 0.5) != armFor(digest("exp-2", key), 0.5) {
-			moved++
-		}
-	}
-	require.InDelta(t, 1000, moved, 150, "a new experiment name re-draws about half the keys")
-}
-
-func TestDigestSeparatesParts(t *testing.T) {
-	require.NotEqual(t, digest("ab", "c"), digest("a", "bc"))
-	require.NotEqual(t, digest("a", "b", "c"), digest("a", "bc"))
-}
 
 // allHits is arm A's ranking over all documents: a seen document first, then Alpha (shared with the new
 // documents' BM25), then two more.
@@ -128,7 +76,7 @@ func TestSearchSplit(t *testing.T) {
 	}}
 	split := func(share float64) *Server {
 		return newTestServer(t, abSearcher(&newCalls, &allCalls), model, func(o *testOptions) {
-			o.AB = ABOptions{Enabled: true, Mode: ABSplit, SplitB: share}
+			o.AB = ABOptions{Enabled: true, Mode: abtest.ModeSplit, SplitB: share}
 		})
 	}
 
@@ -217,7 +165,7 @@ func TestSearchSplit(t *testing.T) {
 func TestSearchInterleaved(t *testing.T) {
 	var newCalls, allCalls atomic.Int64
 	s := newTestServer(t, abSearcher(&newCalls, &allCalls), &fakeReranker{rank: copyBeta}, func(o *testOptions) {
-		o.AB = ABOptions{Enabled: true, Mode: ABInterleave, Experiment: "exp"}
+		o.AB = ABOptions{Enabled: true, Mode: abtest.ModeInterleave, Experiment: "exp"}
 	})
 	// Arm A: Seen Doc, Alpha, Old One, Old Two. Arm B (copyBeta): Beta (copy), Seen Doc (parametric).
 	render := func(body map[string]any) string {
@@ -264,11 +212,11 @@ func TestSearchInterleaved(t *testing.T) {
 
 func TestSearchImpressions(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "impressions.jsonl")
-	l, err := OpenImpressionLog(path, ImpressionLogOptions{})
+	l, err := abtest.OpenImpressionLog(path, abtest.LogOptions{})
 	require.NoError(t, err)
 	var newCalls, allCalls atomic.Int64
 	s := newTestServer(t, abSearcher(&newCalls, &allCalls), &fakeReranker{rank: copyBeta}, func(o *testOptions) {
-		o.AB = ABOptions{Enabled: true, Mode: ABInterleave}
+		o.AB = ABOptions{Enabled: true, Mode: abtest.ModeInterleave}
 		o.Impressions = l
 	})
 	_, body := search(t, s, "alice@example.com", "", `{"query":"who sang","size":4}`)
@@ -287,17 +235,16 @@ func TestSearchImpressions(t *testing.T) {
 
 	imp := got[0]
 	require.Equal(t, body["request_id"], imp.RequestID)
-	require.Equal(t, ArmInterleaved, imp.Arm)
+	require.Equal(t, abtest.ArmInterleaved, imp.Arm)
 	require.Equal(t, "icicle", imp.Experiment)
 	require.Equal(t, "header", imp.KeySource)
-	d := digest("icicle", "alice@example.com")
-	require.Equal(t, fmt.Sprintf("%x", d[:16]), imp.KeyHash)
+	require.Equal(t, abtest.Experiment{Name: "icicle"}.Assign("alice@example.com", "").KeyHash(), imp.KeyHash)
 	require.Equal(t, ModeReranked, imp.Mode)
 	require.Equal(t, "fake", imp.Model)
 	require.Len(t, imp.Shown, len(results(body)))
 	for i, r := range results(body) {
-		require.Equal(t, Shown{Rank: i + 1, DocID: r["docid"].(string), ID: r["id"].(string),
-			Provenance: Provenance(r["provenance"].(string)), Team: Team(r["team"].(string))}, imp.Shown[i])
+		require.Equal(t, abtest.Shown{Rank: i + 1, DocID: r["docid"].(string), ID: r["id"].(string),
+			Provenance: Provenance(r["provenance"].(string)), Team: abtest.Team(r["team"].(string))}, imp.Shown[i])
 	}
 
 	require.Equal(t, plain["request_id"], got[1].RequestID)
@@ -311,4 +258,17 @@ func TestSearchImpressions(t *testing.T) {
 func readFile(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	return string(b), err
+}
+
+// readImpressions reads the impression log at path as ab-report does (abtest.ReadJSONL), every line whole.
+func readImpressions(t *testing.T, path string) []abtest.Impression {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	var out []abtest.Impression
+	var bad abtest.BadLines
+	require.NoError(t, abtest.ReadJSONL(f, path, func(imp abtest.Impression) { out = append(out, imp) }, &bad))
+	require.Zero(t, bad.Count, bad.First)
+	return out
 }

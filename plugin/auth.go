@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/dropin"
 )
 
 // Values of Options.CallerCredentials.
@@ -58,7 +59,7 @@ func (s *Server) refuseCaller(c *gin.Context, reason string) {
 	for _, v := range esAuthenticate {
 		c.Writer.Header().Add("WWW-Authenticate", v)
 	}
-	c.AbortWithStatusJSON(http.StatusUnauthorized, esErrorBody(http.StatusUnauthorized, "security_exception", reason))
+	c.AbortWithStatusJSON(http.StatusUnauthorized, dropin.NewErrorBody(http.StatusUnauthorized, "security_exception", reason))
 	s.metrics.requests.WithLabelValues(endpointOf(c), "401", "error").Inc()
 }
 

@@ -22,11 +22,11 @@ var hex32 = regexp.MustCompile(`^[0-9a-f]{32}$`)
 // in the body and the header, and the log keeps the impressions apart.
 func TestImpressionIDsAreUnique(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "impressions.jsonl")
-	l, err := OpenImpressionLog(path, ImpressionLogOptions{})
+	l, err := abtest.OpenImpressionLog(path, abtest.LogOptions{})
 	require.NoError(t, err)
 	var newCalls, allCalls atomic.Int64
 	s := newTestServer(t, abSearcher(&newCalls, &allCalls), &fakeReranker{rank: copyBeta}, func(o *testOptions) {
-		o.AB = ABOptions{Enabled: true, Mode: ABInterleave}
+		o.AB = ABOptions{Enabled: true, Mode: abtest.ModeInterleave}
 		o.Impressions = l
 	})
 	ids := map[string]bool{}
@@ -59,12 +59,13 @@ func TestImpressionIDsAreUnique(t *testing.T) {
 	require.Empty(t, hdr.Get("X-ICICLE-Impression-ID"))
 }
 
-// clickServer serves /v1/click into a click log at path, with the write token token.
-func clickServer(t *testing.T, token string, clicks *ClickLog, imps *ImpressionLog) *Server {
+// clickServer serves /v1/click into the click log clicks, with the write token token, and logs the
+// impressions of /v1/search in imps.
+func clickServer(t *testing.T, token string, clicks *abtest.ClickLog, imps *abtest.ImpressionLog) *Server {
 	t.Helper()
 	var newCalls, allCalls atomic.Int64
 	return newTestServer(t, abSearcher(&newCalls, &allCalls), &fakeReranker{rank: copyBeta}, func(o *testOptions) {
-		o.AB = ABOptions{Enabled: true, Mode: ABInterleave}
+		o.AB = ABOptions{Enabled: true, Mode: abtest.ModeInterleave}
 		o.WriteToken, o.Clicks, o.Impressions = token, clicks, imps
 	})
 }
@@ -85,7 +86,7 @@ func postClick(t *testing.T, s *Server, auth, body string) (int, map[string]any,
 }
 
 func TestClickValidation(t *testing.T) {
-	l, err := OpenClickLog(filepath.Join(t.TempDir(), "clicks.jsonl"), ImpressionLogOptions{})
+	l, err := abtest.OpenClickLog(filepath.Join(t.TempDir(), "clicks.jsonl"), abtest.LogOptions{})
 	require.NoError(t, err)
 	defer l.Close()
 	s := clickServer(t, testWriteToken, l, nil)
@@ -117,11 +118,12 @@ func TestClickValidation(t *testing.T) {
 			require.NotEmpty(t, body["error"])
 		})
 	}
-	require.Zero(t, l.Counts().Written+uint64(len(l.w.lines)), "nothing logged")
+	require.NoError(t, l.Close(), "Close writes what is queued")
+	require.Zero(t, l.Counts().Written, "nothing logged")
 }
 
 func TestClickAuth(t *testing.T) {
-	l, err := OpenClickLog(filepath.Join(t.TempDir(), "clicks.jsonl"), ImpressionLogOptions{})
+	l, err := abtest.OpenClickLog(filepath.Join(t.TempDir(), "clicks.jsonl"), abtest.LogOptions{})
 	require.NoError(t, err)
 	defer l.Close()
 	good := `{"impression_id":"` + strings.Repeat("0f", 16) + `","docid":"Beta","position":2}`
@@ -141,21 +143,22 @@ func TestClickAuth(t *testing.T) {
 	require.Equal(t, true, body["logged"])
 }
 
-func TestClickLogFullIs503(t *testing.T) {
-	w, err := openJSONLog("click log", filepath.Join(t.TempDir(), "clicks.jsonl"), ImpressionLogOptions{Buffer: 1}) // no writer yet
+// TestClickNotLoggedIs503: a click the log does not take (its queue full, or closing: abtest's
+// TestClickLogDropsWhenFull) is a 503 to retry, counted.
+func TestClickNotLoggedIs503(t *testing.T) {
+	l, err := abtest.OpenClickLog(filepath.Join(t.TempDir(), "clicks.jsonl"), abtest.LogOptions{})
 	require.NoError(t, err)
-	l := &ClickLog{w: w}
 	s := clickServer(t, testWriteToken, l, nil)
 	good := `{"request_id":"r1","docid":"Beta","position":1}`
 	code, _, _ := postClick(t, s, "Bearer "+testWriteToken, good)
 	require.Equal(t, http.StatusAccepted, code)
+	require.NoError(t, l.Close())
 	code, body, hdr := postClick(t, s, "Bearer "+testWriteToken, good)
 	require.Equal(t, http.StatusServiceUnavailable, code, body)
+	require.Equal(t, "click log busy, retry", body["error"])
 	require.Equal(t, "1", hdr.Get("Retry-After"))
-	go w.run()
-	require.NoError(t, l.Close())
-	require.Equal(t, ImpressionCounts{Written: 1, DroppedFull: 1}, l.Counts())
-	require.Contains(t, scrape(t, s), `icicle_clicks_dropped_total{reason="buffer_full"} 1`)
+	require.Equal(t, abtest.LogCounts{Written: 1, DroppedClosed: 1}, l.Counts())
+	require.Contains(t, scrape(t, s), `icicle_clicks_dropped_total{reason="closed"} 1`)
 }
 
 // TestClickLoopJoins: search, click on the returned impression, and ab-report's join credits the
@@ -163,9 +166,9 @@ func TestClickLogFullIs503(t *testing.T) {
 func TestClickLoopJoins(t *testing.T) {
 	dir := t.TempDir()
 	impPath, clickPath := filepath.Join(dir, "impressions.jsonl"), filepath.Join(dir, "clicks.jsonl")
-	imps, err := OpenImpressionLog(impPath, ImpressionLogOptions{})
+	imps, err := abtest.OpenImpressionLog(impPath, abtest.LogOptions{})
 	require.NoError(t, err)
-	clicks, err := OpenClickLog(clickPath, ImpressionLogOptions{})
+	clicks, err := abtest.OpenClickLog(clickPath, abtest.LogOptions{})
 	require.NoError(t, err)
 	s := clickServer(t, testWriteToken, clicks, imps)
 

@@ -1,7 +1,11 @@
-// Package plugin is the sidecar's HTTP face: the Gin router, the wire types, the handlers, the error
-// to HTTP mapping (errors.go), the circuit breaker that falls back to BM25, and the Prometheus metrics.
+// Package plugin is the sidecar's HTTP face: the Gin router, the wire types (wire.go), the handlers, the
+// one error to HTTP mapping (errors.go), authentication (auth.go), the model's hot swap (swap.go) and the
+// HTTP layer's Prometheus metrics.
 //
-// A request reads top to bottom: handler -> Searcher (BM25 hits with summaries) -> Reranker (prompt,
-// routed decode) -> Searcher.Resolve (documents of parametric docids) -> response. The package declares
-// the two small interfaces it consumes; cmd/icicle wires the adapter and inference packages into them.
+// A /v1 handler decodes and checks its request, calls the package that does the work and returns its
+// answer or error to one writer (api.go): /v1/rerank and /v1/search rank with the pipeline (package rank),
+// /v1/search from the request's arm of the A/B experiment (package internal/abtest, ab.go), whose clicks
+// POST /v1/click logs. The Elasticsearch API in front of the cluster, its searches reranked, is package
+// dropin; dropin.go serves it in Elasticsearch's shapes. The package declares the small interfaces it
+// consumes (Searcher, Ingester); cmd/icicle wires the adapter, the pipeline and the logs into them.
 package plugin

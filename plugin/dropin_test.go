@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/dropin"
 	"github.com/icicle-search/sidecar/inference"
 )
 
@@ -29,94 +30,6 @@ const esSearchBody = `{"took":3,"timed_out":false,"_shards":{"total":1,"successf
 
 // esBadQuery is Elasticsearch 8.14's answer to an unknown query type.
 const esBadQuery = `{"error":{"root_cause":[{"type":"parsing_exception","reason":"unknown query [matc] did you mean [match]?","line":1,"col":18}],"type":"parsing_exception","reason":"unknown query [matc] did you mean [match]?","line":1,"col":18},"status":400}`
-
-func TestPlanDropin(t *testing.T) {
-	tests := []struct {
-		name, params, body  string
-		query, from, reason string
-		forwarded           string // the body sent on; empty means the request's own
-		errField            string
-		page                [4]int // pageFrom, pageSize, window, fetch when reranking; zero: 0, 10, 10, 10
-	}{
-		{name: "match, string", body: `{"query":{"match":{"title":"who sang"}}}`, query: "who sang", from: "query.match.title"},
-		{name: "match, options", body: `{"query":{"match":{"text":{"query":"who sang","operator":"and"}}},"size":20}`, query: "who sang", from: "query.match.text", page: [4]int{0, 20, 20, 20}},
-		{name: "match_phrase", body: `{"query":{"match_phrase":{"title":"the office"}}}`, query: "the office", from: "query.match_phrase.title"},
-		{name: "multi_match", body: `{"query":{"multi_match":{"query":"fed chair","fields":["title","text"]}}}`, query: "fed chair", from: "query.multi_match"},
-		{name: "bool with one must and a filter", body: `{"query":{"bool":{"must":[{"match":{"text":"fed chair"}}],"filter":[{"term":{"seen":false}}]}}}`,
-			query: "fed chair", from: "query.bool.must.match.text"},
-		{name: "bool must as an object", body: `{"query":{"bool":{"must":{"multi_match":{"query":"q"}},"must_not":{"term":{"x":1}}}}}`, query: "q", from: "query.bool.must.multi_match"},
-		{name: "score sort is no sort", body: `{"query":{"match":{"title":"q"}},"sort":["_score",{"_score":{"order":"desc"}}]}`, query: "q", from: "query.match.title"},
-		{name: "ext.icicle.query wins and is stripped", body: `{"query":{"match_all":{}},"ext":{"icicle":{"query":"fed chair"}}}`,
-			query: "fed chair", from: "ext.icicle.query", forwarded: `{"query":{"match_all":{}},"from":0,"size":10}`},
-		{name: "other ext sections stay", body: `{"query":{"match":{"title":"x"}},"ext":{"icicle":{"query":"y"},"other":{"a":1}}}`,
-			query: "y", from: "ext.icicle.query", forwarded: `{"ext":{"other":{"a":1}},"query":{"match":{"title":"x"}},"from":0,"size":10}`},
-		{name: "ext.icicle not a string", body: `{"ext":{"icicle":{"query":5}}}`, errField: "ext.icicle.query"},
-		{name: "ext.icicle unknown key", body: `{"ext":{"icicle":{"querry":"x"}}}`, errField: "ext.icicle"},
-		{name: "ext.icicle empty query", body: `{"ext":{"icicle":{"query":" "}}}`, errField: "ext.icicle.query"},
-		{name: "scroll", params: "scroll=1m", body: `{"query":{"match":{"title":"q"}}}`, reason: ReasonScroll},
-		{name: "from in the body: page 2 of the same window", body: `{"query":{"match":{"title":"q"}},"from":10}`, query: "q", from: "query.match.title",
-			forwarded: `{"query":{"match":{"title":"q"}},"from":0,"size":20}`, page: [4]int{10, 10, 10, 20}},
-		{name: "from in the query string wins", params: "from=5&size=5", body: `{"query":{"match":{"title":"q"}},"from":1}`, query: "q", from: "query.match.title",
-			forwarded: `{"query":{"match":{"title":"q"}},"from":0,"size":10}`, page: [4]int{5, 5, 10, 10}},
-		{name: "from zero is the first page", body: `{"query":{"match":{"title":"q"}},"from":0}`, query: "q", from: "query.match.title",
-			forwarded: `{"query":{"match":{"title":"q"}},"from":0,"size":10}`, page: [4]int{0, 10, 10, 10}},
-		{name: "size over the window widens it", body: `{"query":{"match":{"title":"q"}},"size":25,"from":25}`, query: "q", from: "query.match.title",
-			forwarded: `{"query":{"match":{"title":"q"}},"from":0,"size":50}`, page: [4]int{25, 25, 25, 50}},
-		{name: "ext.icicle.rank_window_size", body: `{"query":{"match":{"title":"q"}},"size":5,"ext":{"icicle":{"rank_window_size":40}}}`, query: "q", from: "query.match.title",
-			forwarded: `{"query":{"match":{"title":"q"}},"from":0,"size":40}`, page: [4]int{0, 5, 40, 40}},
-		{name: "rank window smaller than size", body: `{"query":{"match":{"title":"q"}},"size":50,"ext":{"icicle":{"rank_window_size":40}}}`, errField: "ext.icicle.rank_window_size"},
-		{name: "rank window out of range", body: `{"query":{"match":{"title":"q"}},"ext":{"icicle":{"rank_window_size":0}}}`, errField: "ext.icicle.rank_window_size"},
-		{name: "negative from passes through", body: `{"query":{"match":{"title":"q"}},"from":-1}`, reason: ReasonPaginated},
-		{name: "search_after", body: `{"query":{"match":{"title":"q"}},"search_after":[1]}`, reason: ReasonPaginated},
-		{name: "field sort", body: `{"query":{"match":{"title":"q"}},"sort":[{"ingested_at":"desc"}]}`, reason: ReasonSorted},
-		{name: "ascending score", body: `{"query":{"match":{"title":"q"}},"sort":{"_score":"asc"}}`, reason: ReasonSorted},
-		{name: "sort parameter", params: "sort=title.keyword:asc", body: `{"query":{"match":{"title":"q"}}}`, reason: ReasonSorted},
-		{name: "aggregations only", body: `{"size":0,"aggs":{"seen":{"terms":{"field":"seen"}}}}`, reason: ReasonAggregationsOnly},
-		{name: "size zero", params: "size=0", body: `{"query":{"match":{"title":"q"}}}`, reason: ReasonSizeZero},
-		{name: "no body", params: "q=title:alpha", reason: ReasonNoQueryText},
-		{name: "match_all", body: `{"query":{"match_all":{}}}`, reason: ReasonNoQueryText},
-		{name: "bool with should", body: `{"query":{"bool":{"must":{"match":{"title":"q"}},"should":{"match":{"text":"r"}}}}}`, reason: ReasonNoQueryText},
-		{name: "bool with two musts", body: `{"query":{"bool":{"must":[{"match":{"title":"q"}},{"match":{"text":"r"}}]}}}`, reason: ReasonNoQueryText},
-		{name: "match on two fields", body: `{"query":{"match":{"title":"q","text":"r"}}}`, reason: ReasonNoQueryText},
-		{name: "numeric match", body: `{"query":{"match":{"year":2024}}}`, reason: ReasonNoQueryText},
-		{name: "query_string", body: `{"query":{"query_string":{"query":"title:q"}}}`, reason: ReasonNoQueryText},
-		{name: "not JSON", body: `{"query":`, reason: ReasonNoQueryText},
-		{name: "too long", body: `{"query":{"match":{"title":"` + strings.Repeat("x", 101) + `"}}}`, from: "query.match.title", reason: ReasonQueryTooLong},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			params, err := url.ParseQuery(tt.params)
-			require.NoError(t, err)
-			p, err := planDropin(params, []byte(tt.body), 100, 10)
-			if tt.errField != "" {
-				var in *InputError
-				require.ErrorAs(t, err, &in)
-				require.Equal(t, tt.errField, in.Field)
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, tt.reason, p.reason)
-			require.Equal(t, tt.query, p.query)
-			require.Equal(t, tt.from, p.from)
-			if p.reason == "" {
-				want := cmp.Or(tt.page, [4]int{0, 10, 10, 10})
-				require.Equal(t, want, [4]int{p.pageFrom, p.pageSize, p.window, p.fetch}, "page and window")
-				require.False(t, p.params.Has("from") || p.params.Has("size"), "the window's from and size are in the body")
-				if tt.forwarded == "" {
-					var m map[string]any
-					require.NoError(t, json.Unmarshal([]byte(tt.body), &m))
-					m["from"], m["size"] = 0, p.fetch
-					tt.forwarded = string(mustJSON(m))
-				}
-			}
-			if tt.forwarded == "" {
-				require.Equal(t, tt.body, string(p.body), "forwarded byte for byte")
-			} else {
-				require.JSONEq(t, tt.forwarded, string(p.body))
-			}
-		})
-	}
-}
 
 // recordingES returns a fakeSearcher whose RawSearch records what it was sent and answers status, body.
 func recordingES(status int, body string, got *[]string) *fakeSearcher {
@@ -251,19 +164,19 @@ func TestDropinModes(t *testing.T) {
 		{name: "model error falls back", body: match, model: failing,
 			mode: "first_stage_fallback", reason: "model_error", order: []string{"Alpha/bm25", "Beta/bm25", "Gamma/bm25"}},
 		{name: "no query text", body: `{"query":{"match_all":{}}}`, model: failing,
-			mode: "passthrough", reason: ReasonNoQueryText, order: []string{"Alpha/-", "Beta/-", "Gamma/-"}},
+			mode: "passthrough", reason: dropin.ReasonNoQueryText, order: []string{"Alpha/-", "Beta/-", "Gamma/-"}},
 		{name: "GET without body", path: "/icicle-docs/_search?q=alpha", model: failing,
-			mode: "passthrough", reason: ReasonNoQueryText, order: []string{"Alpha/-", "Beta/-", "Gamma/-"}},
+			mode: "passthrough", reason: dropin.ReasonNoQueryText, order: []string{"Alpha/-", "Beta/-", "Gamma/-"}},
 		{name: "sorted", body: `{"query":{"match":{"title":"q"}},"sort":["title.keyword"]}`, model: failing,
-			mode: "passthrough", reason: ReasonSorted, order: []string{"Alpha/-", "Beta/-", "Gamma/-"}},
+			mode: "passthrough", reason: dropin.ReasonSorted, order: []string{"Alpha/-", "Beta/-", "Gamma/-"}},
 		{name: "hits without title", body: match, model: failing,
 			esBody: `{"took":1,"hits":{"hits":[{"_id":"1","_score":1,"_source":{"docid":"Alpha"}}]}}`,
-			mode:   "passthrough", reason: ReasonHitsWithoutTitle},
+			mode:   "passthrough", reason: dropin.ReasonHitsWithoutTitle},
 		{name: "no hits object (filter_path)", body: match, model: failing, esBody: `{"took":1}`,
-			mode: "passthrough", reason: ReasonHitsWithoutTitle},
+			mode: "passthrough", reason: dropin.ReasonHitsWithoutTitle},
 		{name: "aggregations only", body: `{"size":0,"aggs":{"s":{"terms":{"field":"seen"}}}}`, model: failing,
 			esBody: `{"took":1,"hits":{"total":{"value":3,"relation":"eq"},"max_score":null,"hits":[]},"aggregations":{"s":{"buckets":[]}}}`,
-			mode:   "passthrough", reason: ReasonAggregationsOnly},
+			mode:   "passthrough", reason: dropin.ReasonAggregationsOnly},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -276,7 +189,7 @@ func TestDropinModes(t *testing.T) {
 			}
 			code, out, _ := do(t, s, method, path, tt.body)
 			require.Equal(t, http.StatusOK, code, out)
-			if tt.mode == "passthrough" && tt.reason != ReasonHitsWithoutTitle {
+			if tt.mode == "passthrough" && tt.reason != dropin.ReasonHitsWithoutTitle {
 				require.Equal(t, tt.body, sent[2], "forwarded unchanged")
 			} else {
 				require.JSONEq(t, `{"query":{"match":{"title":"q"}},"from":0,"size":10}`, sent[2], "the rank window asked for")
@@ -398,7 +311,7 @@ func FuzzDropinBody(f *testing.F) {
 		s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/icicle-docs/_search", strings.NewReader(body)))
 		switch {
 		case rec.Code == http.StatusOK, rec.Code == http.StatusBadRequest:
-		case rec.Code == http.StatusForbidden && scriptKeyIn([]byte(body)) != "": // scripts are refused
+		case rec.Code == http.StatusForbidden && strings.Contains(rec.Body.String(), "scripts are disabled"): // scripts are refused
 		default:
 			t.Fatalf("status %d for body %q: %s", rec.Code, body, rec.Body)
 		}
@@ -473,7 +386,7 @@ func TestDropinProxy(t *testing.T) {
 			if tt.wantPath == "" {
 				require.Empty(t, got, "nothing reaches Elasticsearch")
 				if tt.errType != "" {
-					var e ESErrorBody
+					var e dropin.ErrorBody
 					require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &e), rec.Body.String())
 					require.Equal(t, tt.code, e.Status)
 					require.Equal(t, tt.errType, e.Error.Type)
@@ -559,4 +472,28 @@ func TestDropinPaging(t *testing.T) {
 	require.Equal(t, window[:2], p1)
 	require.Equal(t, []string{"Alpha/bm25", "Gamma/bm25"}, p2, "page 2 goes on where page 1 stopped; Gamma, pushed out of the window by the recalled document, follows")
 	require.Empty(t, page(4, 2), "past the end")
+}
+
+// TestDuplicateKeysRefused: the drop-in answers a body with a repeated key as Elasticsearch does (400,
+// x_content_parse_exception at the place in the caller's body) instead of forwarding the last value; the
+// sidecar's own endpoints name the field.
+func TestDuplicateKeysRefused(t *testing.T) {
+	var sent []string
+	s := newTestServer(t, recordingES(200, esSearchBody, &sent), &fakeReranker{rank: copyBeta}, nil)
+	code, out, _ := do(t, s, "POST", "/icicle-docs/_search", `{"size": 1, "query": {"match_all": {}}, "size": 2}`)
+	require.Equal(t, http.StatusBadRequest, code, out)
+	e := out["error"].(map[string]any)
+	require.Equal(t, "x_content_parse_exception", e["type"])
+	require.Equal(t, "[1:47] Duplicate field 'size'", e["reason"])
+	require.EqualValues(t, 400, out["status"])
+	for _, b := range sent {
+		require.NotContains(t, b, `"size"`, "nothing was searched")
+	}
+
+	es := &fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { return threeHits(), nil }}
+	s = newTestServer(t, es, &fakeReranker{rank: copyBeta}, nil)
+	code, out, _ = do(t, s, "POST", "/v1/search", `{"query": "q", "size": 2, "size": 50}`)
+	require.Equal(t, http.StatusBadRequest, code, out)
+	require.Equal(t, "size", out["field"])
+	require.Equal(t, "duplicate key (line 1, column 33)", out["error"])
 }

@@ -11,22 +11,29 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/dropin"
 	"github.com/icicle-search/sidecar/rank"
 )
 
-// InputError is bad input: the field (a JSON path such as "hits[3]._source.title") and the problem.
-type InputError struct {
-	Field   string
-	Problem string
-}
+// InputError is bad input: the field (a JSON path such as "hits[3]._source.title") and the problem. The
+// drop-in's (dropin.InputError), so that a problem in a hit's _source reads the same on /v1/rerank and on
+// a drop-in search.
+type InputError = dropin.InputError
 
-func (e *InputError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Problem) }
+// ForbiddenError is a request the sidecar refuses by policy: 403 (dropin.ForbiddenError: an index outside
+// the allow-list, a script, an API the drop-in does not proxy; a policy this sidecar does not allow).
+type ForbiddenError = dropin.ForbiddenError
 
 // BusyError is a request the sidecar cannot take now for lack of capacity (an ingest finding the encoder
 // saturated): 503 with Retry-After, to be sent again unchanged.
 type BusyError struct{ What string }
 
 func (e *BusyError) Error() string { return e.What }
+
+// offError is a request for an endpoint whose feature is off on this server: 404 with the reason.
+type offError struct{ what string }
+
+func (e *offError) Error() string { return e.what }
 
 // ErrUpstream marks an Elasticsearch failure (unreachable, rejecting or erroring): rank.ErrUpstream.
 var ErrUpstream = rank.ErrUpstream
@@ -52,11 +59,14 @@ func classify(c *gin.Context, log *slog.Logger, err error) wireError {
 	var denied *adapter.ResponseError
 	var forbidden *ForbiddenError
 	var busy *BusyError
-	var dup *DuplicateKeyError
+	var dup *dropin.DuplicateKeyError
+	var off *offError
 	switch {
+	case errors.As(err, &off):
+		return wireError{http.StatusNotFound, off.what, "", "resource_not_found_exception", off.what}
 	case errors.As(err, &dup):
 		return wireError{http.StatusBadRequest, fmt.Sprintf("duplicate key (line %d, column %d)", dup.Line, dup.Column),
-			dup.field(), "x_content_parse_exception", dup.Error()}
+			dup.Field(), "x_content_parse_exception", dup.Error()}
 	case errors.As(err, &forbidden):
 		return wireError{http.StatusForbidden, forbidden.Reason, forbidden.Field, "security_exception", forbidden.Reason}
 	case errors.As(err, &in):
@@ -117,31 +127,10 @@ func callerAuthed(c *gin.Context) bool {
 	return ok
 }
 
-// Elasticsearch-shaped errors, for the drop-in routes only (dropin.go, dropin_proxy.go): an Elasticsearch
-// client reads {"error":{"root_cause":[...],"type":...,"reason":...},"status":N}, so the sidecar's own
-// errors there take that shape, with the statuses classify gives.
-
-// ESErrorBody is Elasticsearch's error body.
-type ESErrorBody struct {
-	Error  ESErrorCause `json:"error"`
-	Status int          `json:"status"`
-}
-
-// ESErrorCause is one cause of an ESErrorBody.
-type ESErrorCause struct {
-	RootCause []ESErrorCause `json:"root_cause,omitempty"`
-	Type      string         `json:"type"`
-	Reason    string         `json:"reason"`
-}
-
-func esErrorBody(status int, typ, reason string) ESErrorBody {
-	return ESErrorBody{Status: status, Error: ESErrorCause{Type: typ, Reason: reason,
-		RootCause: []ESErrorCause{{Type: typ, Reason: reason}}}}
-}
-
-// writeESError writes err in Elasticsearch's shape, for the drop-in routes.
+// writeESError writes err in Elasticsearch's shape (dropin.ErrorBody), for the drop-in routes: an
+// Elasticsearch client reads that shape, with the statuses classify gives.
 func writeESError(c *gin.Context, log *slog.Logger, err error) {
 	e := classify(c, log, err)
 	c.Header("X-Elastic-Product", "Elasticsearch") // the official clients refuse an answer without it
-	c.JSON(e.status, esErrorBody(e.status, e.esType, e.esReason))
+	c.JSON(e.status, dropin.NewErrorBody(e.status, e.esType, e.esReason))
 }

@@ -11,11 +11,11 @@ import (
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/dropin"
 	"github.com/icicle-search/sidecar/internal/compress"
 )
 
@@ -100,12 +100,10 @@ type compressItem struct {
 // ingest command does; absent summaries come from Options.Compressor (compress.Lead, the extractive one
 // training uses, when nil), as in the ingest command: CompressWorkers documents at a time, in order, and
 // the first failure stops the ingestion (503).
-func (s *Server) ingest(c *gin.Context) {
+func (s *Server) ingest(c *gin.Context) (answer, error) {
 	start := time.Now()
 	if s.opts.Ingester == nil {
-		c.JSON(http.StatusNotFound, ErrorBody{Error: "ingestion is disabled on this server", RequestID: requestID(c)})
-		s.metrics.requests.WithLabelValues("ingest", "404", "error").Inc()
-		return
+		return answer{}, &offError{"ingestion is disabled on this server"}
 	}
 	var refresh bool
 	switch q := c.Query("refresh"); q {
@@ -113,8 +111,7 @@ func (s *Server) ingest(c *gin.Context) {
 	case "true", "wait_for":
 		refresh = true
 	default:
-		s.fail(c, "ingest", &InputError{Field: "refresh", Problem: fmt.Sprintf("%q, want true, wait_for or false", q)})
-		return
+		return answer{}, &InputError{Field: "refresh", Problem: fmt.Sprintf("%q, want true, wait_for or false", q)}
 	}
 	var replace bool
 	switch q := c.Query("replace"); q {
@@ -122,8 +119,7 @@ func (s *Server) ingest(c *gin.Context) {
 	case "true":
 		replace = true
 	default:
-		s.fail(c, "ingest", &InputError{Field: "replace", Problem: fmt.Sprintf("%q, want true or false", q)})
-		return
+		return answer{}, &InputError{Field: "replace", Problem: fmt.Sprintf("%q, want true or false", q)}
 	}
 	// The serving model's seen corpus marks its documents seen, as the ingest command does with the
 	// model's seen_docids.txt; a document in neither it nor the request keeps the flag it has stored.
@@ -141,19 +137,16 @@ func (s *Server) ingest(c *gin.Context) {
 		case s.embedSlots <- struct{}{}:
 			defer func() { <-s.embedSlots }()
 		default:
-			s.fail(c, "ingest", errEncoderBusy)
-			return
+			return answer{}, errEncoderBusy
 		}
 	}
 	body, err := s.readBody(c)
 	if err != nil {
-		s.fail(c, "ingest", err)
-		return
+		return answer{}, err
 	}
 	lines, err := corpusLines(body)
 	if err != nil {
-		s.fail(c, "ingest", err)
-		return
+		return answer{}, err
 	}
 
 	comp := s.opts.Compressor
@@ -242,8 +235,7 @@ func (s *Server) ingest(c *gin.Context) {
 	status := http.StatusOK
 	switch {
 	case (ingestErr != nil || compErr != nil) && ctx.Err() != nil:
-		s.fail(c, "ingest", fmt.Errorf("ingest: %w", ctx.Err()))
-		return
+		return answer{}, fmt.Errorf("ingest: %w", ctx.Err())
 	case errors.Is(ingestErr, adapter.ErrUnavailable):
 		// Not writeError's bare 503: part of the body may be written, and the caller should know which.
 		s.log.Warn("ingest stopped: elasticsearch unavailable", "request_id", resp.RequestID, "lines_read",
@@ -253,12 +245,10 @@ func (s *Server) ingest(c *gin.Context) {
 		c.Header("Retry-After", "1")
 	case ingestErr != nil:
 		// Index missing or with the wrong mapping, adapter closed: the server is misconfigured.
-		s.fail(c, "ingest", fmt.Errorf("ingest: %w", ingestErr))
-		return
+		return answer{}, fmt.Errorf("ingest: %w", ingestErr)
 	case rep.Total() != accepted:
 		// The Ingester broke its contract; say so loudly rather than let documents vanish.
-		s.fail(c, "ingest", fmt.Errorf("ingest: report accounts for %d of %d accepted documents", rep.Total(), accepted))
-		return
+		return answer{}, fmt.Errorf("ingest: report accounts for %d of %d accepted documents", rep.Total(), accepted)
 	case compErr != nil:
 		// As an Elasticsearch outage: what came before is written, the rest of the body is not read.
 		s.log.Warn("ingest stopped: summary compressor failed", "request_id", resp.RequestID, "compressor", comp.ID(),
@@ -270,12 +260,10 @@ func (s *Server) ingest(c *gin.Context) {
 		status = http.StatusMultiStatus
 	}
 	resp.TookMS = ms(time.Since(start))
-	s.metrics.requests.WithLabelValues("ingest", strconv.Itoa(status), "ingest").Inc()
-	s.metrics.duration.WithLabelValues("ingest").Observe(time.Since(start).Seconds())
 	s.log.Info("ingested", "request_id", resp.RequestID, "lines_read", resp.LinesRead, "indexed", resp.Indexed,
 		"updated", resp.Updated, "unchanged", resp.Unchanged, "failed", len(resp.Failed), "rejected", len(resp.Rejected),
 		"summaries_computed", resp.SummariesComputed, "took_ms", resp.TookMS)
-	c.JSON(status, resp)
+	return answer{status: status, body: resp, mode: "ingest"}, nil
 }
 
 // compressorRetryable reports whether a compressor's error may go away on its own (the endpoint down or
@@ -374,17 +362,5 @@ func seenField(line []byte) (seen, set bool, problem string) {
 	case "true":
 		return true, true, ""
 	}
-	return false, false, fmt.Sprintf(`field "seen" is %s, want true or false`, truncateJSON(rec.Seen))
-}
-
-// truncateJSON shortens a value quoted in a rejection so one bad record cannot flood the response.
-func truncateJSON(b []byte) string {
-	if len(b) <= 32 {
-		return string(b)
-	}
-	cut := 32
-	for cut > 0 && !utf8.RuneStart(b[cut]) {
-		cut--
-	}
-	return string(b[:cut]) + "..."
+	return false, false, fmt.Sprintf(`field "seen" is %s, want true or false`, dropin.Excerpt(rec.Seen))
 }

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/internal/abtest"
 	"github.com/icicle-search/sidecar/rank"
 )
 
@@ -38,10 +39,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}
 		m.duration.WithLabelValues(endpoint)
 	}
-	for _, arm := range []Arm{ArmA, ArmB, ArmInterleaved} {
+	for _, arm := range []abtest.Arm{abtest.ArmA, abtest.ArmB, abtest.ArmInterleaved} {
 		m.abArms.WithLabelValues(string(arm))
 	}
-	for _, team := range []Team{TeamA, TeamB} {
+	for _, team := range []abtest.Team{abtest.TeamA, abtest.TeamB} {
 		m.interleaved.WithLabelValues(string(team))
 	}
 	for _, result := range []string{"success", "failure"} {
@@ -51,30 +52,30 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 }
 
 // watchImpressions exposes the impression log's counters, read at scrape time.
-func watchImpressions(reg prometheus.Registerer, l *ImpressionLog) {
+func watchImpressions(reg prometheus.Registerer, l *abtest.ImpressionLog) {
 	watchLog(reg, "impressions", "Impressions written to the log.",
 		"Impressions not written, by reason: buffer_full (the writer fell behind; never waited for), closed, write_error.", l.Counts)
 }
 
 // watchClicks exposes the click log's counters (POST /v1/click), read at scrape time.
-func watchClicks(reg prometheus.Registerer, l *ClickLog) {
+func watchClicks(reg prometheus.Registerer, l *abtest.ClickLog) {
 	watchLog(reg, "clicks", "Clicks written to the click log.",
 		"Clicks not written, by reason: buffer_full (answered 503), closed, write_error.", l.Counts)
 }
 
 // watchLog registers icicle_<what>_written_total and icicle_<what>_dropped_total{reason} of a log whose
 // counts are read at scrape time.
-func watchLog(reg prometheus.Registerer, what, writtenHelp, droppedHelp string, counts func() ImpressionCounts) {
-	counter := func(name, help string, labels prometheus.Labels, read func(ImpressionCounts) uint64) prometheus.Collector {
+func watchLog(reg prometheus.Registerer, what, writtenHelp, droppedHelp string, counts func() abtest.LogCounts) {
+	counter := func(name, help string, labels prometheus.Labels, read func(abtest.LogCounts) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},
 			func() float64 { return float64(read(counts())) })
 	}
 	written, dropped := "icicle_"+what+"_written_total", "icicle_"+what+"_dropped_total"
 	reg.MustRegister(
-		counter(written, writtenHelp, nil, func(c ImpressionCounts) uint64 { return c.Written }),
-		counter(dropped, droppedHelp, prometheus.Labels{"reason": "buffer_full"}, func(c ImpressionCounts) uint64 { return c.DroppedFull }),
-		counter(dropped, droppedHelp, prometheus.Labels{"reason": "closed"}, func(c ImpressionCounts) uint64 { return c.DroppedClosed }),
-		counter(dropped, droppedHelp, prometheus.Labels{"reason": "write_error"}, func(c ImpressionCounts) uint64 { return c.Failed }),
+		counter(written, writtenHelp, nil, func(c abtest.LogCounts) uint64 { return c.Written }),
+		counter(dropped, droppedHelp, prometheus.Labels{"reason": "buffer_full"}, func(c abtest.LogCounts) uint64 { return c.DroppedFull }),
+		counter(dropped, droppedHelp, prometheus.Labels{"reason": "closed"}, func(c abtest.LogCounts) uint64 { return c.DroppedClosed }),
+		counter(dropped, droppedHelp, prometheus.Labels{"reason": "write_error"}, func(c abtest.LogCounts) uint64 { return c.Failed }),
 	)
 }
 

@@ -1,8 +1,6 @@
 package plugin
 
 import (
-	"net/http"
-
 	"github.com/gin-gonic/gin"
 
 	"github.com/icicle-search/sidecar/rank"
@@ -50,10 +48,11 @@ type FirstStageInfo struct {
 	Params  retrieve.Params `json:"params"`
 }
 
-func (s *Server) modelEndpoint(c *gin.Context) {
+// modelEndpoint serves GET /v1/model.
+func (s *Server) modelEndpoint(*gin.Context) (answer, error) {
 	inflight, queue, wait := s.pipe.Guard().Admission()
 	first := s.pipe.FirstStage()
-	c.JSON(http.StatusOK, ModelEndpoint{
+	return answer{body: ModelEndpoint{
 		ModelInfo: s.modelInfo().withBlocks(),
 		Concurrency: ConcurrencyInfo{MaxInflight: inflight, QueueSize: queue, QueueTimeoutMS: ms(wait),
 			Cost: s.pipe.Costs()},
@@ -62,5 +61,5 @@ func (s *Server) modelEndpoint(c *gin.Context) {
 		Reader:     s.pipe.HasReader(),
 		Policy:     PolicyInfo{Mode: s.pipe.Policy(), AllowOverride: s.opts.AllowPolicyOverride},
 		Profile:    s.opts.Profile, Experimental: s.opts.Experimental,
-	})
+	}}, nil
 }

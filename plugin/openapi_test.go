@@ -26,7 +26,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/dropin"
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/internal/abtest"
 	"github.com/icicle-search/sidecar/internal/gate"
 )
 
@@ -98,7 +100,7 @@ func fullServer(t *testing.T) *Server {
 	var opts testOptions // newTestServer's, which takes a *fakeReranker; the admin route needs the Swapper at New
 	newTestServer(t, es, &fakeReranker{}, func(o *testOptions) {
 		o.Ingester, o.AdminToken = &fakeIngester{}, "secret"
-		o.Clicks, o.WriteToken = testClickLog(t, 0), "secret" // issue 14b: POST /v1/click
+		o.Clicks, o.WriteToken = testClickLog(t, false), "secret" // POST /v1/click
 		opts = *o
 	})
 	return newServer(es, sw, opts)
@@ -186,33 +188,30 @@ func withSeenDiff(t *testing.T, _ context.CancelFunc) *Server {
 	return s
 }
 
-// testClickLog is a click log in a temporary directory, closed when the test ends; buffer > 0 leaves its
-// writer stopped with a queue of buffer lines, so that the queue fills.
-func testClickLog(t *testing.T, buffer int) *ClickLog {
+// testClickLog is a click log in a temporary directory, closed when the test ends, or at once when closed
+// is true, so that it takes no click.
+func testClickLog(t *testing.T, closed bool) *abtest.ClickLog {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "clicks.jsonl")
-	if buffer > 0 {
-		w, err := openJSONLog("click log", path, ImpressionLogOptions{Buffer: buffer})
-		require.NoError(t, err)
-		t.Cleanup(func() { go w.run(); _ = w.Close() })
-		return &ClickLog{w: w}
-	}
-	l, err := OpenClickLog(path, ImpressionLogOptions{})
+	l, err := abtest.OpenClickLog(filepath.Join(t.TempDir(), "clicks.jsonl"), abtest.LogOptions{})
 	require.NoError(t, err)
+	if closed {
+		require.NoError(t, l.Close())
+	}
 	t.Cleanup(func() { _ = l.Close() })
 	return l
 }
 
-// withClicks is a server serving POST /v1/click with the write token "secret" (issue 14b).
-func withClicks(buffer int) func(*testing.T, context.CancelFunc) *Server {
+// withClicks is a server serving POST /v1/click with the write token "secret", into a click log that is
+// closed when closed is true.
+func withClicks(closed bool) func(*testing.T, context.CancelFunc) *Server {
 	return func(t *testing.T, _ context.CancelFunc) *Server {
-		return std(func(o *testOptions) { o.Clicks, o.WriteToken = testClickLog(t, buffer), "secret" })(t, nil)
+		return std(func(o *testOptions) { o.Clicks, o.WriteToken = testClickLog(t, closed), "secret" })(t, nil)
 	}
 }
 
 // withImpressions is a server logging impressions, so that /v1/search answers carry an impression id.
 func withImpressions(t *testing.T, _ context.CancelFunc) *Server {
-	l, err := OpenImpressionLog(filepath.Join(t.TempDir(), "impressions.jsonl"), ImpressionLogOptions{})
+	l, err := abtest.OpenImpressionLog(filepath.Join(t.TempDir(), "impressions.jsonl"), abtest.LogOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
 	return std(func(o *testOptions) { o.Impressions = l })(t, nil)
@@ -342,7 +341,7 @@ func contractCases() []contractCase {
 		{name: "search A/B arm B", method: "POST", path: "/v1/search", body: `{"query":"q"}`, header: map[string]string{"X-ICICLE-AB-Key": "user-1"},
 			status: 200, mode: "reranked", server: withAB(ABOptions{Enabled: true, SplitB: 1}), has: []string{"ab.arm"}},
 		{name: "search A/B interleaved", method: "POST", path: "/v1/search", body: `{"query":"q"}`, status: 200, mode: "reranked",
-			server: withAB(ABOptions{Enabled: true, Mode: ABInterleave}), has: []string{"ab.arm", "results.0.team"}},
+			server: withAB(ABOptions{Enabled: true, Mode: abtest.ModeInterleave}), has: []string{"ab.arm", "results.0.team"}},
 		{name: "search panic", method: "POST", path: "/v1/search", body: `{"query":"q"}`, status: 500,
 			server: withES(&fakeSearcher{searchNew: func(context.Context, string, int) ([]adapter.Hit, error) { panic("boom") }}, &fakeReranker{rank: copyBeta}, nil)},
 
@@ -403,25 +402,21 @@ func contractCases() []contractCase {
 		{name: "admin too large", method: "POST", path: "/v1/admin/model", body: `{"dir":"` + strings.Repeat("x", 2<<20) + `"}`, header: bearer, server: admin, status: 413},
 		{name: "admin loader panics", method: "POST", path: "/v1/admin/model", body: `{"dir":"models/panic"}`, header: bearer, server: admin, status: 500},
 
-		// POST /v1/click (issue 14b)
+		// POST /v1/click
 		{name: "click", method: "POST", path: "/v1/click", body: `{"impression_id":"` + strings.Repeat("0a", 16) + `","docid":"Beta","position":2}`,
-			header: bearer, server: withClicks(0), status: 202},
+			header: bearer, server: withClicks(false), status: 202},
 		{name: "click by request id", method: "POST", path: "/v1/click", body: `{"request_id":"r-1","docid":"Beta","position":2}`,
-			header: bearer, server: withClicks(0), status: 202},
+			header: bearer, server: withClicks(false), status: 202},
 		{name: "click missing docid", method: "POST", path: "/v1/click", body: `{"request_id":"r-1","position":2}`,
-			header: bearer, server: withClicks(0), status: 400, reqInvalid: true},
+			header: bearer, server: withClicks(false), status: 400, reqInvalid: true},
 		{name: "click position 0", method: "POST", path: "/v1/click", body: `{"request_id":"r-1","docid":"Beta","position":0}`,
-			header: bearer, server: withClicks(0), status: 400, reqInvalid: true},
+			header: bearer, server: withClicks(false), status: 400, reqInvalid: true},
 		{name: "click without token", method: "POST", path: "/v1/click", body: `{"request_id":"r-1","docid":"Beta","position":2}`,
-			server: withClicks(0), status: 401, reqInvalid: true},
+			server: withClicks(false), status: 401, reqInvalid: true},
 		{name: "click too large", method: "POST", path: "/v1/click", body: `{"request_id":"r-1","docid":"Beta","position":2,"note":"` + big + `"}`,
-			header: bearer, server: withClicks(0), status: 413},
-		{name: "click log full", method: "POST", path: "/v1/click", body: `{"request_id":"r-1","docid":"Beta","position":2}`,
-			header: bearer, status: 503, server: func(t *testing.T, c context.CancelFunc) *Server {
-				s := withClicks(1)(t, c)
-				s.opts.Clicks.Log(Click{DocID: "fills the queue", Position: 1})
-				return s
-			}},
+			header: bearer, server: withClicks(false), status: 413},
+		{name: "click not logged", method: "POST", path: "/v1/click", body: `{"request_id":"r-1","docid":"Beta","position":2}`,
+			header: bearer, server: withClicks(true), status: 503},
 		{name: "search with an impression id", method: "POST", path: "/v1/search", body: `{"query":"q"}`, server: withImpressions,
 			status: 200, mode: "reranked", has: []string{"impression_id"}},
 
@@ -462,10 +457,10 @@ func contractCases() []contractCase {
 		{name: "dropin model error", method: "POST", path: "/icicle-docs/_search", body: match, server: withModel(modelErr(errors.New("onnx")), nil), status: 200, mode: "first_stage_fallback", reason: "model_error"},
 		{name: "dropin unresolved parametric", method: "POST", path: "/icicle-docs/_search", body: match, status: 200, mode: "reranked",
 			server: withES(&fakeSearcher{resolve: func(context.Context, []string) (map[string]adapter.Hit, error) { return nil, nil }}, &fakeReranker{rank: copyBeta}, nil)},
-		{name: "dropin GET passthrough", method: "GET", path: "/icicle-docs/_search?q=title:alpha", status: 200, mode: "passthrough", reason: ReasonNoQueryText},
-		{name: "dropin aggregations only", method: "POST", path: "/icicle-docs/_search", body: `{"size":0,"aggs":{"s":{"terms":{"field":"seen"}}}}`, status: 200, mode: "passthrough", reason: ReasonAggregationsOnly,
+		{name: "dropin GET passthrough", method: "GET", path: "/icicle-docs/_search?q=title:alpha", status: 200, mode: "passthrough", reason: dropin.ReasonNoQueryText},
+		{name: "dropin aggregations only", method: "POST", path: "/icicle-docs/_search", body: `{"size":0,"aggs":{"s":{"terms":{"field":"seen"}}}}`, status: 200, mode: "passthrough", reason: dropin.ReasonAggregationsOnly,
 			server: withES(rawES(200, `{"took":1,"hits":{"total":{"value":3,"relation":"eq"},"max_score":null,"hits":[]},"aggregations":{"s":{"buckets":[]}}}`), &fakeReranker{rank: copyBeta}, nil)},
-		{name: "dropin scroll", method: "POST", path: "/icicle-docs/_search?scroll=1m", body: match, status: 200, mode: "passthrough", reason: ReasonScroll},
+		{name: "dropin scroll", method: "POST", path: "/icicle-docs/_search?scroll=1m", body: match, status: 200, mode: "passthrough", reason: dropin.ReasonScroll},
 		{name: "dropin bad ext", method: "POST", path: "/icicle-docs/_search", body: `{"ext":{"icicle":{"query":1}}}`, status: 400, reqInvalid: true},
 		{name: "dropin Elasticsearch 400", method: "POST", path: "/icicle-docs/_search", body: `{"query":{"matc":{}}}`, server: withES(rawES(400, esBadQuery), &fakeReranker{}, nil), status: 400},
 		{name: "dropin index outside the allow-list", method: "POST", path: "/nope/_search", body: match, status: 403},

@@ -9,89 +9,69 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/dropin"
 	"github.com/icicle-search/sidecar/rank"
 )
 
 // rerank serves POST /v1/rerank: the caller's BM25 hits, reranked.
-func (s *Server) rerank(c *gin.Context) {
+func (s *Server) rerank(c *gin.Context) (answer, error) {
 	start := time.Now()
 	var req RerankRequest
 	if err := s.decode(c, &req); err != nil {
-		s.fail(c, "rerank", err)
-		return
+		return answer{}, err
 	}
 	if err := s.checkQuery(req.Query, req.Size); err != nil {
-		s.fail(c, "rerank", err)
-		return
+		return answer{}, err
 	}
 	policy, err := s.requestPolicy(req.Policy)
 	if err != nil {
-		s.fail(c, "rerank", err)
-		return
+		return answer{}, err
 	}
 	if len(req.Hits) > s.opts.MaxHits {
-		s.fail(c, "rerank", &InputError{Field: "hits", Problem: fmt.Sprintf("%d hits, at most %d accepted", len(req.Hits), s.opts.MaxHits)})
-		return
+		return answer{}, &InputError{Field: "hits", Problem: fmt.Sprintf("%d hits, at most %d accepted", len(req.Hits), s.opts.MaxHits)}
 	}
-	hits, err := s.hitsFromES(req.Hits)
+	hits, err := s.opts.Fields.Hits(req.Hits)
 	if err != nil {
-		s.fail(c, "rerank", err)
-		return
+		return answer{}, err
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.RequestTimeout)
 	defer cancel()
 	ranked, err := s.pipe.Run(ctx, rank.Request{Query: req.Query, Size: req.Size, Policy: policy, Hits: hits})
 	if err != nil {
-		s.fail(c, "rerank", err)
-		return
+		return answer{}, err
 	}
-	s.respond(c, "rerank", start, Response{Response: ranked})
+	return s.ranked(c, "rerank", start, Response{Response: ranked}), nil
 }
 
 // search serves POST /v1/search: BM25 over the whole index (the baseline) and over new documents (the
-// model's context) by the sidecar, then ranked as rerank is; or,
-// with the A/B experiment on, the request's arm (ab.go).
-func (s *Server) search(c *gin.Context) {
+// model's context) by the sidecar, then ranked as rerank is; or, with the A/B experiment on, the request's
+// arm (ab.go).
+func (s *Server) search(c *gin.Context) (answer, error) {
 	start := time.Now()
 	var req SearchRequest
 	if err := s.decode(c, &req); err != nil {
-		s.fail(c, "search", err)
-		return
+		return answer{}, err
 	}
 	if err := s.checkQuery(req.Query, req.Size); err != nil {
-		s.fail(c, "search", err)
-		return
+		return answer{}, err
 	}
 	var err error
 	if req.Policy, err = s.requestPolicy(req.Policy); err != nil {
-		s.fail(c, "search", err)
-		return
+		return answer{}, err
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.RequestTimeout)
 	defer cancel()
 	resp, err := s.searchAB(ctx, c, req)
 	if err != nil {
-		s.fail(c, "search", err)
-		return
+		return answer{}, err
 	}
-	s.respond(c, "search", start, resp)
-}
-
-// searchModel is the sidecar's answer (arm B): the pipeline over the whole index under policy.
-func (s *Server) searchModel(ctx context.Context, query string, size int, policy string) (Response, error) {
-	ranked, err := s.pipe.Run(ctx, rank.Request{Query: query, Size: size, Policy: policy})
-	if err != nil {
-		return Response{}, err
-	}
-	return Response{Response: ranked}, nil
+	return s.ranked(c, "search", start, resp), nil
 }
 
 // readBody reads the request body within Options.MaxBodyBytes. Too large stays an *http.MaxBytesError
@@ -117,7 +97,7 @@ func (s *Server) decode(c *gin.Context, v any) error {
 	if !utf8.Valid(body) {
 		return &InputError{Field: "body", Problem: "invalid UTF-8"}
 	}
-	if err := checkDuplicateKeys(body); err != nil {
+	if err := dropin.CheckDuplicateKeys(body); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -168,92 +148,13 @@ func (s *Server) requestPolicy(p string) (string, error) {
 	return p, nil
 }
 
-// hitsFromES reads the title (docid) and summary out of each hit's _source.
-//
-// The fields read are Options.Fields' (the sidecar's layout by default: title, summary, docid): the title
-// is required, and is the docid unless the docid field (or the _id, with a team's index keyed by it) says
-// otherwise.
-func (s *Server) hitsFromES(in []ESHit) ([]adapter.Hit, error) {
-	f := s.opts.Fields
-	hits := make([]adapter.Hit, len(in))
-	for i, h := range in {
-		field := func(f string) string { return "hits[" + strconv.Itoa(i) + "]" + f }
-		if len(h.Source) == 0 {
-			return nil, &InputError{Field: field("._source"), Problem: "required"}
-		}
-		var src map[string]json.RawMessage
-		if err := json.Unmarshal(h.Source, &src); err != nil {
-			return nil, &InputError{Field: field("._source"), Problem: "must be an object with string " + f.Title + " and " + f.Summary + ": " + err.Error()}
-		}
-		title, err := sourceString(src, f.Title)
-		if err == nil && strings.TrimSpace(title) == "" {
-			err = errors.New("required (the title is the docid)")
-		}
-		if err != nil {
-			return nil, &InputError{Field: field("._source." + f.Title), Problem: err.Error()}
-		}
-		hits[i] = adapter.Hit{ID: h.ID, DocID: title, Title: title, Rank: i + 1}
-		if f.DocID == adapter.IDField && h.ID != "" {
-			hits[i].DocID = h.ID
-		} else if d, err := sourceString(src, f.DocID); err == nil && d != "" {
-			hits[i].DocID = d
-		} else if err != nil {
-			return nil, &InputError{Field: field("._source." + f.DocID), Problem: err.Error()}
-		}
-		summary, err := sourceString(src, f.Summary)
-		if err != nil {
-			return nil, &InputError{Field: field("._source." + f.Summary), Problem: err.Error()}
-		}
-		hits[i].Summary = summary
-		if h.Score != nil {
-			hits[i].Score = *h.Score
-		}
-	}
-	return hits, nil
-}
-
-// sourceString reads the string at a field's dotted path in a hit's _source ("" when absent, an array's
-// first string); anything else is an error saying what it is.
-func sourceString(src map[string]json.RawMessage, path string) (string, error) {
-	raw, ok := src[path]
-	if !ok {
-		head, rest, nested := strings.Cut(path, ".")
-		var inner map[string]json.RawMessage
-		if !nested || json.Unmarshal(src[head], &inner) != nil {
-			return "", nil
-		}
-		return sourceString(inner, rest)
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
-	}
-	var ss []string
-	if json.Unmarshal(raw, &ss) == nil {
-		if len(ss) > 0 {
-			return ss[0], nil
-		}
-		return "", nil
-	}
-	if string(raw) == "null" {
-		return "", nil
-	}
-	return "", fmt.Errorf("must be a string, got JSON %s", truncateJSON(raw))
-}
-
-func (s *Server) respond(c *gin.Context, endpoint string, start time.Time, resp Response) {
+// ranked is the answer of a ranking, resp, to the request that started at start, logged.
+func (s *Server) ranked(c *gin.Context, endpoint string, start time.Time, resp Response) answer {
 	resp.RequestID = requestID(c)
 	resp.Timings.Total = ms(time.Since(start))
-	s.metrics.requests.WithLabelValues(endpoint, "200", string(resp.Mode)).Inc()
-	s.metrics.duration.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
 	s.log.Info("ranked", "request_id", resp.RequestID, "endpoint", endpoint, "mode", resp.Mode,
 		"reason", resp.FallbackReason, "hits", resp.HitsReceived, "in_context", resp.CandidatesInContext, "took_ms", resp.Timings.Total)
-	c.JSON(http.StatusOK, resp)
-}
-
-func (s *Server) fail(c *gin.Context, endpoint string, err error) {
-	writeError(c, s.log, err)
-	s.metrics.requests.WithLabelValues(endpoint, strconv.Itoa(c.Writer.Status()), "error").Inc()
+	return answer{body: resp, mode: string(resp.Mode)}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -9,7 +9,6 @@ import (
 	"iter"
 	"log/slog"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -17,7 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/icicle-search/sidecar/adapter"
+	"github.com/icicle-search/sidecar/dropin"
 	"github.com/icicle-search/sidecar/inference"
+	"github.com/icicle-search/sidecar/internal/abtest"
 	"github.com/icicle-search/sidecar/internal/compress"
 	"github.com/icicle-search/sidecar/internal/gate"
 	"github.com/icicle-search/sidecar/rank"
@@ -39,16 +40,8 @@ type Searcher interface {
 	// counts of the docids missing on each side, with the first few of each. It reads every seen docid
 	// (seconds for 100K), so /readyz runs it in the background and shows the last result (seendiff.go).
 	SeenDiff(ctx context.Context, modelSeen []string) (adapter.SeenDiff, error)
-	// Raw forwards a request (method, path, query string, media-type headers, body) unchanged and returns
-	// Elasticsearch's status, headers and body, error statuses included; err is set only when no answer
-	// came (wrapping adapter.ErrUnavailable, or the context's error). The drop-in uses it (dropin.go,
-	// dropin_proxy.go).
-	Raw(ctx context.Context, req adapter.RawRequest) (adapter.RawResponse, error)
-	// IndexNames lists the names that address the configured index only (it, the indices behind it, their
-	// aliases that point only at them): the drop-in's default allow-list.
-	IndexNames(ctx context.Context) ([]string, error)
-	// Index is the index Resolve reads: the _index of the parametric hits the drop-in inserts.
-	Index() string
+	// Raw, IndexNames and Index serve the drop-in (dropin.Cluster); Index is also the index Resolve reads.
+	dropin.Cluster
 	// Snippets replaces each hit's Summary by the passage of its body that best matches the query, about chars
 	// characters (Elasticsearch's highlighter): the model's context under experimental.snippet_chars.
 	Snippets(ctx context.Context, query string, hits []adapter.Hit, chars int) error
@@ -150,7 +143,7 @@ type Options struct {
 	MaxHits        int
 	// Fields name the _source fields read of a caller's hits (/v1/rerank, the drop-in): docid (or
 	// adapter.IDField), title, summary. Default the sidecar's layout: docid, title, summary.
-	Fields SourceFields
+	Fields dropin.SourceFields
 	// AllowPolicyOverride lets a request's "policy" ask for another policy than the pipeline's (config's
 	// policy.allow_override); without it a request may ask only for that one or "first_stage".
 	AllowPolicyOverride bool
@@ -180,7 +173,7 @@ type Options struct {
 	AB ABOptions
 	// Impressions, when set, receives one line per /v1/search answer; the caller closes it after the
 	// HTTP server has drained.
-	Impressions *ImpressionLog
+	Impressions *abtest.ImpressionLog
 	// AdminToken enables POST /v1/admin/model (hot swap; the model must be a *Swapper) for requests
 	// with "Authorization: Bearer <AdminToken>"; "" leaves the endpoint off (404).
 	AdminToken string
@@ -198,23 +191,24 @@ type Options struct {
 	SeparateAdmin bool
 	// Clicks, when set, serves POST /v1/click (behind writeAuth) and receives the clicks; nil leaves the
 	// endpoint off (404). The caller closes it after the HTTP server has drained.
-	Clicks *ClickLog
+	Clicks *abtest.ClickLog
 
 	Logger *slog.Logger
 
-	// The Elasticsearch drop-in (dropin.go, dropin_proxy.go, docs/api.md).
 	// TrustedProxies are the proxies (addresses or CIDR ranges) whose X-Forwarded-For names the client;
 	// nil trusts none (config's server.trusted_proxies).
 	TrustedProxies []string
 
+	// The Elasticsearch drop-in (package dropin, dropin.go, docs/api.md).
+
 	// AllowedIndices are the index and alias names the drop-in and /v1/search may address (exact names, no
-	// patterns); empty: Searcher.IndexNames, resolved at New and on every /readyz.
+	// patterns); empty: Searcher.IndexNames, resolved when first needed and on every /readyz.
 	AllowedIndices []string
 	// AllowScripts lets drop-in request bodies carry scripts (script, script_fields, runtime_mappings,
 	// script_score, scripted_metric, ...); off, they are a 403.
 	AllowScripts bool
 	// RankWindowSize is how many of Elasticsearch's top hits a reranked drop-in search ranks when the request
-	// sets no ext.icicle.rank_window_size (widened to the page size); 0 is DefaultRankWindowSize.
+	// sets no ext.icicle.rank_window_size (widened to the page size); 0 is dropin.DefaultRankWindowSize.
 	RankWindowSize int
 
 	// Profile names the reader profile the configuration was loaded with ("" for none), and Experimental
@@ -245,8 +239,10 @@ type Server struct {
 	router     *gin.Engine
 	admin      *gin.Engine // the write and admin endpoints when Options.SeparateAdmin; else router
 	seen       seenDiffState
-	// allow is the drop-in's allow-list (dropin_proxy.go); nil until resolved: the configured index alone.
-	allow atomic.Pointer[allowList]
+	// dropin is Elasticsearch's API in front of the cluster (dropin.go).
+	dropin *dropin.Proxy
+	// arms answer /v1/search from the request's arm of the A/B experiment (ab.go).
+	arms *abtest.Arms
 }
 
 // New builds the server and its routes over pipe. models is the reader pipe reads with when it can be
@@ -258,14 +254,14 @@ func New(es Searcher, pipe *rank.Pipeline, models *Swapper, opts Options) *Serve
 	opts.SeenDiffInterval = cmp.Or(opts.SeenDiffInterval, 5*time.Minute)
 	opts.EmbedSlots = cmp.Or(opts.EmbedSlots, 1)
 	opts.AB = opts.AB.withDefaults()
-	opts.Fields.DocID = cmp.Or(opts.Fields.DocID, "docid")
-	opts.Fields.Title = cmp.Or(opts.Fields.Title, "title")
-	opts.Fields.Summary = cmp.Or(opts.Fields.Summary, "summary")
+	opts.Fields = opts.Fields.WithDefaults()
 	s := &Server{es: es, pipe: pipe, models: models, opts: opts, log: opts.Logger,
-		embedSlots: make(chan struct{}, opts.EmbedSlots)}
+		embedSlots: make(chan struct{}, opts.EmbedSlots), arms: abtest.NewArms(es, pipe)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.dropin = dropin.New(es, pipe, dropin.Options{Fields: opts.Fields, MaxQueryChars: opts.MaxQueryChars,
+		RankWindowSize: opts.RankWindowSize, AllowedIndices: opts.AllowedIndices, AllowScripts: opts.AllowScripts, Logger: s.log})
 	reg := opts.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
@@ -289,7 +285,7 @@ func New(es Searcher, pipe *rank.Pipeline, models *Swapper, opts Options) *Serve
 	r.Use(s.recoverer, s.requestID)
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", s.ready)
-	r.GET("/v1/model", s.modelEndpoint)
+	r.GET("/v1/model", s.api("", s.modelEndpoint))
 	// Writes and admin (auth.go): behind their tokens, on their own listener with SeparateAdmin.
 	admin := r
 	if opts.SeparateAdmin {
@@ -302,15 +298,15 @@ func New(es Searcher, pipe *rank.Pipeline, models *Swapper, opts Options) *Serve
 	}
 	s.admin = admin
 	if models != nil && opts.AdminToken != "" {
-		admin.POST("/v1/admin/model", s.adminAuth, s.adminModel)
+		admin.POST("/v1/admin/model", s.adminAuth, s.api("admin_model", s.adminModel))
 	}
-	admin.POST("/v1/ingest", s.writeAuth, s.ingest)
+	admin.POST("/v1/ingest", s.writeAuth, s.api("ingest", s.ingest))
 	// Searches on the caller's behalf carry the caller's credentials (auth.go).
-	r.POST("/v1/rerank", s.callerAuth, s.rerank)
-	r.POST("/v1/search", s.callerAuth, s.search)
+	r.POST("/v1/rerank", s.callerAuth, s.api("rerank", s.rerank))
+	r.POST("/v1/search", s.callerAuth, s.api("search", s.search))
 	// Clicks come from the callers' applications, so they stay on the public address, behind the write key.
 	if opts.Clicks != nil {
-		r.POST("/v1/click", s.writeAuth, s.click)
+		r.POST("/v1/click", s.writeAuth, s.api("click", s.click))
 	}
 	if !opts.MetricsOff {
 		r.GET(opts.MetricsPath, gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
@@ -318,22 +314,15 @@ func New(es Searcher, pipe *rank.Pipeline, models *Swapper, opts Options) *Serve
 	r.GET("/openapi.yaml", serveOpenAPI)
 	// Elasticsearch's search API (dropin.go). gin matches static segments before the :index parameter, so
 	// /v1/... and the other routes keep their handlers; only <one segment>/_search reaches the drop-in.
-	r.GET("/:index/_search", s.callerAuth, s.dropin)
-	r.POST("/:index/_search", s.callerAuth, s.dropin)
-	// Everything else of Elasticsearch's read API is proxied, behind the allow-list (dropin_proxy.go), with
-	// the caller's credentials (auth.go).
+	dropinSearch := func(c *gin.Context) { s.dropinSearch(c, c.Param("index")) }
+	r.GET("/:index/_search", s.callerAuth, dropinSearch)
+	r.POST("/:index/_search", s.callerAuth, dropinSearch)
+	// Everything else of Elasticsearch's read API is proxied, behind the allow-list (dropin.go), with the
+	// caller's credentials (auth.go).
 	r.NoRoute(s.callerAuth, s.proxy)
-	if len(opts.AllowedIndices) > 0 {
-		s.allow.Store(newAllowList(opts.AllowedIndices))
-	}
 	s.router = r
 	s.refreshSeenDiff() // in the background, so the first readiness probes usually have it
 	return s
-}
-
-// SourceFields name the _source fields a hit's docid, title and summary are read from.
-type SourceFields struct {
-	DocID, Title, Summary string
 }
 
 // Handler returns the HTTP handler.
@@ -355,7 +344,7 @@ func (s *Server) ready(c *gin.Context) {
 		c.JSON(http.StatusServiceUnavailable, gin.H{"ready": false, "elasticsearch": "unreachable or index unusable"})
 		return
 	}
-	s.refreshAllowList() // an alias added since the start is allowed from now on
+	s.dropin.RefreshAllowList() // an alias added since the start is allowed from now on
 	if !s.pipe.HasReader() {
 		// No model: nothing to compare the index's seen documents with, no breaker in use.
 		c.JSON(http.StatusOK, gin.H{"ready": true, "model": "none"})

@@ -29,7 +29,7 @@ type fakeSearcher struct {
 	seenDiff  func(ctx context.Context, modelSeen []string) (adapter.SeenDiff, error)
 	// rawSearch answers the drop-in's forwarded search; nil: 200 with esSearchBody.
 	rawSearch func(ctx context.Context, index string, query url.Values, body []byte) (int, http.Header, []byte, error)
-	// raw answers every other forwarded request (dropin_proxy.go); nil: 200 {}.
+	// raw answers every other forwarded request (the drop-in's proxy, its _mget and recalls); nil: fakeRecall.
 	raw func(ctx context.Context, req adapter.RawRequest) (adapter.RawResponse, error)
 	// indexNames is the default allow-list; nil: icicle-docs and the alias my-alias.
 	indexNames func(ctx context.Context) ([]string, error)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -293,25 +292,21 @@ type SwapRequest struct {
 
 // adminModel serves POST /v1/admin/model: 200 with a SwapReport, or 400 naming "dir" with the loader's
 // message when the directory does not load (the previous model keeps serving).
-func (s *Server) adminModel(c *gin.Context) {
+func (s *Server) adminModel(c *gin.Context) (answer, error) {
 	var req SwapRequest
 	if err := s.decode(c, &req); err != nil {
-		s.fail(c, "admin_model", err)
-		return
+		return answer{}, err
 	}
 	if strings.TrimSpace(req.Dir) == "" {
-		s.fail(c, "admin_model", &InputError{Field: "dir", Problem: "required (a model directory on the sidecar's host)"})
-		return
+		return answer{}, &InputError{Field: "dir", Problem: "required (a model directory on the sidecar's host)"}
 	}
 	rep, err := s.SwapModel(req.Dir)
 	if le := (*LoadError)(nil); errors.As(err, &le) {
 		err = &InputError{Field: "dir", Problem: le.Error()}
 	}
 	if err != nil {
-		s.fail(c, "admin_model", err)
-		return
+		return answer{}, err
 	}
 	rep.RequestID = requestID(c)
-	s.metrics.requests.WithLabelValues("admin_model", "200", "swapped").Inc()
-	c.JSON(http.StatusOK, rep)
+	return answer{body: rep, mode: "swapped"}, nil
 }

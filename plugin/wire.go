@@ -1,8 +1,8 @@
 package plugin
 
 import (
-	"encoding/json"
-
+	"github.com/icicle-search/sidecar/dropin"
+	"github.com/icicle-search/sidecar/internal/abtest"
 	"github.com/icicle-search/sidecar/rank"
 )
 
@@ -60,13 +60,8 @@ const (
 	ReasonGateIdle           = rank.ReasonGateIdle
 )
 
-// ESHit is one hit as Elasticsearch returns it in hits.hits.
-type ESHit struct {
-	ID     string          `json:"_id"`
-	Index  string          `json:"_index,omitempty"`
-	Score  *float64        `json:"_score"`
-	Source json.RawMessage `json:"_source"`
-}
+// ESHit is one hit as Elasticsearch returns it in hits.hits (dropin.ESHit): what /v1/rerank reads.
+type ESHit = dropin.ESHit
 
 // HitSource is the part of _source the sidecar reads. Title is the docid.
 type HitSource struct {
@@ -117,7 +112,7 @@ type Response struct {
 // ABInfo is the A/B section of a /v1/search response (docs/ab.md).
 type ABInfo struct {
 	// Arm is A (BM25 over all documents), B (the sidecar's policy) or interleaved (each result has a team).
-	Arm Arm `json:"arm"`
+	Arm abtest.Arm `json:"arm"`
 	// Experiment is ab.experiment.
 	Experiment string `json:"experiment"`
 	// KeySource is "header" (the key header was sent) or "request_id" (it was not: assigned per request).

@@ -20,6 +20,7 @@ import (
 	"github.com/icicle-search/sidecar/internal/abtest"
 	"github.com/icicle-search/sidecar/internal/client"
 	"github.com/icicle-search/sidecar/internal/dataset"
+	"github.com/icicle-search/sidecar/rank"
 )
 
 // abReport joins the impression log with the click log and reports who won (docs/ab.md): for
@@ -271,7 +272,7 @@ send:
 		}
 		st.clicks++
 	}
-	arms := map[string]int{}
+	arms := map[abtest.Arm]int{}
 	for _, imp := range imps {
 		arms[cmp.Or(imp.Arm, "(experiment off)")]++
 	}
@@ -311,12 +312,12 @@ func searchImpression(ctx context.Context, hc *http.Client, base, rid, query str
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Request-ID", rid)
 	var out struct {
-		RequestID    string `json:"request_id"`
-		ImpressionID string `json:"impression_id"`
-		Mode         string `json:"mode"`
+		RequestID    string    `json:"request_id"`
+		ImpressionID string    `json:"impression_id"`
+		Mode         rank.Mode `json:"mode"`
 		AB           *struct {
-			Arm        string `json:"arm"`
-			Experiment string `json:"experiment"`
+			Arm        abtest.Arm `json:"arm"`
+			Experiment string     `json:"experiment"`
 		} `json:"ab"`
 		Results []abtest.Shown `json:"results"`
 	}

@@ -73,7 +73,7 @@ func TestABReportSimulatedClicks(t *testing.T) {
 	var r abtest.Report
 	require.NoError(t, json.Unmarshal(js.Bytes(), &r))
 	require.Equal(t, 200, r.Impressions["interleaved"])
-	require.Equal(t, "B", r.Interleaving.Winner)
+	require.Equal(t, abtest.ArmB, r.Interleaving.Winner)
 	require.Less(t, r.Interleaving.Test.P, 1e-3)
 	require.Zero(t, r.Join.Orphans)
 	require.Nil(t, r.Simulation)
@@ -173,9 +173,9 @@ func TestABLoopThroughTheSidecar(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(modelDir, "seen_docids.txt"), []byte("seen-doc\n"), 0o644))
 
 	impPath, clickPath := filepath.Join(dir, "impressions.jsonl"), filepath.Join(dir, "clicks.jsonl")
-	imps, err := plugin.OpenImpressionLog(impPath, plugin.ImpressionLogOptions{})
+	imps, err := abtest.OpenImpressionLog(impPath, abtest.LogOptions{})
 	require.NoError(t, err)
-	clicks, err := plugin.OpenClickLog(clickPath, plugin.ImpressionLogOptions{})
+	clicks, err := abtest.OpenClickLog(clickPath, abtest.LogOptions{})
 	require.NoError(t, err)
 	const token = "loop-write-token-0123456789"
 	cfg := config.Default()
@@ -190,7 +190,7 @@ func TestABLoopThroughTheSidecar(t *testing.T) {
 	pipe, err := newPipeline(cfg, first, fakeSearcher{}, reader, rank.NewMetrics(reg), slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	srv := plugin.New(fakeSearcher{}, pipe, nil, plugin.Options{MaxBodyBytes: 1 << 20, RequestTimeout: 5 * time.Second,
-		MaxQueryChars: 100, MaxHits: 100, AB: plugin.ABOptions{Enabled: true, Mode: plugin.ABInterleave},
+		MaxQueryChars: 100, MaxHits: 100, AB: plugin.ABOptions{Enabled: true, Mode: abtest.ModeInterleave},
 		Impressions: imps, Clicks: clicks, WriteToken: token, Registry: reg})
 	hs := httptest.NewServer(srv.Handler())
 	defer hs.Close()
@@ -208,11 +208,11 @@ func TestABLoopThroughTheSidecar(t *testing.T) {
 	require.NoError(t, abReport([]string{"-impressions", impPath, "-clicks", clickPath, "-json"}, &js))
 	var r abtest.Report
 	require.NoError(t, json.Unmarshal(js.Bytes(), &r))
-	require.Equal(t, map[string]int{"interleaved": 60}, r.Impressions)
+	require.Equal(t, map[abtest.Arm]int{abtest.ArmInterleaved: 60}, r.Impressions)
 	require.Contains(t, out.String(), fmt.Sprintf("%d posted to /v1/click, 0 failed", r.Join.Clicks), "every posted click is in the log")
 	require.Greater(t, r.Join.Clicks, 30, "the relevant document is at rank 1 (always examined) or 2 in every answer")
 	require.Equal(t, r.Join.Clicks, r.Join.Joined)
-	require.Equal(t, "A", r.Interleaving.Winner)
+	require.Equal(t, abtest.ArmA, r.Interleaving.Winner)
 	require.Equal(t, 0, r.Interleaving.WinsB)
 
 	// ab-simulate refuses to run without the write token.

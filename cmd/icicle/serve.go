@@ -22,9 +22,11 @@ import (
 
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/config"
+	"github.com/icicle-search/sidecar/dropin"
 	"github.com/icicle-search/sidecar/inference"
 	"github.com/icicle-search/sidecar/inference/loader"
 	"github.com/icicle-search/sidecar/inference/ort"
+	"github.com/icicle-search/sidecar/internal/abtest"
 	"github.com/icicle-search/sidecar/internal/gate"
 	"github.com/icicle-search/sidecar/plugin"
 	"github.com/icicle-search/sidecar/rank"
@@ -146,9 +148,9 @@ func serve(ctx context.Context, args []string) error {
 	log.Info("first stage", "encoder", stage.Encoder(), "method", params.Method, "dense_weight", params.DenseWeight,
 		"rrf_k", params.RRFK, "depth", params.Depth, "knn", params.KNN, "params_file", cfg.FirstStage.ParamsFile)
 
-	var impressions *plugin.ImpressionLog
+	var impressions *abtest.ImpressionLog
 	if path := cfg.AB.ImpressionLog; path != "" {
-		if impressions, err = plugin.OpenImpressionLog(path, plugin.ImpressionLogOptions{
+		if impressions, err = abtest.OpenImpressionLog(path, abtest.LogOptions{
 			Buffer: cfg.AB.ImpressionBuffer, MaxBytes: cfg.AB.ImpressionLogMaxBytes, Logger: log}); err != nil {
 			return err
 		}
@@ -160,10 +162,10 @@ func serve(ctx context.Context, args []string) error {
 		}()
 	}
 
-	// issue 14b: POST /v1/click appends to the click log, with the impression log's rotation and queue.
-	var clicks *plugin.ClickLog
+	// POST /v1/click appends to the click log, with the impression log's rotation and queue.
+	var clicks *abtest.ClickLog
 	if path := cfg.AB.ClickLog; path != "" {
-		if clicks, err = plugin.OpenClickLog(path, plugin.ImpressionLogOptions{
+		if clicks, err = abtest.OpenClickLog(path, abtest.LogOptions{
 			Buffer: cfg.AB.ImpressionBuffer, MaxBytes: cfg.AB.ImpressionLogMaxBytes, Logger: log}); err != nil {
 			return err
 		}
@@ -197,7 +199,7 @@ func serve(ctx context.Context, args []string) error {
 	srv := plugin.New(es, pipe, models, plugin.Options{
 		MaxBodyBytes: cfg.Server.MaxBodyBytes, RequestTimeout: cfg.Server.RequestTimeout,
 		MaxQueryChars: cfg.Server.MaxQueryChars, MaxHits: cfg.Server.MaxHits,
-		Fields:      plugin.SourceFields{DocID: cfg.Fields.DocID, Title: cfg.Fields.Title, Summary: cfg.Fields.Summary},
+		Fields:      dropin.SourceFields{DocID: cfg.Fields.DocID, Title: cfg.Fields.Title, Summary: cfg.Fields.Summary},
 		MetricsPath: cfg.Metrics.Path, MetricsOff: !cfg.Metrics.Enabled,
 		AllowPolicyOverride: cfg.Policy.AllowOverride, Profile: cfg.Profile(), Experimental: experimentalSettings(cfg),
 		TrustedProxies: cfg.Server.TrustedProxies,

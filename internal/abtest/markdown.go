@@ -112,7 +112,7 @@ func interleavingVerdict(it *Interleaving, alpha float64) string {
 }
 
 func splitVerdict(s *Split, alpha float64) string {
-	say := func(metric, w string, d Diff) string {
+	say := func(metric string, w Arm, d Diff) string {
 		if w == "" {
 			return fmt.Sprintf("%s: no significant difference (p = %.4g ≥ %.2g)", metric, d.P, alpha)
 		}

@@ -8,44 +8,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"time"
-)
-
-// Impression is what the report reads from a line of the sidecar's impression log (plugin.Impression;
-// the format is in docs/ab.md). Fields it does not use are ignored.
-type Impression struct {
-	Time         time.Time `json:"ts"`
-	ImpressionID string    `json:"impression_id"`
-	RequestID    string    `json:"request_id"`
-	Experiment   string    `json:"experiment"`
-	KeyHash      string    `json:"key_hash"`
-	KeySource    string    `json:"key_source"`
-	Arm          string    `json:"arm"`
-	Mode         string    `json:"mode"`
-	Shown        []Shown   `json:"shown"`
-}
-
-// Shown is one result of an impression.
-type Shown struct {
-	Rank  int    `json:"rank"`
-	DocID string `json:"docid"`
-	Team  string `json:"team,omitempty"`
-}
-
-// Click is a line of the click log (plugin.Click).
-type Click struct {
-	Time         time.Time `json:"ts"`
-	ImpressionID string    `json:"impression_id,omitempty"`
-	RequestID    string    `json:"request_id,omitempty"`
-	DocID        string    `json:"docid"`
-	Position     int       `json:"position"`
-}
-
-// Arms and teams as the sidecar logs them.
-const (
-	ArmA           = "A"
-	ArmB           = "B"
-	ArmInterleaved = "interleaved"
 )
 
 // BadLines counts lines of a log that could not be read, with the first one's place and problem.
@@ -118,14 +80,14 @@ type Report struct {
 	Experiment  string   `json:"experiment,omitempty"`
 	Experiments []string `json:"experiments_seen"`
 	// Impressions read, by arm ("" is the experiment off).
-	Impressions    map[string]int `json:"impressions"`
-	DuplicateIDs   int            `json:"duplicate_impression_ids"`
-	Join           JoinCounts     `json:"join"`
-	BadImpressions BadLines       `json:"bad_impression_lines"`
-	BadClicks      BadLines       `json:"bad_click_lines"`
-	Alpha          float64        `json:"alpha"`
-	Interleaving   *Interleaving  `json:"interleaving,omitempty"`
-	Split          *Split         `json:"split,omitempty"`
+	Impressions    map[Arm]int   `json:"impressions"`
+	DuplicateIDs   int           `json:"duplicate_impression_ids"`
+	Join           JoinCounts    `json:"join"`
+	BadImpressions BadLines      `json:"bad_impression_lines"`
+	BadClicks      BadLines      `json:"bad_click_lines"`
+	Alpha          float64       `json:"alpha"`
+	Interleaving   *Interleaving `json:"interleaving,omitempty"`
+	Split          *Split        `json:"split,omitempty"`
 	// Simulation is set when the clicks were drawn from qrels (SetSimulation).
 	Simulation *Simulation `json:"simulation,omitempty"`
 }
@@ -138,8 +100,8 @@ type Simulation struct {
 	Clicks int        `json:"clicks_drawn"`
 	Oracle Oracle     `json:"oracle"`
 	// Verdict is the report's winner (interleaving's, else split MRR's); Agrees says it is Oracle.Favoured.
-	Verdict string `json:"verdict"`
-	Agrees  bool   `json:"agrees"`
+	Verdict Arm  `json:"verdict"`
+	Agrees  bool `json:"agrees"`
 }
 
 // SetSimulation records how the clicks were drawn and compares the verdict with the labels' favourite.
@@ -173,7 +135,7 @@ type Interleaving struct {
 	// Preference is Δ = (WinsB + Ties/2) / Clicked - 1/2: > 0 favours B (Chapelle et al. 2012).
 	Preference float64 `json:"preference_b"`
 	// Winner is "A" or "B" when Test.P < Alpha, else "" (no significant difference).
-	Winner string `json:"winner"`
+	Winner Arm `json:"winner"`
 }
 
 // SignTest is a two-sided exact binomial test of K successes (B wins) in N non-tied trials.
@@ -196,8 +158,8 @@ type Split struct {
 	// MRRDiff is MRR(B) - MRR(A): Welch z test, normal interval.
 	MRRDiff Diff `json:"mrr_diff"`
 	// CTRWinner and MRRWinner are "A" or "B" when the difference's p < Alpha, else "".
-	CTRWinner string `json:"ctr_winner"`
-	MRRWinner string `json:"mrr_winner"`
+	CTRWinner Arm `json:"ctr_winner"`
+	MRRWinner Arm `json:"mrr_winner"`
 }
 
 // ArmStats are one arm's click figures in split mode.
@@ -223,7 +185,7 @@ type joined struct {
 // request id names one impression only) and computes the report.
 func Analyse(imps []Impression, clicks []Click, opts Options) Report {
 	opts.Alpha = cmp.Or(opts.Alpha, 0.05)
-	r := Report{Experiment: opts.Experiment, Impressions: map[string]int{}, Alpha: opts.Alpha, Experiments: []string{}}
+	r := Report{Experiment: opts.Experiment, Impressions: map[Arm]int{}, Alpha: opts.Alpha, Experiments: []string{}}
 	seenExp := map[string]bool{}
 	byID := make(map[string]*joined, len(imps))
 	byRequest := make(map[string][]*joined, len(imps))
@@ -328,9 +290,9 @@ func interleaving(js []*joined, alpha float64) *Interleaving {
 		var a, b int
 		for rank := range j.ranked {
 			switch j.imp.Shown[rank-1].Team {
-			case ArmA:
+			case TeamA:
 				a++
-			case ArmB:
+			case TeamB:
 				b++
 			}
 		}
@@ -370,7 +332,7 @@ func split(a, b []*joined, alpha float64) *Split {
 	return s
 }
 
-func winner(d Diff, alpha float64) string {
+func winner(d Diff, alpha float64) Arm {
 	switch {
 	case d.P >= alpha || d.Value == 0:
 		return ""

@@ -13,8 +13,8 @@ import (
 // interleaved is an impression of two results per team: A placed ranks 1 and 3, B ranks 2 and 4.
 func interleaved(id string) Impression {
 	return Impression{ImpressionID: id, RequestID: "req-" + id, Experiment: "exp", Arm: ArmInterleaved, Shown: []Shown{
-		{Rank: 1, DocID: "a1", Team: ArmA}, {Rank: 2, DocID: "b1", Team: ArmB},
-		{Rank: 3, DocID: "a2", Team: ArmA}, {Rank: 4, DocID: "b2", Team: ArmB}}}
+		{Rank: 1, DocID: "a1", Team: TeamA}, {Rank: 2, DocID: "b1", Team: TeamB},
+		{Rank: 3, DocID: "a2", Team: TeamA}, {Rank: 4, DocID: "b2", Team: TeamB}}}
 }
 
 func click(id, docid string, pos int) Click {
@@ -110,7 +110,7 @@ func TestAnalyseJoin(t *testing.T) {
 	require.Equal(t, JoinCounts{Clicks: 9, Joined: 4, Orphans: 1, Ambiguous: 1, NotShown: 1, PositionMismatch: 1,
 		Duplicates: 1, OtherExperiment: 1}, r.Join)
 	require.Equal(t, 1, r.DuplicateIDs)
-	require.Equal(t, map[string]int{ArmInterleaved: 3}, r.Impressions)
+	require.Equal(t, map[Arm]int{ArmInterleaved: 3}, r.Impressions)
 	require.Equal(t, []string{"exp", "old"}, r.Experiments)
 	it := r.Interleaving
 	require.Equal(t, 2, it.WinsB, "i1 (b1, b2 at its own rank), legacy (b2)")
@@ -138,7 +138,7 @@ func TestAnalyseSplit(t *testing.T) {
 	imps = append(imps, Impression{ImpressionID: "off", Shown: []Shown{{Rank: 1, DocID: "d1"}}}) // experiment off
 	r := Analyse(imps, clicks, Options{})
 	s := r.Split
-	require.Equal(t, map[string]int{ArmA: 100, ArmB: 100, "": 1}, r.Impressions)
+	require.Equal(t, map[Arm]int{ArmA: 100, ArmB: 100, "": 1}, r.Impressions)
 	require.Equal(t, ArmStats{Impressions: 100, Clicked: 40, Clicks: 40, CTR: Wilson(40, 100), MRR: s.A.MRR}, s.A)
 	require.InDelta(t, 0.2, s.A.MRR.Value, 1e-12, "40% at rank 2")
 	require.Equal(t, 80, s.B.Clicked)
@@ -180,9 +180,9 @@ func TestSimulateNamesTheFavouredArm(t *testing.T) {
 		qid := fmt.Sprintf("q%d", q)
 		qrels[qid] = map[string]bool{"rel": true}
 		imp := Impression{ImpressionID: fmt.Sprintf("%032x", q), RequestID: qid + "#1", Arm: ArmInterleaved}
-		relTeam, otherTeam := ArmA, ArmB
+		relTeam, otherTeam := TeamA, TeamB
 		if q%10 >= 7 {
-			relTeam, otherTeam = ArmB, ArmA
+			relTeam, otherTeam = TeamB, TeamA
 		}
 		imp.Shown = []Shown{{Rank: 1, DocID: "rel", Team: relTeam}, {Rank: 2, DocID: "x", Team: otherTeam}, {Rank: 3, DocID: "y", Team: relTeam}}
 		imps = append(imps, imp)

@@ -89,7 +89,7 @@ type Oracle struct {
 	MRRA Interval `json:"mrr_a"`
 	MRRB Interval `json:"mrr_b"`
 	// Favoured is the arm the labels favour ("A", "B" or "" for a tie), interleaving first, else split.
-	Favoured string `json:"favoured"`
+	Favoured Arm `json:"favoured"`
 }
 
 // Simulate draws clicks over imps from qrels (query id -> relevant docids) with m, and computes the
@@ -118,9 +118,9 @@ func Simulate(imps []Impression, qrels map[string]map[string]bool, m ClickModel)
 			switch {
 			case first == 0:
 				o.FirstRelevantNone++
-			case imp.Shown[first-1].Team == ArmA:
+			case imp.Shown[first-1].Team == TeamA:
 				o.FirstRelevantA++
-			case imp.Shown[first-1].Team == ArmB:
+			case imp.Shown[first-1].Team == TeamB:
 				o.FirstRelevantB++
 			}
 		case ArmA, ArmB:
@@ -153,7 +153,7 @@ func Simulate(imps []Impression, qrels map[string]map[string]bool, m ClickModel)
 	return clicks, o
 }
 
-func favour(a, b float64) string {
+func favour(a, b float64) Arm {
 	switch {
 	case a > b:
 		return ArmA

@@ -1,8 +1,3 @@
-// Package abtest is the statistics of the online A/B experiment (docs/ab.md): it joins the sidecar's
-// impression log with its click log and reports, for team-draft interleaving, wins, losses and ties per
-// arm with an exact two-sided sign test, and for split mode each arm's click-through rate and mean
-// reciprocal rank of clicks with 95% confidence intervals. It also draws synthetic clicks from qrels, to
-// check the loop end to end. Pure Go, no I/O beyond the readers it is given.
 package abtest
 
 import (

@@ -1,4 +1,10 @@
-package plugin
+package abtest
+
+import (
+	"math/rand/v2"
+
+	"github.com/icicle-search/sidecar/rank"
+)
 
 // Team is the ranking that contributed a result to an interleaved list.
 type Team string
@@ -64,4 +70,31 @@ func TeamDraft(a, b []string, n int, coin func() bool) []Pick {
 		}
 	}
 	return picks
+}
+
+// Interleave is the team-draft interleaving (TeamDraft) of two rankings, at most n results: each result is
+// its own ranking's, with its 1-based rank in the interleaved list and the team that placed it. The coin
+// is a PCG stream seeded by seed (Assignment.Seed), so the same seed interleaves the same way.
+func Interleave(a, b []rank.Result, n int, seed [2]uint64) []rank.Result {
+	rng := rand.New(rand.NewPCG(seed[0], seed[1]))
+	picks := TeamDraft(docIDs(a), docIDs(b), n, func() bool { return rng.Uint64()&1 == 1 })
+	out := make([]rank.Result, len(picks))
+	for i, p := range picks {
+		list := b
+		if p.Team == TeamA {
+			list = a
+		}
+		r := list[p.Index]
+		r.Rank, r.Team = i+1, string(p.Team)
+		out[i] = r
+	}
+	return out
+}
+
+func docIDs(rs []rank.Result) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.DocID
+	}
+	return out
 }

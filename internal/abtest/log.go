@@ -1,4 +1,4 @@
-package plugin
+package abtest
 
 import (
 	"bytes"
@@ -12,61 +12,10 @@ import (
 	"time"
 )
 
-// Impression is one line of the impression log: what one /v1/search answer showed and why, so that
-// clicks (POST /v1/click, click.go) can be joined on ImpressionID. The format is documented in docs/ab.md.
-type Impression struct {
-	// Time is when the answer was sent (RFC 3339, UTC).
-	Time time.Time `json:"ts"`
-	// ImpressionID is the answer's own random id (the response's impression_id and
-	// X-ICICLE-Impression-ID header): unique per answer even when a client reuses a request id.
-	ImpressionID string `json:"impression_id"`
-	// RequestID is the response's request_id (and X-Request-ID header), which the client may choose.
-	RequestID string `json:"request_id"`
-	// Experiment is ab.experiment; empty when the experiment is off.
-	Experiment string `json:"experiment,omitempty"`
-	// KeyHash is a pseudonym of the assignment key: hex of the first 16 bytes of
-	// SHA-256(experiment, 0x00, key). Never the key itself. Empty when the experiment is off.
-	KeyHash string `json:"key_hash,omitempty"`
-	// KeySource says where the key came from: "header" or "request_id" (no key header was sent).
-	KeySource string `json:"key_source,omitempty"`
-	// Arm is A, B or interleaved; empty when the experiment is off.
-	Arm Arm `json:"arm,omitempty"`
-	// Mode and FallbackReason are the response's.
-	Mode           Mode   `json:"mode"`
-	FallbackReason string `json:"fallback_reason,omitempty"`
-	// Model is the model that served the answer; empty for arm A.
-	Model string `json:"model,omitempty"`
-	// Shown are the results, in the order shown.
-	Shown []Shown `json:"shown"`
-}
-
-// Shown is one result of an impression.
-type Shown struct {
-	Rank       int        `json:"rank"`
-	DocID      string     `json:"docid"`
-	ID         string     `json:"id,omitempty"`
-	Provenance Provenance `json:"provenance"`
-	// Team is the interleaving team that placed the result; empty outside interleaving.
-	Team Team `json:"team,omitempty"`
-}
-
-// newImpression describes resp, answered under assignment a, for the log.
-func newImpression(now time.Time, resp Response, a assignment) Impression {
-	imp := Impression{Time: now.UTC(), ImpressionID: resp.ImpressionID, RequestID: resp.RequestID, Mode: resp.Mode, FallbackReason: resp.FallbackReason,
-		Model: resp.Model, Shown: make([]Shown, len(resp.Results))}
-	if a.on && resp.AB != nil {
-		imp.Experiment, imp.KeyHash, imp.KeySource, imp.Arm = resp.AB.Experiment, a.keyHash(), a.source, a.arm
-	}
-	for i, r := range resp.Results {
-		imp.Shown[i] = Shown{Rank: r.Rank, DocID: r.DocID, ID: r.ID, Provenance: r.Provenance, Team: Team(r.Team)}
-	}
-	return imp
-}
-
-// ImpressionLogOptions configure OpenImpressionLog.
-type ImpressionLogOptions struct {
-	// Buffer is how many encoded impressions may wait for the writer (default 4096). When it is full,
-	// Log drops the impression and counts it rather than wait.
+// LogOptions configure OpenImpressionLog and OpenClickLog.
+type LogOptions struct {
+	// Buffer is how many encoded lines may wait for the writer (default 4096). When it is full, Log drops
+	// the line and counts it rather than wait.
 	Buffer int
 	// MaxBytes rotates the file once a write would take it past this size: the file is renamed to
 	// path.<UTC timestamp> and a new one started; rotated files are never deleted. 0 never rotates.
@@ -86,7 +35,7 @@ const maxBatch = 64 << 10
 type ImpressionLog struct {
 	what  string // "impression log" or "click log", for errors and log lines
 	path  string
-	opts  ImpressionLogOptions
+	opts  LogOptions
 	log   *slog.Logger
 	lines chan []byte
 	done  chan struct{}
@@ -103,7 +52,7 @@ type ImpressionLog struct {
 }
 
 // OpenImpressionLog opens (creating, appending) the log at path and starts its writer.
-func OpenImpressionLog(path string, opts ImpressionLogOptions) (*ImpressionLog, error) {
+func OpenImpressionLog(path string, opts LogOptions) (*ImpressionLog, error) {
 	l, err := openImpressionLog(path, opts)
 	if err != nil {
 		return nil, err
@@ -113,12 +62,12 @@ func OpenImpressionLog(path string, opts ImpressionLogOptions) (*ImpressionLog, 
 }
 
 // openImpressionLog opens the file without starting the writer (tests start it late, to fill the queue).
-func openImpressionLog(path string, opts ImpressionLogOptions) (*ImpressionLog, error) {
+func openImpressionLog(path string, opts LogOptions) (*ImpressionLog, error) {
 	return openJSONLog("impression log", path, opts)
 }
 
 // openJSONLog opens a JSONL log named what (for errors) without starting its writer.
-func openJSONLog(what, path string, opts ImpressionLogOptions) (*ImpressionLog, error) {
+func openJSONLog(what, path string, opts LogOptions) (*ImpressionLog, error) {
 	opts.Buffer = cmp.Or(opts.Buffer, 4096)
 	l := &ImpressionLog{what: what, path: path, opts: opts, log: opts.Logger, lines: make(chan []byte, opts.Buffer), done: make(chan struct{})}
 	if l.log == nil {
@@ -170,8 +119,8 @@ func (l *ImpressionLog) Close() error {
 	return l.err
 }
 
-// ImpressionCounts are the log's counters since it was opened.
-type ImpressionCounts struct {
+// LogCounts are the log's counters since it was opened.
+type LogCounts struct {
 	// Written lines reached the file.
 	Written uint64
 	// DroppedFull found the queue full; DroppedClosed came after Close.
@@ -181,8 +130,8 @@ type ImpressionCounts struct {
 }
 
 // Counts returns the log's counters.
-func (l *ImpressionLog) Counts() ImpressionCounts {
-	return ImpressionCounts{Written: l.written.Load(), DroppedFull: l.droppedFull.Load(),
+func (l *ImpressionLog) Counts() LogCounts {
+	return LogCounts{Written: l.written.Load(), DroppedFull: l.droppedFull.Load(),
 		DroppedClosed: l.droppedClosed.Load(), Failed: l.failed.Load()}
 }
 
@@ -271,3 +220,26 @@ func (l *ImpressionLog) fail(err error, lines uint64) {
 	}
 	l.log.Error(l.what+": lines lost", "lines", lines, "err", err)
 }
+
+// ClickLog appends clicks to a JSONL file with the impression log's writer: a bounded queue, one writer
+// goroutine, whole lines, rotation at MaxBytes. Safe for concurrent use.
+type ClickLog struct{ w *ImpressionLog }
+
+// OpenClickLog opens (creating, appending) the click log at path and starts its writer.
+func OpenClickLog(path string, opts LogOptions) (*ClickLog, error) {
+	w, err := openJSONLog("click log", path, opts)
+	if err != nil {
+		return nil, err
+	}
+	go w.run()
+	return &ClickLog{w: w}, nil
+}
+
+// Log queues c for writing without waiting; false when the queue is full or the log closed (counted).
+func (l *ClickLog) Log(c Click) bool { return l.w.append(c) }
+
+// Close writes what is queued and closes the file; idempotent, it returns the first write error.
+func (l *ClickLog) Close() error { return l.w.Close() }
+
+// Counts returns the click log's counters since it was opened.
+func (l *ClickLog) Counts() LogCounts { return l.w.Counts() }

@@ -1,4 +1,4 @@
-package plugin
+package abtest
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/icicle-search/sidecar/rank"
 )
 
 // coins returns a coin that answers the scripted flips in order ('A' true, 'B' false) and fails the test
@@ -147,4 +149,26 @@ func TestTeamDraftProperties(t *testing.T) {
 		}
 		require.Equal(t, min(n, len(union)), len(picks), "trial %d: the page is as full as the rankings allow", trial)
 	}
+}
+
+func TestInterleave(t *testing.T) {
+	a := []rank.Result{{DocID: "s", Rank: 1, Provenance: rank.FromBM25}, {DocID: "x", Rank: 2, Provenance: rank.FromBM25}}
+	b := []rank.Result{{DocID: "y", Rank: 1, Provenance: rank.FromCopy}, {DocID: "s", Rank: 2, Provenance: rank.FromParametric}}
+	seed := [2]uint64{7, 9}
+	got := Interleave(a, b, 10, seed)
+	require.Equal(t, got, Interleave(a, b, 10, seed), "the seed decides")
+	require.Len(t, got, 3, "the union, s once")
+	teams := map[string]string{}
+	for i, r := range got {
+		require.Equal(t, i+1, r.Rank)
+		teams[r.DocID] = r.Team
+		want := rank.FromBM25
+		if r.Team == string(TeamB) {
+			want = b[slices.IndexFunc(b, func(x rank.Result) bool { return x.DocID == r.DocID })].Provenance
+		}
+		require.Equal(t, want, r.Provenance, "each result is its own team's")
+	}
+	require.Equal(t, "A", teams["x"])
+	require.Equal(t, "B", teams["y"])
+	require.Len(t, Interleave(a, b, 1, seed), 1)
 }

@@ -1,4 +1,4 @@
-package plugin
+package dropin
 
 import (
 	"bytes"
@@ -23,17 +23,17 @@ func (e *DuplicateKeyError) Error() string {
 	return fmt.Sprintf("[%d:%d] Duplicate field '%s'", e.Line, e.Column, e.Key)
 }
 
-// field is the JSON path of the repeated key, as an InputError names a field.
-func (e *DuplicateKeyError) field() string {
+// Field is the JSON path of the repeated key, as an InputError names a field.
+func (e *DuplicateKeyError) Field() string {
 	if e.Path == "" {
 		return e.Key
 	}
 	return e.Path + "." + e.Key
 }
 
-// checkDuplicateKeys returns a *DuplicateKeyError for the first key repeated within one object of body, nil
+// CheckDuplicateKeys returns a *DuplicateKeyError for the first key repeated within one object of body, nil
 // when there is none or body is not JSON (the decoder that reads it next says what is wrong).
-func checkDuplicateKeys(body []byte) error {
+func CheckDuplicateKeys(body []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	type frame struct {

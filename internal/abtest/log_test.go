@@ -1,4 +1,4 @@
-package plugin
+package abtest
 
 import (
 	"bufio"
@@ -12,11 +12,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/icicle-search/sidecar/rank"
 )
 
 func testImpression(i int) Impression {
-	return Impression{Time: time.Unix(1700000000, 0), RequestID: fmt.Sprintf("req-%04d", i), Arm: ArmB, Mode: ModeReranked,
-		Shown: []Shown{{Rank: 1, DocID: "Beta", ID: "2", Provenance: FromCopy}}}
+	return Impression{Time: time.Unix(1700000000, 0), RequestID: fmt.Sprintf("req-%04d", i), Arm: ArmB, Mode: rank.ModeReranked,
+		Shown: []Shown{{Rank: 1, DocID: "Beta", ID: "2", Provenance: rank.FromCopy}}}
 }
 
 // readImpressions reads every line of the JSONL files, each a valid Impression.
@@ -42,7 +44,7 @@ func TestImpressionLogConcurrent(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	path := filepath.Join(t.TempDir(), "impressions.jsonl")
 	require.NoError(t, os.WriteFile(path, []byte(`{"request_id":"before"}`+"\n"), 0o600))
-	l, err := OpenImpressionLog(path, ImpressionLogOptions{Buffer: 2000})
+	l, err := OpenImpressionLog(path, LogOptions{Buffer: 2000})
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	for g := range 20 {
@@ -65,12 +67,12 @@ func TestImpressionLogConcurrent(t *testing.T) {
 		ids[imp.RequestID] = true
 	}
 	require.Len(t, ids, 1000, "every line whole and once")
-	require.Equal(t, ImpressionCounts{Written: 1000, DroppedClosed: 1}, l.Counts())
+	require.Equal(t, LogCounts{Written: 1000, DroppedClosed: 1}, l.Counts())
 }
 
 func TestImpressionLogDropsWhenFull(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "impressions.jsonl")
-	l, err := openImpressionLog(path, ImpressionLogOptions{Buffer: 2}) // the writer is not running yet
+	l, err := openImpressionLog(path, LogOptions{Buffer: 2}) // the writer is not running yet
 	require.NoError(t, err)
 	start := time.Now()
 	require.True(t, l.Log(testImpression(1)))
@@ -84,7 +86,7 @@ func TestImpressionLogDropsWhenFull(t *testing.T) {
 	got := readImpressions(t, path)
 	require.Len(t, got, 2)
 	require.Equal(t, "req-0001", got[0].RequestID)
-	require.Equal(t, ImpressionCounts{Written: 2, DroppedFull: 2}, l.Counts())
+	require.Equal(t, LogCounts{Written: 2, DroppedFull: 2}, l.Counts())
 }
 
 func TestImpressionLogRotates(t *testing.T) {
@@ -93,7 +95,7 @@ func TestImpressionLogRotates(t *testing.T) {
 	line, err := json.Marshal(testImpression(0))
 	require.NoError(t, err)
 	maxBytes := int64(3*(len(line)+1) + 10) // three lines fit, a fourth does not
-	l, err := OpenImpressionLog(path, ImpressionLogOptions{MaxBytes: maxBytes})
+	l, err := OpenImpressionLog(path, LogOptions{MaxBytes: maxBytes})
 	require.NoError(t, err)
 	for i := range 10 {
 		require.True(t, l.Log(testImpression(i)))
@@ -119,7 +121,7 @@ func TestImpressionLogWriteError(t *testing.T) {
 	if _, err := os.Stat("/dev/full"); err != nil {
 		t.Skip("no /dev/full")
 	}
-	l, err := OpenImpressionLog("/dev/full", ImpressionLogOptions{})
+	l, err := OpenImpressionLog("/dev/full", LogOptions{})
 	require.NoError(t, err)
 	require.True(t, l.Log(testImpression(1)), "queued; the write fails later")
 	err = l.Close()
@@ -128,6 +130,19 @@ func TestImpressionLogWriteError(t *testing.T) {
 }
 
 func TestImpressionLogOpenError(t *testing.T) {
-	_, err := OpenImpressionLog(filepath.Join(t.TempDir(), "missing", "impressions.jsonl"), ImpressionLogOptions{})
+	_, err := OpenImpressionLog(filepath.Join(t.TempDir(), "missing", "impressions.jsonl"), LogOptions{})
 	require.ErrorContains(t, err, "open impression log")
+}
+
+func TestClickLogDropsWhenFull(t *testing.T) {
+	w, err := openJSONLog("click log", filepath.Join(t.TempDir(), "clicks.jsonl"), LogOptions{Buffer: 1}) // the writer is not running yet
+	require.NoError(t, err)
+	l := &ClickLog{w: w}
+	c := Click{Time: time.Unix(1700000000, 0), RequestID: "r1", DocID: "Beta", Position: 1, ClickRequestID: "c1"}
+	require.True(t, l.Log(c))
+	require.False(t, l.Log(c), "a full queue drops")
+	go w.run()
+	require.NoError(t, l.Close())
+	require.False(t, l.Log(c), "closed")
+	require.Equal(t, LogCounts{Written: 1, DroppedFull: 1, DroppedClosed: 1}, l.Counts())
 }
