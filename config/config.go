@@ -285,7 +285,7 @@ type Experimental struct {
 	RunModelWhenGateNever bool `yaml:"run_model_when_gate_never" serving:"-"`
 	// RouteByFirstStage settles the model's choice between its routes with the first stage's ranking over
 	// the whole index: of the model's best copied answer and its best answer from memory, the one the first
-	// stage ranks higher goes first (plugin/route.go); the engine keeps both in its answer for it, however far
+	// stage ranks higher goes first (rank/transform.go, RouteByFirstStage); the engine keeps both in its answer for it, however far
 	// below the top the memory's falls. The router alone loses seen-document questions whose answer the memory
 	// has (docs/research, "Routing by the first stage"). It applies wherever the model
 	// runs; a model with no memory route (models/reader135) answers as without it. Default false.
@@ -363,7 +363,7 @@ type Policy struct {
 	AllowOverride bool `yaml:"allow_override"`
 }
 
-// Concurrency is the admission control in front of the model (plugin/admission.go): a request waits
+// Concurrency is the admission control in front of the model (rank/guard.go): a request waits
 // in a bounded first-come-first-served queue for one of MaxInflight model sessions, and, once its prompt is
 // built, runs only when the cost model (the time per prompt token of the sidecar's own recent runs, at the
 // concurrency they ran at; a warm-up run at load until there are any) predicts it ends before the request's
