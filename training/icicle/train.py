@@ -24,6 +24,7 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
+from . import metrics
 from .compress import cached_extractive as _extractive
 from .configs import StageConfig, TrainConfig
 from .contexts import BM25Contexts, draw_n
@@ -436,7 +437,7 @@ def eval_parametric(model: Decoder, tok: Tok, cfg: TrainConfig, queries: list[Qu
         inst, titles = icl_instance(tok, cfg, q, docs, negs, rng, False)
         ctx = Trie.build(titles, tok.encode, tok.end_id)
         res = decode(CachedPromptScorer(step, inst.prompt, empty), global_trie, ctx, tok.copy_id, tok.end_id, 4)
-        top1 += int(bool(res.beams) and res.beams[0].docid == q.docid)
+        top1 += metrics.hit([b.docid for b in res.beams], q.docid)
         route += int(res.p_copy < 0.5)
     return {"n": len(qs), "top1": top1 / max(1, len(qs)), "route_parametric_rate": route / max(1, len(qs)),
             "chance_top1": 1 / max(1, global_trie.size)}
