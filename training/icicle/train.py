@@ -1,5 +1,5 @@
 """Training stages 0 and 1 (SFT). Stage 0: indexing SFT; stage 1: ICL SFT with [COPY]. Stages 2 (DPO) and 3
-(title-only LoRA) are in align.py; one command per stage is stages.py, all of them in order pipeline.py.
+(title-only LoRA) are in align.py; one command per stage is stages.py, all of them in order fixtures.py.
 
 An instance is (prompt ids, answer ids); the loss is the mean cross-entropy over answer tokens only.
 - Stage 0 (indexing): doc -> title with prompt INDEX_TEMPLATE over the first `index_text_tokens` of the text,
@@ -390,6 +390,18 @@ def new_tok(cfg: TrainConfig) -> Tok:
     if cfg.backbone_source and cfg.backbone_source != SMOLLM2:
         return Tok(hf_dir_tokenizer(cfg.backbone_source))
     return Tok(build_tokenizer())
+
+
+def report_start(cfg: TrainConfig, split: Split, corpus: Corpus, tok: Tok,
+                 dev: torch.device) -> tuple[dict, torch.Tensor]:
+    """What a train_report.json starts with, and the restricted output vocabulary (docid_vocab) on dev."""
+    out_vocab = docid_vocab(tok, split.d_train).to(dev)
+    report = {"config": cfg.name, "data_version": split.data_version, "seen_docs": len(corpus.seen),
+              "train_queries": len(corpus.train_queries), "train_out_vocab": int(out_vocab.numel()),
+              "device": str(dev), "prompt_format": cfg.prompt_format}
+    if cfg.swap_titles:
+        report["swap_titles"] = cfg.swap_titles
+    return report, out_vocab
 
 
 def new_model(cfg: TrainConfig, copy_id: int | None = None) -> Decoder:
