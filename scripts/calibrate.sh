@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fit a model directory's gate (gate.json) on nq_qed queries the model never trained on, through the sidecar
-# exactly as it serves: the last step of `make model-small` (and of any model the pipeline builds).
+# exactly as it serves: the last step of `make model-small` (and of any reader the reader pipeline or the fixture recipe builds).
 #   scripts/calibrate.sh MODEL_DIR [more icicle calibrate flags, e.g. -dry-run]
 #
 # What it runs (docs/evaluation.md, "Calibrating the gate", says why these queries):

@@ -1,7 +1,7 @@
 """Stages 2 and 3 of the recipe: DPO routing/ranking calibration and title-only LoRA context adaptation.
 
-    python -m icicle.pipeline --config tiny --out DIR                  # runs every stage, 0 to 3
-    python -m icicle.pipeline --config tiny --out DIR --from stage1    # reuses WORK/stage1.pt, runs 2 and 3
+    python -m icicle.fixtures --config tiny --out DIR                  # runs every stage, 0 to 3
+    python -m icicle.fixtures --config tiny --out DIR --from stage1    # reuses WORK/stage1.pt, runs 2 and 3
 
 Stage 2 (paper Section 3.2, Appendix B.2). Preference pairs are mined with the same routed, trie-constrained
 beam search the sidecar runs (decode.decode, width `mine_beam`), on fresh 3-shot instances of the training

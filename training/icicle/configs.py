@@ -214,7 +214,7 @@ def get_config(name: str) -> TrainConfig:
         # The whole SmolLM2-135M-Instruct fine-tuned by `icicle.lab.experiment` to read its candidates (experiments r14
         # then r15, training/results/README.md): copy route only, 3-5 candidates, 24-token summaries in 512-token
         # prompts, which the manifest carries so the sidecar serves it as trained. Shipped as a low-rank delta
-        # from the wheel's backbone (icicle.delta); the pipeline with this config only exports.
+        # from the wheel's backbone (icicle.delta); `icicle.export dir` exports its checkpoints.
         return replace(get_config("smollm30"), name="reader135", max_summary_tokens=24, max_prompt_tokens=512,
                        cap_prompt=True, context_n=(3, 5))
     if name == "full":
@@ -252,3 +252,15 @@ def get_config(name: str) -> TrainConfig:
             bf16=True,
         )
     raise ValueError(f"unknown config {name!r} (known: tiny, small, smollm8, smollm30, reader135, full)")
+
+
+def with_caps(cfg: TrainConfig, summary_tokens: int = 0, prompt_tokens: int = 0) -> TrainConfig:
+    """cfg with the summary cap and the prompt budget a model was trained with (0: the config's own)."""
+    if summary_tokens < 0 or prompt_tokens < 0:
+        raise ValueError(f"summary and prompt caps: a number of tokens, or 0 for the config's; got {summary_tokens}, "
+                         f"{prompt_tokens}")
+    if summary_tokens:
+        cfg = replace(cfg, max_summary_tokens=summary_tokens)
+    if prompt_tokens:
+        cfg = replace(cfg, max_prompt_tokens=prompt_tokens)
+    return cfg

@@ -333,6 +333,16 @@ def torch_step(model, resident: bool | None = None):
     return step
 
 
+def ort_session(path: str):
+    """An ONNX Runtime CPU session of the graph at path (2 threads), for ort_step."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.inter_op_num_threads = 1
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
 def ort_step(session, num_layers: int):
     """Adapts an onnxruntime InferenceSession of model.onnx to the numpy step signature."""
 

@@ -11,7 +11,7 @@ difference keeps what was learnt and the wheel (installed by scripts/pyenv.sh) g
     python -m icicle.delta lengthscale --model DIR --ref 800 --out DIR-len800   # issue 26: a length-scaled graph
     python -m icicle.delta golden --model ../models/b7   # golden/ for the directory's own manifest and graph
 
-`build` rebuilds WORK/stage3.pt (base + A @ B) and runs the pipeline's export on it (`--from stage3`), so the
+`build` rebuilds WORK/stage3.pt (base + A @ B) and exports it (`icicle.export dir`, export.export_work), so the
 directory, its parity check and golden vectors are made exactly as for a trained model. Into a directory that
 already has a manifest (the committed one: everything but the 539 MB graph), it writes only model.onnx, after
 checking that the rebuilt model decodes the committed golden cases alike (scripts/model.sh runs this). One-dimensional weights
@@ -150,22 +150,21 @@ def cmd_recut(a) -> None:
     print(f"wrote {a.out}: {os.path.getsize(a.out) / 1e6:.1f} MB, rank {a.rank} (from {meta['rank']})")
 
 
-def reader_caps(metrics: dict, cfg) -> list[str]:
-    """The pipeline's arguments for the summary cap and prompt budget a reader run trained with (icicle.reader's
-    --summary-tokens and --budget, in its train metrics; the config's where a run predates them), so that the export's
-    manifest and golden decodes build prompts as training did. [] for a pipeline run."""
+def reader_caps(metrics: dict, cfg) -> tuple[int, int]:
+    """The summary cap and prompt budget a reader run trained with (icicle.reader's --summary-tokens and --budget, in
+    its train metrics; the config's where a run predates them), so that the export's manifest and golden decodes build
+    prompts as training did. (0, 0), the config's own, for any other run."""
     r = metrics.get("reader")
     if not r:
-        return []
-    return ["--summary-tokens", str(r.get("summary_tokens", cfg.max_summary_tokens)),
-            "--prompt-tokens", str(r.get("budget", cfg.max_prompt_tokens))]
+        return 0, 0
+    return r.get("summary_tokens", cfg.max_summary_tokens), r.get("budget", cfg.max_prompt_tokens)
 
 
 def cmd_build(a) -> None:
     from safetensors import safe_open
     from safetensors.torch import load_file
 
-    from . import pipeline
+    from .export import export_work
 
     with safe_open(a.delta, "pt") as f:
         meta = f.metadata() or {}
@@ -183,8 +182,7 @@ def cmd_build(a) -> None:
         f.write(meta["train_metrics"])
     committed = os.path.exists(os.path.join(a.out, "manifest.json"))
     dest = os.path.join(work, "export") if committed else a.out
-    pipeline.main(["--config", cfg.name, "--work", work, "--from", "stage3", "--out", dest, "--device", "cpu",
-                   *reader_caps(json.loads(meta["train_metrics"]), cfg)])
+    export_work(cfg.name, work, dest, *reader_caps(json.loads(meta["train_metrics"]), cfg))
     if committed:  # the directory's other files came with the delta: check the rebuilt graph against them
         same_decodes(os.path.join(dest, "golden", "decode.jsonl"), os.path.join(a.out, "golden", "decode.jsonl"))
         os.replace(os.path.join(dest, "model.onnx"), os.path.join(a.out, "model.onnx"))
@@ -291,7 +289,7 @@ def main(argv=None) -> None:
     r.add_argument("--delta", required=True)
     r.add_argument("--rank", type=int, required=True)
     r.add_argument("--out", required=True)
-    b = sub.add_parser("build", help="a delta file -> a model directory (the pipeline's export)")
+    b = sub.add_parser("build", help="a delta file -> a model directory (icicle.export dir)")
     b.add_argument("--delta", required=True)
     b.add_argument("--out", required=True, help="model directory to write")
     b.add_argument("--work", default=None, help="where the rebuilt stage3.pt goes (default training/out/<config>-delta)")

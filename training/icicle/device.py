@@ -1,8 +1,8 @@
 """Where training runs: `--device` (default: CUDA when torch sees a GPU, else CPU) and the autocast that goes with it.
 
-Every training entry point (stages.py, pipeline.py) takes --device; the model, the batches, the restricted output
-vocabulary, the evaluation decoder's forward passes and KV cache (decode.torch_step) and DPO mining/margins all run
-on it; export moves the model back to the CPU first (pipeline._export). On CUDA, training matmuls run under
+Every training entry point (stages.py, fixtures.py, reader.py) takes --device; the model, the batches, the restricted
+output vocabulary, the evaluation decoder's forward passes and KV cache (decode.torch_step) and DPO mining/margins all run
+on it; export moves the model back to the CPU first (export.write_model_dir). On CUDA, training matmuls run under
 bfloat16 autocast (always); on the CPU only where the config asks (TrainConfig.bf16). The same code runs on the CPU
 in CI (training/tests/test_device.py) with the device as a parameter; no GPU was available when it was written, so
 the CUDA branch is exercised only by those tests' CPU twin.

@@ -21,15 +21,16 @@ N-shot sets are nested; they are written to <out>/candidates.json and reused by 
 Candidates are shown with the extractive summary (``icicle.compress.Extractive``) and their title; the prompt
 builder keeps the candidates that fit the budget (a gold dropped there counts as absent: z = 0 below).
 
-Metrics per (condition, N): Hits@1 / Hits@10 of the final ranking (beam width 10: copy route and
-parametric beams merged), gold-in-prompt rate, mean candidates in context, mean p([COPY]). Routing, with
+Metrics per (condition, N): Hits@1 / Hits@10 / MRR@10 of the final ranking (``icicle.metrics``; beam width 10: copy
+route and parametric beams merged), gold-in-prompt rate, mean candidates in context, mean p([COPY]). Routing, with
 z = gold in the prompt and the router decision zhat = p([COPY]) >= 0.5: routing recall = P(zhat = 1 | z = 1);
 P(hit | COPY) = P(best copy-route docid is the gold | z = 1, zhat = 1); false COPY rate = P(zhat = 1 | z = 0).
 ECE of the router (paper appendix H): confidence max(s, 1-s), accuracy 1[zhat = z], 10 equal-width bins
 over [0, 1], over every instance of that N.
 
 BM25 row: bm25s (Lucene idf, k1 1.2, b 0.75 as Elasticsearch's defaults; lower case, English stop words, no
-stemming) over the full corpus (title + text), Hits@1 / Hits@10 on the same query sets and on all dev queries.
+stemming) over the full corpus (title + text), Hits@1 / Hits@10 / MRR@10 on the same query sets and on all dev
+queries.
 
 Writes <out>/results.json, <out>/results.md (tables shaped like the paper's table 1 and table 4, plus routing)
 and <out>/nshot.png (N-shot scaling, matplotlib Agg).
@@ -47,6 +48,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from . import metrics
 from .compress import Extractive
 from .data import Doc, Query, Split, make_split
 from .decode import CachedPromptScorer, Trie, decode, ort_step
@@ -193,16 +195,11 @@ def run_instance(md: ModelDir, split: Split, q: Query, docids: Sequence[str], su
     return {
         "qid": q.qid, "in_context": p.included, "prompt_tokens": len(p.ids),
         "gold_in_prompt": gold in included, "p_copy": res.p_copy,
-        "hit1": ranked[:1] == [gold], "hit10": gold in ranked[:10],
+        "hit1": metrics.hit(ranked, gold, 1), "hit10": metrics.hit(ranked, gold, 10),
+        "rr10": metrics.reciprocal_rank(ranked, gold),
         "top": ranked[:1], "top_route": res.beams[0].route if res.beams else "",
         "copy_hit": bool(res.copy) and res.copy[0].docid == gold,
     }
-
-
-def _mean(xs) -> float | None:
-    """The mean, or None (JSON null, a dash in results.md) when there is nothing to average."""
-    xs = list(xs)
-    return float(np.mean(xs)) if xs else None
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -211,15 +208,16 @@ def summarize(rows: list[dict]) -> dict:
     routed = [r for r in z1 if r["p_copy"] >= 0.5]
     return {
         "n": len(rows),
-        "hits@1": _mean(r["hit1"] for r in rows),
-        "hits@10": _mean(r["hit10"] for r in rows),
-        "gold_in_prompt": _mean(r["gold_in_prompt"] for r in rows),
-        "in_context": _mean(r["in_context"] for r in rows),
-        "prompt_tokens": _mean(r["prompt_tokens"] for r in rows),
-        "mean_p_copy": _mean(r["p_copy"] for r in rows),
-        "routing_recall": _mean(r["p_copy"] >= 0.5 for r in z1),
-        "p_hit_given_copy": _mean(r["copy_hit"] for r in routed),
-        "false_copy_rate": _mean(r["p_copy"] >= 0.5 for r in z0),
+        "hits@1": metrics.mean(r["hit1"] for r in rows),
+        "hits@10": metrics.mean(r["hit10"] for r in rows),
+        "mrr@10": metrics.mean(r["rr10"] for r in rows),
+        "gold_in_prompt": metrics.mean(r["gold_in_prompt"] for r in rows),
+        "in_context": metrics.mean(r["in_context"] for r in rows),
+        "prompt_tokens": metrics.mean(r["prompt_tokens"] for r in rows),
+        "mean_p_copy": metrics.mean(r["p_copy"] for r in rows),
+        "routing_recall": metrics.mean(r["p_copy"] >= 0.5 for r in z1),
+        "p_hit_given_copy": metrics.mean(r["copy_hit"] for r in routed),
+        "false_copy_rate": metrics.mean(r["p_copy"] >= 0.5 for r in z0),
     }
 
 
@@ -247,11 +245,9 @@ class BM25Index:
 
 
 def bm25_hits(index: BM25Index, queries: Sequence[Query]) -> dict:
-    if not queries:
-        return {"n": 0, "hits@1": None, "hits@10": None}
-    got = index.retrieve([q.query for q in queries], k=10)
-    return {"n": len(queries), "hits@1": _mean(r[:1] == [q.docid] for r, q in zip(got, queries)),
-            "hits@10": _mean(q.docid in r for r, q in zip(got, queries))}
+    """metrics.table of BM25's top 10 for queries."""
+    got = index.retrieve([q.query for q in queries], k=10) if queries else []
+    return metrics.table(zip(got, [q.docid for q in queries]))
 
 
 def _repo_relative(path: str) -> str:

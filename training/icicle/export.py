@@ -1,4 +1,5 @@
-"""ONNX export to the MODEL_FORMAT.md contract, parity checks, int8 variant, and the model directory files.
+"""ONNX export to the MODEL_FORMAT.md contract, parity checks, int8 variant, and the model directory files: a
+trained checkpoint as a model directory (`python -m icicle.export dir --config C --work W --out DIR`, export_work).
 
 Parity tolerances (checked by ``check_parity`` and the tests):
 - fp32 ONNX vs PyTorch: for every compared tensor, max |diff| <= FP32_ATOL (1e-4) + FP32_RTOL (5e-4) x its
@@ -17,18 +18,24 @@ Parity tolerances (checked by ``check_parity`` and the tests):
 """
 from __future__ import annotations
 
+import argparse
+import datetime as dt
 import json
 import os
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from .decode import causal_mask_np, ort_step, torch_step
+# ort_session lives beside ort_step (golden needs it without this module); callers import it from here as before
+from .decode import causal_mask_np, ort_session, ort_step, torch_step  # noqa: F401
 # the int8 file (torch-free, for scripts/model.sh's light venv); callers import it from here as before
 from .int8 import (HEAD_NODE, KEEP_FP32, add_arguments, add_int8, quantize_int8,  # noqa: F401
                    quantize_weights, untie_head)
+from .golden import write_golden
 from .model import Decoder
+from .prompt import TEMPLATES
 
 OPSET = 17
 FP32_ATOL = 1e-4
@@ -111,29 +118,136 @@ def next_token_agreement(model_dir: str, int8: str = "", passages: int = 12, tok
 
 
 def main(argv=None) -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m icicle.export", description="A model directory's int8 file: "
-                                 "its weight MatMuls in int8 (quantize_weights), named by the manifest's "
-                                 "onnx_quantized; the sidecar serves it with model.quantized: true.")
+    ap = argparse.ArgumentParser(prog="python -m icicle.export", description="A trained checkpoint as a model "
+                                 "directory (dir); a model directory's int8 file, its weight MatMuls in int8 "
+                                 "(quantize_weights), named by the manifest's onnx_quantized, which the sidecar serves "
+                                 "with model.quantized: true (int8); that file's agreement with fp32 (agree).")
     sub = ap.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("dir", help="WORK/stage3.pt and WORK/train_metrics.json -> a model directory (export_work)")
+    d.add_argument("--config", required=True, help="the training config whose model the checkpoint holds")
+    d.add_argument("--work", required=True, help="folder with stage3.pt and train_metrics.json")
+    d.add_argument("--out", required=True, help="model directory to write")
+    add_caps(d)
     add_arguments(sub.add_parser("int8", help="write MODEL/model.int8.onnx and set the manifest's onnx_quantized"))
     g = sub.add_parser("agree", help="next-token agreement of MODEL's int8 file with its fp32 graph on nq_qed text")
     g.add_argument("--model", required=True, help="model directory with both files (onnx and onnx_quantized)")
     a = ap.parse_args(argv)
-    if a.cmd == "agree":
+    if a.cmd == "dir":
+        export_work(a.config, a.work, a.out, a.summary_tokens, a.prompt_tokens)
+    elif a.cmd == "agree":
         print(json.dumps(next_token_agreement(a.model)))
-        return
-    print(json.dumps(add_int8(a.model, tuple(a.keep), a.head, a.weight_bits)))
+    else:
+        print(json.dumps(add_int8(a.model, tuple(a.keep), a.head, a.weight_bits)))
 
 
-def ort_session(path: str):
-    import onnxruntime as ort
+def add_caps(ap: argparse.ArgumentParser) -> None:
+    """--summary-tokens and --prompt-tokens: the caps a model was trained with (0, the default: the config's)."""
+    def tokens(s: str) -> int:
+        n = int(s)
+        if n < 0:
+            raise argparse.ArgumentTypeError(f"a number of tokens, or 0 for the config's; got {n}")
+        return n
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 2
-    so.inter_op_num_threads = 1
-    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    ap.add_argument("--summary-tokens", type=tokens, default=0, metavar="N", help="the summary cap the model was "
+                    "trained with (TrainConfig.max_summary_tokens; default: the config's)")
+    ap.add_argument("--prompt-tokens", type=tokens, default=0, metavar="N", help="the prompt budget the model was "
+                    "trained with (TrainConfig.max_prompt_tokens; default: the config's)")
+
+
+def checkpoint(model: Decoder, work: str, stage: str, report: dict, times: dict) -> None:
+    """Writes WORK/<stage>.pt and the metrics so far (WORK/train_metrics.json, the times under times_train): what
+    restore reads back (icicle.fixtures --from; export_work for icicle.reader's runs and icicle.lab.experiment's)."""
+    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, os.path.join(work, f"{stage}.pt"))
+    with open(os.path.join(work, "train_metrics.json"), "w") as f:
+        json.dump({**report, "times_train": times}, f, indent=2)
+
+
+def restore(model: Decoder, work: str, stage: str, report: dict, times: dict) -> None:
+    """Loads WORK/<stage>.pt into model, and the checkpoint's metrics into report and times."""
+    model.load_state_dict(torch.load(os.path.join(work, f"{stage}.pt"), map_location="cpu"))
+    with open(os.path.join(work, "train_metrics.json")) as f:
+        report.update(json.load(f))
+    times.update(report.pop("times_train", {}))
+
+
+class WorkLog:
+    """A run's log: each line stamped with the seconds since the run started (start), printed and written to path."""
+
+    def __init__(self, path: str, append: bool) -> None:
+        self.start = time.time()
+        self.f = open(path, "a" if append else "w")
+
+    def __call__(self, msg: str) -> None:
+        line = f"[{time.time() - self.start:7.1f}s] {msg}"
+        print(line, flush=True)
+        self.f.write(line + "\n")
+        self.f.flush()
+
+
+def write_model_dir(model: Decoder, tok, split, seen: list[str], cfg, out: str, work: str, report: dict, times: dict,
+                    log: WorkLog) -> None:
+    """The MODEL_FORMAT.md directory of a trained model in out, on the CPU: model.onnx and its int8 file, the parity
+    check, tokenizer.json, seen_docids.txt, manifest.json, golden/, and train_report.json (report with the parity,
+    golden, times and sizes added). The file the config does not ship (ship_fp32: the int8 one, else the fp32 one)
+    moves to work."""
+    t = time.time()
+    model.to("cpu")  # export, parity and golden vectors run on the CPU whatever the training device
+    onnx_path = os.path.join(out, "model.onnx")
+    int8_path = os.path.join(out, "model.int8.onnx")
+    export_onnx(model, onnx_path)
+    quantize_int8(onnx_path, int8_path)
+    report["parity"] = check_parity(model, onnx_path, int8_path, int8_required=not cfg.ship_fp32).to_dict()
+    log(f"parity {report['parity']}")
+    tok.save(os.path.join(out, "tokenizer.json"))
+    write_seen_docids(out, seen)
+    write_manifest(out, name=f"icicle-{cfg.name}", config=cfg.name, backbone=cfg.backbone,
+                   model_version=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d") + ".1",
+                   data_version=split.data_version, model=model, copy_token_id=tok.copy_id,
+                   end_token_id=tok.end_id, template=TEMPLATES[cfg.prompt_format], int8_only=not cfg.ship_fp32,
+                   quantized=not cfg.ship_fp32,
+                   max_summary_tokens=cfg.max_summary_tokens, prompt_format=cfg.prompt_format,
+                   max_prompt_tokens=cfg.max_prompt_tokens if cfg.cap_prompt else 0)
+    report["golden"] = write_golden(out, tok, split, seen, ort_session(onnx_path), model, cfg.max_summary_tokens,
+                                    cfg.prompt_format)
+    if not cfg.ship_fp32:  # keep the fp32 file out of the model directory (too big to commit)
+        os.replace(onnx_path, os.path.join(work, "model.fp32.onnx"))
+    else:  # the int8 file breaks this model (its agreement is in the report): kept in WORK, not served
+        os.replace(int8_path, os.path.join(work, "model.int8.onnx"))
+    times["export_golden_s"] = time.time() - t
+    times["total_s"] = time.time() - log.start
+    report["times"] = times
+    report["sizes"] = {f: os.path.getsize(os.path.join(out, f)) for f in
+                       ("model.onnx", "model.int8.onnx", "tokenizer.json", "seen_docids.txt")
+                       if os.path.exists(os.path.join(out, f))}
+    with open(os.path.join(out, "train_report.json"), "w") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+    log(f"done: {json.dumps(report['times'])} sizes {report['sizes']}")
+
+
+def export_work(config: str, work: str, out: str, summary_tokens: int = 0, prompt_tokens: int = 0) -> None:
+    """A trained checkpoint as a model directory: WORK/stage3.pt (config's model: icicle.reader's run,
+    icicle.lab.experiment --save-work, or the weights icicle.delta build rebuilt) through write_model_dir into out, its
+    train_report.json starting from WORK/train_metrics.json. summary_tokens and prompt_tokens: the caps it trained
+    with (0: the config's), which its manifest and golden prompts then carry."""
+    from .configs import get_config, with_caps
+    from .data import make_split
+    from .train import new_model, new_tok, report_start, select_corpus
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    cfg = with_caps(get_config(config), summary_tokens, prompt_tokens)
+    torch.set_num_threads(cfg.threads)
+    os.makedirs(out, exist_ok=True)
+    log = WorkLog(os.path.join(work, "export.log"), append=True)
+    split = make_split()
+    tok = new_tok(cfg)
+    corpus = select_corpus(split, cfg)
+    model = new_model(cfg, tok.copy_id)
+    report, _ = report_start(cfg, split, corpus, tok, torch.device("cpu"))
+    times: dict = {}
+    restore(model, work, "stage3", report, times)
+    log(f"export {work}/stage3.pt ({cfg.name}) into {out}")
+    write_model_dir(model, tok, split, corpus.seen, cfg, out, work, report, times, log)
 
 
 @dataclass

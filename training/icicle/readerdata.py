@@ -30,9 +30,9 @@ over the question's pool in its fused order, with the dense cosines (the teacher
 sidecar's `experimental.snippet_chars` reads it: the same Elasticsearch highlight request as adapter.Snippets, against a
 scratch index of the set's documents on the node at URL, so that a reader trained with `--snippets` reads what it
 will be served (a document with no fragment keeps its summary, as there).
-The first stage is data/nq_qed/first_stage.json's fusion (linear: w x minmax(cosine) + (1 - w) x BM25 / max BM25
-over BM25's top 100 and the kNN top 10), with bm25s standing in for Elasticsearch's BM25 (contexts.py) and the
-int8 bge-small encoder the sidecar embeds with (passages cut at 256 tokens here, 512 in the sidecar: the cost).
+The first stage is data/nq_qed/first_stage.json's fusion (`fuse`, the sidecar's retrieve.Fuse: linear, w x
+minmax(cosine) + (1 - w) x BM25 / max BM25 over BM25's top 100 and the kNN top 10), with bm25s standing in for
+Elasticsearch's BM25 (contexts.py) and the int8 bge-small encoder the sidecar embeds with (passages cut at 256 tokens here, 512 in the sidecar: the cost).
 """
 from __future__ import annotations
 
@@ -44,6 +44,8 @@ import os
 import random
 import re
 import time
+
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -145,19 +147,63 @@ class Embedder:
         return out
 
 
+def fuse(bm25: Sequence[tuple[str, float]], knn: Sequence[str], dense: Mapping[str, float],
+         params: Mapping) -> list[tuple[str, float]]:
+    """The sidecar's fusion (retrieve.Fuse) of one query's lists: bm25 the BM25 hits (docid, score) best first, knn
+    the kNN's docids nearest first, dense the cosine of each document that has a vector. The union (a document in
+    both keeps its BM25 rank) ranked by params["method"] as (docid, fused score), best first: "linear" is w x
+    minmax(cosine) + (1 - w) x BM25 / max BM25 (w = dense_weight; no cosine, no dense term; a kNN document, no BM25
+    term), "rrf" w / (rrf_k + rank by cosine) + (1 - w) / (rrf_k + BM25 rank), "bm25" the BM25 list itself. Ties go
+    to the better BM25 rank, then the docid. Same arithmetic in float64 as Go's, so the same rankings and scores
+    (tests/test_fusion.py, against retrieve/testdata/fusion_golden.json)."""
+    method, w = params["method"], params["dense_weight"]
+    if method == "bm25":
+        return [(d, float(x)) for d, x in bm25]
+    if method not in ("linear", "rrf"):
+        raise ValueError(f"first stage method {method!r}: want linear, rrf or bm25")
+    rank: dict[str, tuple[float, int]] = {}  # docid -> (BM25 score, BM25 rank)
+    union: list[str] = []
+    for r, (d, x) in enumerate(bm25, 1):
+        if d not in rank:
+            rank[d] = (float(x), r)
+            union.append(d)
+    union += [d for d in dict.fromkeys(knn) if d not in rank]
+    score = dict.fromkeys(union, 0.0)
+    if method == "linear":
+        cos = [dense[d] for d in union if d in dense]
+        lo, hi = (min(cos), max(cos)) if cos else (0.0, 0.0)
+        b_hi = max((x for x, _ in rank.values()), default=0.0)
+        for d in union:
+            if d in rank and b_hi > 0:
+                score[d] = (1 - w) * rank[d][0] / b_hi
+            if d in dense:
+                score[d] += w * ((dense[d] - lo) / (hi - lo) if hi > lo else 1.0)
+    else:
+        k = params["rrf_k"]
+        for d in union:
+            if d in rank:
+                score[d] = (1 - w) / (k + rank[d][1])
+        by_dense = sorted(union, key=lambda d: -dense.get(d, 0.0))  # stable: a document without one ranks at 0
+        for r, d in enumerate(by_dense, 1):
+            if d in dense:
+                score[d] += w / (k + r)
+    last = len(union) + 1
+    union.sort(key=lambda d: (-score[d], rank[d][1] if d in rank else last, d))
+    return [(d, score[d]) for d in union]
+
+
 class FirstStage:
-    """The sidecar's fusion over one pool: BM25 top `depth` (bm25s) and the kNN top `knn` by cosine, fused."""
+    """The sidecar's first stage over one pool: BM25 top `depth` (bm25s) and the kNN top `knn` by cosine, fused."""
 
     def __init__(self, docs: dict[str, Doc], pool: list[str], vecs: np.ndarray, params: dict) -> None:
         from .evaluate import BM25Index
 
-        self.pool, self.vecs = pool, vecs
+        self.pool, self.vecs, self.params = pool, vecs, params
         self.index = BM25Index(docs, pool=pool)
         self.row = {d: i for i, d in enumerate(self.index.docids)}
         self.pool_row = np.array([self.row[d] for d in pool])  # pool order -> BM25 index order
-        self.w, self.depth, self.knn = params["dense_weight"], params["depth"], params["knn"]
-        if params["method"] != "linear":
-            raise ValueError(f"first_stage.json: method {params['method']!r}: only linear is reproduced here")
+        self.depth, self.knn = params["depth"], params["knn"]
+        fuse([], [], {}, params)  # an unknown method fails here, before any list is built
 
     def lists(self, queries: list[str], qvecs: np.ndarray, k: int) -> list[tuple[list[int], list[float], list[float]]]:
         """Per query: the top k as indices into the pool, their cosines and their fused scores, best first."""
@@ -181,17 +227,15 @@ class FirstStage:
             cos = qvecs[s: s + 1024] @ self.vecs.T  # pool order
             for j in range(cos.shape[0]):
                 c = cos[j]
-                bm = {int(inv[i]): float(x) for i, x in zip(ids[s + j], scores[s + j]) if x > 0}
+                # BM25's hits best first (Elasticsearch returns only documents that match: score > 0)
+                bm = [(int(inv[i]), float(x)) for i, x in zip(ids[s + j], scores[s + j]) if x > 0]
                 knn = np.argpartition(-c, min(self.knn, len(c) - 1))[: self.knn]
-                cand = sorted(set(bm) | {int(i) for i in knn})
-                cc = c[cand]
-                lo, hi = float(cc.min()), float(cc.max())
-                top = max(bm.values()) if bm else 1.0
-                fused = [self.w * ((c[i] - lo) / (hi - lo) if hi > lo else 1.0) + (1 - self.w) * bm.get(i, 0.0) / top
-                         for i in cand]
-                order = sorted(range(len(cand)), key=lambda r: -fused[r])[:k]
-                out.append(([cand[r] for r in order], [round(float(c[cand[r]]), 4) for r in order],
-                            [round(float(fused[r]), 4) for r in order]))
+                knn = [int(i) for i in knn[np.argsort(-c[knn], kind="stable")]]  # nearest first
+                top = fuse([(self.pool[i], x) for i, x in bm], [self.pool[i] for i in knn],
+                           {self.pool[i]: float(c[i]) for i in {i for i, _ in bm} | set(knn)}, self.params)[:k]
+                at = {self.pool[i]: i for i, _ in bm} | {self.pool[i]: i for i in knn}
+                out.append(([at[d] for d, _ in top], [round(float(c[at[d]]), 4) for d, _ in top],
+                            [round(x, 4) for _, x in top]))
         return out
 
 

@@ -16,6 +16,7 @@ import collections
 import math
 from typing import Callable, Sequence
 
+from . import metrics
 from .compress import cached_extractive
 from .contexts import BM25Contexts
 from .data import Split
@@ -61,8 +62,8 @@ def serve_table(step, empty, encode: Callable[[str], list[int]], end_id: int, co
             ctx = Trie.build(titles, encode, end_id)
             lay = block_attention(p.segments, len(p.ids), layout) if layout else None
             res = decode(CachedPromptScorer(step, p.ids, empty, lay), global_trie, ctx, copy_id, end_id, 1, scoring)
-            hit += int(bool(res.beams) and res.beams[0].docid == q.docid)
-            bm += int(titles[:1] == [q.docid])
+            hit += metrics.hit([b.docid for b in res.beams], q.docid)
+            bm += metrics.hit(titles, q.docid)
             route += int(res.p_copy > 0.5)
             if res.copy:
                 k = titles.index(res.copy[0].docid) + 1

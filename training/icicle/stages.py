@@ -1,4 +1,4 @@
-"""One training stage per command, each reading the previous stage's checkpoint (pipeline.py runs them all,
+"""One training stage per command, each reading the previous stage's checkpoint (fixtures.py runs them all,
 evaluates after each and exports):
 
     python -m icicle.stages stage0 --config tiny --out DIR        # writes DIR/stage0.pt

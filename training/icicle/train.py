@@ -1,5 +1,5 @@
 """Training stages 0 and 1 (SFT). Stage 0: indexing SFT; stage 1: ICL SFT with [COPY]. Stages 2 (DPO) and 3
-(title-only LoRA) are in align.py; one command per stage is stages.py, all of them in order pipeline.py.
+(title-only LoRA) are in align.py; one command per stage is stages.py, all of them in order fixtures.py.
 
 An instance is (prompt ids, answer ids); the loss is the mean cross-entropy over answer tokens only.
 - Stage 0 (indexing): doc -> title with prompt INDEX_TEMPLATE over the first `index_text_tokens` of the text,
@@ -24,6 +24,7 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
+from . import metrics
 from .compress import cached_extractive as _extractive
 from .configs import StageConfig, TrainConfig
 from .contexts import BM25Contexts, draw_n
@@ -391,6 +392,18 @@ def new_tok(cfg: TrainConfig) -> Tok:
     return Tok(build_tokenizer())
 
 
+def report_start(cfg: TrainConfig, split: Split, corpus: Corpus, tok: Tok,
+                 dev: torch.device) -> tuple[dict, torch.Tensor]:
+    """What a train_report.json starts with, and the restricted output vocabulary (docid_vocab) on dev."""
+    out_vocab = docid_vocab(tok, split.d_train).to(dev)
+    report = {"config": cfg.name, "data_version": split.data_version, "seen_docs": len(corpus.seen),
+              "train_queries": len(corpus.train_queries), "train_out_vocab": int(out_vocab.numel()),
+              "device": str(dev), "prompt_format": cfg.prompt_format}
+    if cfg.swap_titles:
+        report["swap_titles"] = cfg.swap_titles
+    return report, out_vocab
+
+
 def new_model(cfg: TrainConfig, copy_id: int | None = None) -> Decoder:
     """The stage-0 starting point: the config's pretrained backbone slice, or a random init. copy_id: the
     [COPY] id, whose embedding row starts at the mean embedding for a HF backbone."""
@@ -436,7 +449,7 @@ def eval_parametric(model: Decoder, tok: Tok, cfg: TrainConfig, queries: list[Qu
         inst, titles = icl_instance(tok, cfg, q, docs, negs, rng, False)
         ctx = Trie.build(titles, tok.encode, tok.end_id)
         res = decode(CachedPromptScorer(step, inst.prompt, empty), global_trie, ctx, tok.copy_id, tok.end_id, 4)
-        top1 += int(bool(res.beams) and res.beams[0].docid == q.docid)
+        top1 += metrics.hit([b.docid for b in res.beams], q.docid)
         route += int(res.p_copy < 0.5)
     return {"n": len(qs), "top1": top1 / max(1, len(qs)), "route_parametric_rate": route / max(1, len(qs)),
             "chance_top1": 1 / max(1, global_trie.size)}

@@ -26,7 +26,8 @@ def vnni() -> bool:
 @pytest.fixture(scope="session")
 def fixture_dir() -> str:
     if not os.path.exists(os.path.join(FIXTURE, "manifest.json")):
-        pytest.fail(f"{FIXTURE} has no manifest.json: run `python -m icicle.pipeline --config tiny --out ../models/tiny`")
+        pytest.fail(f"{FIXTURE} has no manifest.json: run `python -m icicle.fixtures --config tiny --out "
+                    "../models/tiny`")
     return FIXTURE
 
 

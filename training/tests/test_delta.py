@@ -120,18 +120,24 @@ def test_a_reader_runs_summary_cap_and_budget_reach_the_export():
     from icicle.delta import reader_caps
 
     cfg = get_config("reader135")
-    assert reader_caps({"reader": {"summary_tokens": 64, "budget": 1024}}, cfg) == [
-        "--summary-tokens", "64", "--prompt-tokens", "1024"]
+    assert reader_caps({"reader": {"summary_tokens": 64, "budget": 1024}}, cfg) == (64, 1024)
     # a run from before --summary-tokens: the config's 24 and 512, as it trained
-    assert reader_caps({"reader": {"budget": 512}}, cfg) == ["--summary-tokens", "24", "--prompt-tokens", "512"]
-    assert reader_caps({"stage1_s": 3.0}, cfg) == []  # a pipeline run: the config as it is
+    assert reader_caps({"reader": {"budget": 512}}, cfg) == (24, 512)
+    assert reader_caps({"stage1_s": 3.0}, cfg) == (0, 0)  # a fixture's run: the config as it is
 
 
-def test_the_pipeline_refuses_negative_caps(tmp_path):
-    from icicle import pipeline
+def test_negative_caps_are_refused(tmp_path, capsys):
+    from icicle import export, fixtures
+    from icicle.configs import get_config, with_caps
 
-    with pytest.raises(SystemExit, match="--summary-tokens and --prompt-tokens"):
-        pipeline.main(["--config", "tiny", "--out", str(tmp_path / "m"), "--summary-tokens", "-1"])
+    for main, args in ((fixtures.main, ["--config", "tiny"]),
+                       (export.main, ["dir", "--config", "tiny", "--work", "w"])):
+        with pytest.raises(SystemExit):
+            main([*args, "--out", str(tmp_path / "m"), "--summary-tokens", "-1"])
+        assert "a number of tokens, or 0 for the config's; got -1" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
+    with pytest.raises(ValueError, match="got 0, -5"):
+        with_caps(get_config("tiny"), 0, -5)
 
 
 def test_lengthscale_refuses_a_ref_below_two_and_a_directory_without_its_delta(tmp_path):

@@ -61,7 +61,7 @@ def test_numbers_in_range(results):
             for k in ("hits@1", "hits@10", "gold_in_prompt", "mean_p_copy", "routing_recall", "p_hit_given_copy",
                       "false_copy_rate"):
                 assert in_unit(m[k]), (n, cond, k, m[k])
-            assert m["hits@1"] <= m["hits@10"]
+            assert m["hits@1"] <= m["mrr@10"] <= m["hits@10"], m
             assert 1 <= m["in_context"] <= int(n)
         assert s["train_noise"]["gold_in_prompt"] == 0.0
         assert in_unit(s["ece"]) and s["ece"] is not None
@@ -83,7 +83,7 @@ def test_bm25_row_is_sane(results):
     b = r["bm25"]
     assert b["all"]["n"] > 500
     assert b["all"]["hits@10"] > 0.5, b["all"]
-    assert b["all"]["hits@1"] <= b["all"]["hits@10"]
+    assert b["all"]["hits@1"] <= b["all"]["mrr@10"] <= b["all"]["hits@10"]
     assert in_unit(b["train"]["hits@10"]) and in_unit(b["new"]["hits@10"])
 
 

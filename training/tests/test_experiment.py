@@ -54,7 +54,7 @@ def test_retitled_gives_each_candidate_a_distinct_pool_title():
     assert m == retitled(["a", "b", "c"], pool, random.Random(3))
 
 
-def test_save_for_export_writes_what_pipeline_from_stage3_reads(tmp_path):
+def test_save_for_export_writes_what_export_dir_reads(tmp_path):
     model = Decoder(MODELS["2x64"])
     save_for_export(model, Exp("r", model=PRETRAINED, save_work=str(tmp_path)), str(tmp_path), 7, 1.5)
     back = Decoder(MODELS["2x64"])

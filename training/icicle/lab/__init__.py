@@ -1,4 +1,4 @@
-"""Research tools, not the pipeline: reading experiments, diagnostics and the GENRE-style speed baseline.
+"""Research tools, not the reader pipeline: reading experiments, diagnostics and the GENRE-style speed baseline.
 
     python -m icicle.lab.experiment --name f2 --prompt-format 2 --minutes 7   # a time-boxed reading experiment
     python -m icicle.lab.diagnose serve --model-dir ../models/small           # copy pick by the gold's BM25 position
@@ -8,5 +8,5 @@
     python -m icicle.lab.scorefusion fit ../.run/fusion/r135.jsonl            # first stage + w x reader, fitted
     python -m icicle.lab.querylikelihood fit ../.run/ql/train.scored.jsonl   # first stage + w x log P(query | doc)
 
-They import the pipeline (``icicle.*``); no pipeline module imports them (tests/test_structure.py).
+They import the pipeline's modules (``icicle.*``); none of those imports them (tests/test_structure.py).
 """

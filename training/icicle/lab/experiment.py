@@ -1,4 +1,4 @@
-"""Controlled, time-boxed reading experiments for issue 16 (CPU minutes, not the pipeline).
+"""Controlled, time-boxed reading experiments for issue 16 (CPU minutes, not the reader pipeline).
 
     python -m icicle.lab.experiment --name f2 --prompt-format 2 --minutes 6 [--query-first] [--synthetic 0.5]
                                     [--curriculum] [--choice-loss W] [--model 2x64|4x128|smollm135] [--out ../training/results/exp16]
@@ -92,7 +92,7 @@ class Exp:
     swap_titles: float = 0.0
     shuffle: float = 0.0  # share of training instances whose candidates are shuffled (the gold's rank says nothing)
     # with --model smollm135: write the trained weights as WORK/stage3.pt, so that
-    # `python -m icicle.pipeline --config smollm30 --work WORK --from stage3 --out DIR` exports a servable directory
+    # `python -m icicle.export dir --config smollm30 --work WORK --out DIR` exports a servable directory
     save_work: str = ""
     init: str = ""  # start from these weights (a --save-work WORK/stage3.pt of the same --model) instead of the backbone
 
@@ -258,10 +258,9 @@ def run(e: Exp, out_dir: str, log=print) -> dict:
 
 
 def save_for_export(model, e: Exp, work: str, steps: int, train_s: float) -> None:
-    """Writes WORK/stage3.pt and WORK/train_metrics.json with the pipeline's own checkpoint, for
-    `icicle.pipeline --config smollm30 --work WORK --from stage3` (export only): the experiment's pretrained model
-    is configs.smollm30's shape."""
-    from ..pipeline import checkpoint
+    """Writes WORK/stage3.pt and WORK/train_metrics.json (export.checkpoint), for `icicle.export dir --config smollm30
+    --work WORK --out DIR`: the experiment's pretrained model is configs.smollm30's shape."""
+    from ..export import checkpoint
 
     os.makedirs(work, exist_ok=True)
     checkpoint(model, work, "stage3", {"config": "smollm30", "experiment": asdict(e), "steps": steps},
@@ -311,13 +310,14 @@ def main(argv=None) -> None:
                     help="no training: evaluate the untouched full-depth SmolLM2-135M-Instruct in this prompt format")
     ap.add_argument("--save-work", default="", metavar="WORK",
                     help=f"with --model {PRETRAINED}: write the trained weights as WORK/stage3.pt for "
-                    "`icicle.pipeline --config smollm30 --work WORK --from stage3 --out DIR` (export only)")
+                    "`icicle.export dir --config smollm30 --work WORK --out DIR`")
     ap.add_argument("--init", default="", metavar="PT",
                     help="start from these weights (WORK/stage3.pt of an earlier --save-work run of the same --model)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "results", "exp16"))
     a = ap.parse_args(argv)
     if a.save_work and not (a.zero_shot or a.model == PRETRAINED):
-        ap.error(f"--save-work: only --model {PRETRAINED} (or --zero-shot) has a pipeline config to export with, smollm30")
+        ap.error(f"--save-work: only --model {PRETRAINED} (or --zero-shot) has a training config to export with, "
+                 "smollm30")
     e = Exp(a.name, a.prompt_format, a.query_first, a.model, a.minutes, tuple(a.context_n), lr=a.lr, batch=a.batch,
             synthetic=a.synthetic, wiki=a.wiki, curriculum=a.curriculum, seed=a.seed, eval_n=a.eval_n,
             threads=a.threads, zero_shot=a.zero_shot, train_style=not a.no_train_style, steps=a.steps,

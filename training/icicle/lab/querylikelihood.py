@@ -22,12 +22,12 @@ import csv
 import gzip
 import json
 import os
-import random
 import sys
 import time
 
+from .. import metrics
 from ..data import DEFAULT_DATA_DIR, is_new_doc, load_corpus
-from .scorefusion import search
+from .scorefusion import fold_parts, search
 
 GRID_W = (0, 0.002, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1)
 
@@ -85,22 +85,21 @@ def fused_top(q: dict, w: float, depth: int) -> str | None:
 
 
 def hits1(qs: list[dict], w: float, depth: int) -> float:
-    return sum(fused_top(q, w, depth) in q["relevant"] for q in qs) / len(qs) if qs else 0.0
+    """Hits@1 of the fused first over qs (0 for none)."""
+    return metrics.table(([fused_top(q, w, depth)], q["relevant"]) for q in qs)["hits@1"] or 0.0
 
 
 def cross_validate(qs: list[dict], depth: int, seed: int, folds: int = 5) -> dict[str, list[int]]:
     """Per subset [fused right, first stage right, queries, fused right where F is wrong, the reverse]: each fold
     ranked with the grid's best w on the other folds (the smaller w on a tie)."""
-    idx = list(range(len(qs)))
-    random.Random(seed).shuffle(idx)
-    parts = [idx[k::folds] for k in range(folds)]
+    parts = fold_parts(len(qs), folds, seed)
     out: dict[str, list[int]] = {}
     for k in range(folds):
         train = [qs[i] for j in range(folds) if j != k for i in parts[j]]
         w = max(GRID_W, key=lambda g: hits1(train, g, depth))
         for i in parts[k]:
             q = qs[i]
-            a, b = fused_top(q, w, depth) in q["relevant"], fused_top(q, 0, depth) in q["relevant"]
+            a, b = (metrics.hit([fused_top(q, x, depth)], q["relevant"]) for x in (w, 0))
             r = out.setdefault(q["subset"], [0, 0, 0, 0, 0])
             r[0] += a
             r[1] += b

@@ -32,6 +32,7 @@ import re
 
 import numpy as np
 
+from .. import metrics
 from ..compress import extractive
 from ..data import DEFAULT_DATA_DIR
 from ..encoder import embed, load
@@ -97,10 +98,9 @@ def measure(samples: list[dict], docs: dict, queries: dict, seen: set, enc, rtok
         for name, f in fs.items():
             m = embed(man, tok, sess, [f(docs[c], queries[s["qid"]]) for c in cands], 1)
             tops[name] = cands[int(np.argmax(m @ q))]
-        for name, top in tops.items():
-            hits[name] += top in rel
         reader = max(s["lp"], key=s["lp"].get) if s.get("lp") else None
-        hits["reader"] += reader in rel
+        for name, top in (*tops.items(), ("reader", reader)):
+            hits[name] += metrics.hit([top], rel)
         if reader is None:
             continue
         for name, top in tops.items():

@@ -32,6 +32,7 @@ import random
 import sys
 import urllib.request
 
+from .. import metrics
 from ..data import DEFAULT_DATA_DIR, is_new_doc, load_beir
 
 GRID_W = (0, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
@@ -58,9 +59,9 @@ def fused_top(first: list[tuple[str, float]], lp: dict[str, float], w: float, fl
 
 
 def hits1(queries: list[dict], setting: tuple[float, float, float]) -> float:
-    if not queries:
-        return 0.0
-    return sum(fused_top(q["first"], q["lp"], *setting, q.get("read")) in q["relevant"] for q in queries) / len(queries)
+    """Hits@1 of the fused first over queries (0 for none)."""
+    return metrics.table(([fused_top(q["first"], q["lp"], *setting, q.get("read"))], q["relevant"])
+                         for q in queries)["hits@1"] or 0.0
 
 
 def best_setting(queries: list[dict]) -> tuple[float, float, float]:
@@ -69,21 +70,24 @@ def best_setting(queries: list[dict]) -> tuple[float, float, float]:
     return max(itertools.product(GRID_W, GRID_FLOOR, GRID_CLIP), key=lambda g: hits1(queries, g))
 
 
+def fold_parts(n: int, folds: int, seed: int) -> list[list[int]]:
+    """0..n-1 shuffled by seed and dealt into folds parts (the cross-validations' folds)."""
+    idx = list(range(n))
+    random.Random(seed).shuffle(idx)
+    return [idx[k::folds] for k in range(folds)]
+
+
 def cross_validate(queries: list[dict], folds: int = 5, seed: int = 0) -> dict[str, tuple[float, float, int]]:
     """Per subset: (fused Hits@1 on held-out folds, the first stage's, queries)."""
-    idx = list(range(len(queries)))
-    random.Random(seed).shuffle(idx)
-    parts = [idx[k::folds] for k in range(folds)]
-    right: dict[str, list[int]] = {}
+    parts = fold_parts(len(queries), folds, seed)
+    fused, first = [], []
     for k in range(folds):
         setting = best_setting([queries[i] for j in range(folds) if j != k for i in parts[j]])
-        for i in parts[k]:
-            q = queries[i]
-            r = right.setdefault(q["subset"], [0, 0, 0])
-            r[0] += fused_top(q["first"], q["lp"], *setting, q.get("read")) in q["relevant"]
-            r[1] += fused_top(q["first"], q["lp"], 0, 0, 0) in q["relevant"]
-            r[2] += 1
-    return {s: (f / n, b / n, n) for s, (f, b, n) in right.items()}
+        for q in (queries[i] for i in parts[k]):
+            fused.append((q["subset"], [fused_top(q["first"], q["lp"], *setting, q.get("read"))], q["relevant"]))
+            first.append((q["subset"], [fused_top(q["first"], q["lp"], 0, 0, 0)], q["relevant"]))
+    f, b = metrics.by_subset(fused), metrics.by_subset(first)
+    return {s: (f[s]["hits@1"], b[s]["hits@1"], f[s]["n"]) for s in f}
 
 
 def record(qid: str, subset: str, relevant: list[str], model: dict, first: dict) -> dict:

@@ -1,18 +1,18 @@
-"""One entry point: split -> tokenizer -> stage 0 (indexing SFT) -> stage 1 (ICL SFT with [COPY]) -> stage 2
-(DPO) -> stage 3 (title-only LoRA, merged) -> ONNX export (+int8) -> parity -> golden.
+"""The paper's recipe, which makes the test fixtures (models/tiny, the CI fixture; models/small, the integration
+tests' reader): split -> tokenizer -> stage 0 (indexing SFT) -> stage 1 (ICL SFT with [COPY]) -> stage 2 (DPO) ->
+stage 3 (title-only LoRA, merged) -> the model directory (export.write_model_dir: ONNX, int8, parity, golden).
 
-    python -m icicle.pipeline --config tiny --out ../models/tiny
-    python -m icicle.pipeline --config small --out ../models/small --from stage1   # reuse WORK/stage1.pt
+    python -m icicle.fixtures --config tiny --out ../models/tiny
+    python -m icicle.fixtures --config small --out ../models/small --from stage1   # reuse WORK/stage1.pt
 
 Writes the MODEL_FORMAT.md directory into --out (manifest.json, model.onnx, model.int8.onnx, tokenizer.json,
 seen_docids.txt, golden/) plus train_report.json (losses, held-out metrics, parity, timings). Checkpoints
-go to --work (default: training/out/<config>), which is git-ignored.
+go to --work (default: training/out/<config>), which is git-ignored. The shipped readers are made by the reader
+pipeline instead (readerdata, reader; training/README.md, "How each shipped model was made").
 """
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
 import random
 import time
@@ -21,18 +21,15 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from .configs import get_config
+from .align import mine_pairs, run_stage2, run_stage3, title_only_report
+from .configs import get_config, with_caps
+from .contexts import BM25Contexts
 from .data import make_split
 from .decode import Trie
 from .device import resolve_device
-from .export import check_parity, export_onnx, ort_session, quantize_int8, write_manifest, write_seen_docids
-from .golden import write_golden
-from .model import Decoder
-from .prompt import TEMPLATES
-from .align import mine_pairs, run_stage2, run_stage3, title_only_report
-from .contexts import BM25Contexts
-from .train import (context_sampler, copy_warmup, docid_vocab, eval_parametric, eval_serve, icl_report, new_model, new_tok,
-                    run_stage0, run_stage1, select_corpus)
+from .export import WorkLog, add_caps, checkpoint, restore, write_model_dir
+from .train import (context_sampler, copy_warmup, eval_parametric, eval_serve, icl_report, new_model, new_tok,
+                    report_start, run_stage0, run_stage1, select_corpus)
 
 
 STAGES = ("stage0", "stage1", "stage2", "stage3")
@@ -48,7 +45,7 @@ def _avg(xs, n=20):
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m icicle.pipeline", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m icicle.fixtures", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="tiny")
     ap.add_argument("--out", required=True, help="model directory to write")
@@ -66,10 +63,7 @@ def main(argv=None) -> None:
                     "by reading (TrainConfig.swap_titles; default: the config's, 0 in every shipped config)")
     ap.add_argument("--round-epochs", type=int, default=0, metavar="N",
                     help="with --more-stage1: N epochs per extra round (default: the config's stage-1 epochs)")
-    ap.add_argument("--summary-tokens", type=int, default=0, metavar="N",
-                    help="the summary cap the model was trained with (TrainConfig.max_summary_tokens; default: the config's)")
-    ap.add_argument("--prompt-tokens", type=int, default=0, metavar="N",
-                    help="the prompt budget the model was trained with (TrainConfig.max_prompt_tokens; default: the config's)")
+    add_caps(ap)
     a = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cfg = get_config(a.config)
@@ -83,12 +77,7 @@ def main(argv=None) -> None:
         if not 0.0 <= a.swap_titles <= 1.0:
             raise SystemExit(f"--swap-titles: a share from 0 to 1, got {a.swap_titles}")
         cfg = replace(cfg, swap_titles=a.swap_titles)
-    if a.summary_tokens < 0 or a.prompt_tokens < 0:
-        raise SystemExit("--summary-tokens and --prompt-tokens: a number of tokens, or 0 for the config's")
-    if a.summary_tokens:
-        cfg = replace(cfg, max_summary_tokens=a.summary_tokens)
-    if a.prompt_tokens:
-        cfg = replace(cfg, max_prompt_tokens=a.prompt_tokens)
+    cfg = with_caps(cfg, a.summary_tokens, a.prompt_tokens)
     dev = resolve_device(a.device)
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -97,15 +86,8 @@ def main(argv=None) -> None:
     work = work_dir(a, cfg)
     os.makedirs(work, exist_ok=True)
     os.makedirs(a.out, exist_ok=True)
-    t_all = time.time()
     times = {}
-    log_f = open(os.path.join(work, "pipeline.log"), "a" if a.from_stage else "w")
-
-    def log(msg: str) -> None:
-        line = f"[{time.time() - t_all:7.1f}s] {msg}"
-        print(line, flush=True)
-        log_f.write(line + "\n")
-        log_f.flush()
+    log = WorkLog(os.path.join(work, "fixtures.log"), append=bool(a.from_stage))
 
     split = make_split()
     tok = new_tok(cfg)
@@ -118,20 +100,10 @@ def main(argv=None) -> None:
         + f", micro-batch {cfg.micro_batch or 'off'}, prompt format {cfg.prompt_format}")
     gtrie = Trie.build(corpus.seen, tok.encode, tok.end_id)
     sneg = context_sampler(cfg, split, corpus)
-    report: dict = {"config": cfg.name, "data_version": split.data_version, "seen_docs": len(corpus.seen),
-                    "train_queries": len(corpus.train_queries)}
-
-    out_vocab = docid_vocab(tok, split.d_train).to(dev)
-    report["train_out_vocab"] = int(out_vocab.numel())
-    report["device"] = str(dev)
-    report["prompt_format"] = cfg.prompt_format
-    if cfg.swap_titles:
-        report["swap_titles"] = cfg.swap_titles
+    report, out_vocab = report_start(cfg, split, corpus, tok, dev)
     start = 0
     if a.from_stage:
-        model.load_state_dict(torch.load(os.path.join(work, f"{a.from_stage}.pt"), map_location="cpu"))
-        report.update(json.load(open(os.path.join(work, "train_metrics.json"))))
-        times.update(report.pop("times_train", {}))
+        restore(model, work, a.from_stage, report, times)
         start = STAGES.index(a.from_stage) + 1
         log(f"resumed from {work}/{a.from_stage}.pt")
     model.to(dev)
@@ -151,14 +123,7 @@ def main(argv=None) -> None:
         times[f"stage1_round{done_rounds + 1}_s"] = time.time() - t
         checkpoint(model, work, "stage1", report, times)
     _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times, work, log, start)
-    _export(a, model, tok, split, corpus, cfg, report, times, t_all, log)
-
-
-def checkpoint(model, work: str, stage: str, report: dict, times: dict) -> None:
-    """Writes WORK/<stage>.pt and the metrics so far (what --from reads back; also icicle.lab.experiment --save-work)."""
-    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, os.path.join(work, f"{stage}.pt"))
-    with open(os.path.join(work, "train_metrics.json"), "w") as f:
-        json.dump({**report, "times_train": times}, f, indent=2)
+    write_model_dir(model, tok, split, corpus.seen, cfg, a.out, work, report, times, log)
 
 
 def _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times, work, log, start):
@@ -217,42 +182,6 @@ def _train(model, tok, split, corpus, cfg, gtrie, sneg, out_vocab, report, times
                             "loss_last20": _avg(l3, -20)}
         evaluate("stage3", title_only=True)
         done("stage3", t)
-
-
-def _export(a, model, tok, split, corpus, cfg, report, times, t_all, log):
-    t = time.time()
-    model.to("cpu")  # export, parity and golden vectors run on the CPU whatever the training device
-    onnx_path = os.path.join(a.out, "model.onnx")
-    int8_path = os.path.join(a.out, "model.int8.onnx")
-    export_onnx(model, onnx_path)
-    quantize_int8(onnx_path, int8_path)
-    report["parity"] = check_parity(model, onnx_path, int8_path, int8_required=not cfg.ship_fp32).to_dict()
-    log(f"parity {report['parity']}")
-    tok.save(os.path.join(a.out, "tokenizer.json"))
-    write_seen_docids(a.out, corpus.seen)
-    write_manifest(a.out, name=f"icicle-{cfg.name}", config=cfg.name, backbone=cfg.backbone,
-                   model_version=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d") + ".1",
-                   data_version=split.data_version, model=model, copy_token_id=tok.copy_id,
-                   end_token_id=tok.end_id, template=TEMPLATES[cfg.prompt_format], int8_only=not cfg.ship_fp32,
-                   quantized=not cfg.ship_fp32,
-                   max_summary_tokens=cfg.max_summary_tokens, prompt_format=cfg.prompt_format,
-                   max_prompt_tokens=cfg.max_prompt_tokens if cfg.cap_prompt else 0)
-    report["golden"] = write_golden(a.out, tok, split, corpus.seen, ort_session(onnx_path), model,
-                                    cfg.max_summary_tokens, cfg.prompt_format)
-    if not cfg.ship_fp32:  # keep the fp32 file out of the model directory (too big to commit)
-        os.replace(onnx_path, os.path.join(work_dir(a, cfg), "model.fp32.onnx"))
-    else:  # the int8 file breaks this model (its agreement is in the report): kept in WORK, not served
-        os.replace(int8_path, os.path.join(work_dir(a, cfg), "model.int8.onnx"))
-    times["export_golden_s"] = time.time() - t
-    times["total_s"] = time.time() - t_all
-    report["times"] = times
-    report["sizes"] = {f: os.path.getsize(os.path.join(a.out, f)) for f in
-                       ("model.onnx", "model.int8.onnx", "tokenizer.json", "seen_docids.txt")
-                       if os.path.exists(os.path.join(a.out, f))}
-    with open(os.path.join(a.out, "train_report.json"), "w") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
-    log(f"done: {json.dumps(report['times'])} sizes {report['sizes']}")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
-"""The pipeline's training driver runs every stage in order, evaluates after each and checkpoints each (on a
-micro model, seconds)."""
+"""The paper's recipe (icicle.fixtures) runs every stage in order, evaluates after each and checkpoints each (on a
+micro model, seconds); a checkpoint becomes a model directory (icicle.export dir)."""
+import json
 import os
 from dataclasses import replace
 
 import pytest
+import torch
 
-from icicle import pipeline
+from icicle import fixtures
 from icicle.configs import StageConfig, get_config
 from icicle.decode import Trie
 from icicle.model import Decoder, ModelConfig
@@ -23,10 +25,10 @@ def test_train_runs_all_stages_and_checkpoints(tok, split, tmp_path):
     c = select_corpus(split, cfg)
     c = Corpus(c.seen, c.train_queries[:6], c.docs, c.copy_queries[:6])
     report, times = {}, {}
-    pipeline._train(Decoder(MICRO), tok, split, c, cfg, Trie.build(c.seen, tok.encode, tok.end_id),
+    fixtures._train(Decoder(MICRO), tok, split, c, cfg, Trie.build(c.seen, tok.encode, tok.end_id),
                     RandomNegatives(c.seen), docid_vocab(tok, split.d_train), report, times, str(tmp_path),
                     lambda s: None, 0)
-    for st in pipeline.STAGES:
+    for st in fixtures.STAGES:
         assert os.path.exists(tmp_path / f"{st}.pt") and f"{st}_s" in times
         assert f"{st}_icl" in report and f"{st}_parametric_trainq" in report
     assert "stage2_title_only" in report and "stage3_title_only" in report
@@ -51,7 +53,30 @@ def test_eval_serve_reports_the_serve_view(tok, split):
     assert fused["100.0"] == r["gold_pos"].get(1, 0) / max(1, gin)
 
 
-def test_pipeline_rejects_a_swap_share_outside_0_1(tmp_path):
+def test_fixtures_reject_a_swap_share_outside_0_1(tmp_path):
     with pytest.raises(SystemExit, match="--swap-titles: a share from 0 to 1, got 1.5"):
-        pipeline.main(["--config", "tiny", "--out", str(tmp_path / "m"), "--swap-titles", "1.5"])
+        fixtures.main(["--config", "tiny", "--out", str(tmp_path / "m"), "--swap-titles", "1.5"])
     assert not (tmp_path / "m").exists()  # nothing written
+
+
+def test_export_dir_writes_a_checkpoint_as_a_model_directory(tmp_path):
+    """icicle.export dir (how a reader run's or a delta's weights become a model directory): the checkpoint's weights
+    behind the graph, its metrics at the head of train_report.json, the caps it trained with in the manifest."""
+    from icicle.configs import get_config
+    from icicle.export import checkpoint, main
+
+    cfg = get_config("tiny")
+    torch.manual_seed(3)
+    model = Decoder(cfg.model)
+    work, out = tmp_path / "work", tmp_path / "m"
+    work.mkdir()
+    checkpoint(model, str(work), "stage3", {"config": "tiny", "reader": {"budget": 384}, "steps": 7}, {"train_s": 1.5})
+    main(["dir", "--config", "tiny", "--work", str(work), "--out", str(out), "--summary-tokens", "16"])
+    report = json.loads((out / "train_report.json").read_text())
+    assert report["steps"] == 7 and report["reader"] == {"budget": 384} and report["times"]["train_s"] == 1.5
+    assert report["seen_docs"] == cfg.n_seen_docs and report["device"] == "cpu"
+    assert report["parity"]["fp32_max_abs"] < 1e-4, "the graph holds the checkpoint's weights, not a fresh init"
+    assert report["golden"]["decode"] > 0 and (out / "golden" / "decode.jsonl").exists()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["max_summary_tokens"] == 16 and manifest["config"] == "tiny"
+    assert (out / "model.onnx").exists() and (work / "model.int8.onnx").exists(), "tiny ships its fp32 graph"
