@@ -65,7 +65,6 @@ COPY --from=prebuilt . /prebuilt/
 COPY scripts/ort.sh scripts/encoder.sh scripts/
 COPY models/bge-small-en-v15-q/encoder.json models/bge-small-en-v15-q/
 RUN --mount=type=cache,target=/cache/icicle \
-    --mount=type=cache,target=/root/.m2 \
     set -eu; \
     enc=models/bge-small-en-v15-q; \
     mkdir -p /out/lib "/out/$enc"; \
@@ -75,7 +74,7 @@ RUN --mount=type=cache,target=/cache/icicle \
       done; \
     else \
       apt-get update; \
-      apt-get install -y --no-install-recommends ca-certificates nodejs npm maven unzip python3; \
+      apt-get install -y --no-install-recommends ca-certificates curl nodejs npm unzip python3; \
       rm -rf /var/lib/apt/lists/*; \
       cp -L "$(scripts/ort.sh)" /out/lib/libonnxruntime.so.1; \
       scripts/encoder.sh "$enc"; \
@@ -96,7 +95,7 @@ ARG ICICLE_COMMIT=""
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=1 CGO_LDFLAGS="-L/out/tokenizers" \
-    go build -tags "ort tokenizers" -trimpath \
+    go build -tags "ort tokenizers nomsgpack" -trimpath \
       -ldflags "-s -w ${ICICLE_VERSION:+-X main.version=$ICICLE_VERSION} ${ICICLE_COMMIT:+-X main.commit=$ICICLE_COMMIT}" \
       -o /out/icicle ./cmd/icicle
 

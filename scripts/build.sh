@@ -2,8 +2,24 @@
 # Build bin/icicle with ONNX Runtime and the HF tokenizer compiled in (installs them first if needed).
 # "icicle version" then prints $ICICLE_VERSION, else the release tag vX.Y.Z on HEAD, else the default in
 # cmd/icicle/version.go; and the git commit of the checkout (" (modified)" with uncommitted changes).
+#
+#   scripts/build.sh          build bin/icicle
+#   scripts/build.sh --deps   compile its packages into Go's build cache without linking: needs neither native
+#                             library, so bootstrap runs it while libtokenizers builds (a cold build's Go half)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# nomsgpack: gin without its MessagePack binding (the sidecar speaks JSON), a large package a cold build
+# would otherwise compile.
+tags="ort tokenizers nomsgpack"
+if [[ ${1:-} == --deps ]]; then
+  # Everything but the main package and what imports the tokenizer's cgo package (whose cgo step links
+  # against libtokenizers.a).
+  mapfile -t pkgs < <(go list -tags "$tags" -deps \
+    -f '{{if and (not .Standard) (ne .Name "main") (ne .ImportPath "github.com/daulet/tokenizers")}}{{.ImportPath}} {{join .Deps " "}}{{end}}' \
+    ./cmd/icicle | grep -v ' github.com/daulet/tokenizers\b' | cut -d' ' -f1 | grep .)
+  CGO_ENABLED=1 go build -tags "$tags" "${pkgs[@]}"
+  exit 0
+fi
 version=${ICICLE_VERSION:-$(git describe --tags --exact-match --match 'v[0-9]*' 2>/dev/null || true)}
 version=${version#v}
 link=()
@@ -18,5 +34,5 @@ if commit=$(git rev-parse HEAD 2>/dev/null); then
 fi
 eval "$(scripts/env.sh)"
 mkdir -p bin
-go build -tags "ort tokenizers" -ldflags "${link[*]}" -o bin/icicle ./cmd/icicle
+go build -tags "$tags" -ldflags "${link[*]}" -o bin/icicle ./cmd/icicle
 echo "build: bin/icicle ${version:-(default version)} (ICICLE_ORT_LIB=$ICICLE_ORT_LIB)" >&2

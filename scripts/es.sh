@@ -3,7 +3,8 @@
 # node runs in a plain JVM from the official server jars that Elastic publishes on Maven Central, started
 # by a small launcher (scripts/es/src) that this script compiles with javac.
 #
-#   scripts/es.sh install   fetch the pinned jars with Maven into the cache, verify them, compile the launcher
+#   scripts/es.sh install   fetch the pinned jars into the cache, verify them, compile the launcher
+#   scripts/es.sh lock      resolve the jars with Maven and write scripts/es/jars-<version>.sha256 (a new pin)
 #   scripts/es.sh start     install if needed, start one node in the background, wait until it is healthy
 #   scripts/es.sh stop      SIGTERM (clean close), then SIGKILL after ICICLE_ES_STOP_TIMEOUT seconds
 #   scripts/es.sh status    exit 0 if the node answers _cluster/health with yellow or green
@@ -23,7 +24,9 @@
 #   ICICLE_ES_PORT             HTTP port on 127.0.0.1 [9200]
 #   ICICLE_ES_TRANSPORT_PORT   node-to-node port or range on 127.0.0.1 [9300-9399]
 #   ICICLE_ES_HEAP             JVM heap, -Xms and -Xmx [1g]
-#   ICICLE_ES_START_TIMEOUT    seconds to wait for health on start [120]
+#   ICICLE_ES_START_TIMEOUT    seconds to wait for health on start [300]; a node on two slow cores
+#                              busy compiling can take 100 s to start
+#   ICICLE_MAVEN_URL           the Maven repository the jars come from [https://repo.maven.apache.org/maven2]
 #   ICICLE_ES_STOP_TIMEOUT     seconds to wait after SIGTERM before SIGKILL [30]
 #
 # What runs: org.elasticsearch:elasticsearch (the server) and org.elasticsearch.plugin:transport-netty4 (its
@@ -47,8 +50,13 @@
 # does Central have transport-netty4 for every 9.x release (its index lists 9.0.0, 9.0.1, 9.0.4, 9.0.8,
 # 9.1.0, 9.1.7, 9.2.0, 9.2.2, 9.5.2 and 9.5.3); 9.5.3 is the newest with both jars and their checksums.
 #
-# Needs: a JDK (java and javac) new enough for the version, mvn, curl, sha256sum; network to Maven Central
-# on the first install of each version only.
+# The jars of each pinned release are listed with their sha256 in scripts/es/jars-<version>.sha256 and
+# fetched from Maven Central in parallel with curl (seconds); every jar is checked against its line. A
+# version without such a file is resolved with Maven from scripts/es/pom.xml (minutes: Maven first fetches
+# its own plugins); `scripts/es.sh lock` writes the file from that resolution.
+#
+# Needs: a JDK (java and javac) new enough for the version, curl, sha256sum (mvn only for `lock` or a
+# version without a jar list); network to Maven Central on the first install of each version only.
 set -euo pipefail
 
 # VERSIONS: each release es.sh can run, with the sha256 of the two jars that are Elasticsearch (sha1
@@ -85,7 +93,7 @@ RUN=${ICICLE_RUN_DIR:-$REPO/.run}/es/$ES_VERSION
 PORT=${ICICLE_ES_PORT:-9200}
 TRANSPORT_PORT=${ICICLE_ES_TRANSPORT_PORT:-9300-9399}
 HEAP=${ICICLE_ES_HEAP:-1g}
-START_TIMEOUT=${ICICLE_ES_START_TIMEOUT:-120}
+START_TIMEOUT=${ICICLE_ES_START_TIMEOUT:-300}
 STOP_TIMEOUT=${ICICLE_ES_STOP_TIMEOUT:-30}
 
 URL=http://127.0.0.1:$PORT
@@ -109,11 +117,13 @@ stamp_want() {
   {
     echo "$ES_VERSION $ES_JAR_SHA256 $NETTY_JAR_SHA256 $JAVA_MIN"
     cat "$SRC/pom.xml"
+    cat "$LOCK" 2>/dev/null || true
     find "${SRC_DIRS[@]}" -name '*.java' -print0 | sort -z | xargs -0 cat
   } | sha256sum | cut -c1-16
 }
 # The launcher's classes live in a folder named by the stamp: checkouts with different launcher sources
 # (branches, worktrees) share the cache without recompiling over the classes of a node another one runs.
+LOCK=$SRC/jars-$ES_VERSION.sha256
 CLASSES=$CACHE/launcher/$(stamp_want)
 
 # installed also re-hashes the two pinned jars (~50 ms), so a jar altered after install is noticed on start.
@@ -167,14 +177,71 @@ install() {
     say "Elasticsearch $ES_VERSION already installed in $CACHE"
     return
   fi
-  need mvn "install Maven 3 (apt-get install maven)"
   need sha256sum "install coreutils"
+  need curl "install curl (apt-get install curl)"
   find_jdk
 
   mkdir -p "$CACHE"
   # Two installs at once (make -j, parallel CI steps) would race on the Maven repo and the class files.
   # The lock's fd is scoped to this call so the node started afterwards does not inherit it.
   install_locked 9>"$CACHE/.lock"
+}
+
+# MAVEN is where the jars come from; fetch_locked takes the paths below it from $LOCK.
+MAVEN=${ICICLE_MAVEN_URL:-https://repo.maven.apache.org/maven2}
+
+# fetch_locked downloads every jar $LOCK lists ("sha256  group/path/artifact-version.jar") into $1, in
+# parallel, and checks each against its sha256; $1 only appears once all are there and verified.
+fetch_locked() {
+  local out=$1 tmp=$1.tmp sha path
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  : >"$tmp/.curl" && : >"$tmp/.sums"
+  while read -r sha path; do
+    [[ -z $sha || $sha == \#* ]] && continue
+    printf 'url = "%s/%s"\noutput = "%s/%s"\n' "$MAVEN" "$path" "$tmp" "${path##*/}" >>"$tmp/.curl"
+    printf '%s  %s\n' "$sha" "${path##*/}" >>"$tmp/.sums"
+  done <"$LOCK"
+  curl -fsS --no-progress-meter --retry 3 --parallel --parallel-max 8 -K "$tmp/.curl" ||
+    die "downloading the jars $LOCK lists from $MAVEN failed (curl's message above); check network access to repo.maven.apache.org and retry"
+  (cd "$tmp" && sha256sum --quiet -c .sums) >&2 ||
+    die "a jar from $MAVEN does not match its sha256 in $LOCK (listed above): the download is corrupt or not the pinned release"
+  rm -f "$tmp/.curl" "$tmp/.sums"
+  rm -rf "$out"
+  mv "$tmp" "$out"
+}
+
+# mvn_resolve copies the runtime dependencies of scripts/es/pom.xml at $ES_VERSION into $1 with Maven; the
+# local repository it fills ($CACHE/m2) is what `lock` reads the jars' paths from.
+mvn_resolve() {
+  need mvn "install Maven 3 (apt-get install maven), or add scripts/es/jars-$ES_VERSION.sha256"
+  rm -rf "$1"
+  if ! mvn -B -q -C -f "$SRC/pom.xml" \
+    -Dmaven.repo.local="$CACHE/m2" -Des.version="$ES_VERSION" \
+    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$1" >"$CACHE/mvn.log" 2>&1; then
+    tail -n 20 "$CACHE/mvn.log" >&2
+    die "mvn dependency:copy-dependencies failed for org.elasticsearch:elasticsearch:$ES_VERSION (full log: $CACHE/mvn.log); check network access to https://repo.maven.apache.org and retry"
+  fi
+}
+
+# lock resolves the version's jars with Maven and writes $LOCK: each jar's sha256 and its path on Central.
+lock() {
+  mkdir -p "$CACHE"
+  local lib=$CACHE/lock-lib jar path
+  mvn_resolve "$lib"
+  check_sha "$lib/elasticsearch-$ES_VERSION.jar" "$ES_JAR_SHA256"
+  check_sha "$lib/transport-netty4-$ES_VERSION.jar" "$NETTY_JAR_SHA256"
+  {
+    echo "# Elasticsearch $ES_VERSION's runtime jars on Maven Central (scripts/es.sh lock; es.sh install fetches these)"
+    for jar in "$lib"/*.jar; do
+      path=$(cd "$CACHE/m2" && find . -name "${jar##*/}" -print -quit)
+      [[ -n $path ]] || die "${jar##*/} is not in $CACHE/m2"
+      echo "$(sha256sum "$jar" | cut -d' ' -f1)  ${path#./}"
+    done
+  } >"$LOCK.tmp"
+  mv "$LOCK.tmp" "$LOCK"
+  rm -rf "$lib"
+  say "wrote $LOCK ($(grep -vc '^#' "$LOCK") jars)"
 }
 
 install_locked() {
@@ -187,12 +254,10 @@ install_locked() {
   local lib=$CACHE/lib
   if [[ ! -f $lib/elasticsearch-$ES_VERSION.jar || ! -f $lib/transport-netty4-$ES_VERSION.jar ]]; then
     say "fetching Elasticsearch $ES_VERSION jars from Maven Central (~50 MB, once)"
-    rm -rf "$lib"
-    if ! mvn -B -q -C -f "$SRC/pom.xml" \
-      -Dmaven.repo.local="$CACHE/m2" -Des.version="$ES_VERSION" \
-      dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$lib" >"$CACHE/mvn.log" 2>&1; then
-      tail -n 20 "$CACHE/mvn.log" >&2
-      die "mvn dependency:copy-dependencies failed for org.elasticsearch:elasticsearch:$ES_VERSION (full log: $CACHE/mvn.log); check network access to https://repo.maven.apache.org and retry"
+    if [[ -f $LOCK ]]; then
+      fetch_locked "$lib"
+    else
+      mvn_resolve "$lib"
     fi
   fi
   check_sha "$lib/elasticsearch-$ES_VERSION.jar" "$ES_JAR_SHA256"
@@ -366,6 +431,7 @@ status() {
 
 case "${1:-}" in
   install) install ;;
+  lock) lock ;;
   start) start ;;
   stop) stop ;;
   status) status ;;
@@ -373,5 +439,5 @@ case "${1:-}" in
   version) echo "$ES_VERSION" ;;
   versions) echo "$VERSIONS" ;;
   classes) install >&2; echo "$CLASSES" ;;
-  *) die "usage: scripts/es.sh {install|start|stop|status|url|version|versions|classes}" ;;
+  *) die "usage: scripts/es.sh {install|lock|start|stop|status|url|version|versions|classes}" ;;
 esac
