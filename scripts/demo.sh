@@ -122,11 +122,13 @@ if [[ -n $reader_dir ]]; then
 fi
 rss=$(ps -o rss= -p "$(cat "$pidfile")" | awk '{printf "%.0f", $1/1024}')
 step "Done"
+reader_line=
+[[ -n $reader_rss ]] && reader_line="The $reader reader's sidecar held $reader_rss MiB resident after its questions$reader_left.
+"
 cat <<TXT
 
-Full report: $run/eval/report.md (JSON and plots beside it). The demo took $(($(date +%s) - began)) s.${reader_rss:+
-The $reader reader's sidecar held ${reader_rss} MiB resident after its questions${reader_left}.}
-The sidecar is running at $url (pid $(cat "$pidfile"), ${rss} MiB resident, log $run/sidecar.log), next to
+Full report: $run/eval/report.md (JSON and plots beside it). The demo took $(($(date +%s) - began)) s.
+${reader_line}The sidecar is running at $url (pid $(cat "$pidfile"), ${rss} MiB resident, log $run/sidecar.log), next to
 Elasticsearch at $ICICLE_ELASTICSEARCH_ADDRESSES. Try:
   curl -s $url/v1/search -d '{"query": "who sang the theme song for the office", "size": 3}'
   curl -s $url/v1/model
