@@ -84,11 +84,10 @@ func TestRequestTimeoutIsUnavailable(t *testing.T) {
 	require.NoError(t, err)
 	defer a.Close()
 
-	start := time.Now()
+	// The transport never answers: only the adapter's 100 ms timeout ends the call (a hang fails the test).
 	_, err = a.SearchNew(t.Context(), "query", 10)
 	require.ErrorIs(t, err, adapter.ErrUnavailable, "the adapter's own timeout is an outage")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Less(t, time.Since(start), 2*time.Second)
 
 	// The caller's own deadline running out first is the caller's business, not an outage.
 	a2, err := adapter.New(adapter.Options{

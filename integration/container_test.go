@@ -16,9 +16,7 @@ package integration
 //	go test -tags container -run TestContainer -v ./integration/    (after scripts/container.sh install)
 
 import (
-	"bufio"
 	"bytes"
-	"compress/gzip"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -33,6 +31,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/icicle-search/sidecar/internal/dataset"
 	"github.com/icicle-search/sidecar/internal/testenv"
 	"github.com/icicle-search/sidecar/plugin"
 )
@@ -207,20 +206,8 @@ func containerScript(t *testing.T, env []string, script string, args ...string) 
 
 func readCranfield(t *testing.T, path string, n int) []corpusDoc {
 	t.Helper()
-	f, err := os.Open(path)
+	out, err := dataset.ReadJSONL[corpusDoc](path, n)
 	require.NoError(t, err)
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	require.NoError(t, err)
-	sc := bufio.NewScanner(gz)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	var out []corpusDoc
-	for len(out) < n && sc.Scan() {
-		var d corpusDoc
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &d))
-		out = append(out, d)
-	}
-	require.NoError(t, sc.Err())
 	require.Len(t, out, n, "%s has fewer documents than the test reads", path)
 	return out
 }

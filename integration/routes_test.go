@@ -3,9 +3,6 @@
 package integration
 
 import (
-	"bufio"
-	"compress/gzip"
-	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/icicle-search/sidecar/internal/dataset"
 	"github.com/icicle-search/sidecar/internal/testenv"
 	"github.com/icicle-search/sidecar/plugin"
 )
@@ -47,22 +45,14 @@ func devQueries(t *testing.T) []labelledQuery {
 			rel[f[0]] = f[1]
 		}
 	}
-	f, err := os.Open(filepath.Join(dir, "queries.jsonl.gz"))
+	queries, err := dataset.ReadJSONL[struct{ QID, Query, Split string }](filepath.Join(dir, "queries.jsonl.gz"), 0)
 	require.NoError(t, err)
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	require.NoError(t, err)
-	sc := bufio.NewScanner(gz)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	var out []labelledQuery
-	for sc.Scan() {
-		var q struct{ QID, Query, Split string }
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &q))
+	for _, q := range queries {
 		if d, ok := rel[q.QID]; ok && q.Split == "dev" {
 			out = append(out, labelledQuery{q.Query, d})
 		}
 	}
-	require.NoError(t, sc.Err())
 	return out
 }
 

@@ -72,14 +72,13 @@ func TestImpressionLogConcurrent(t *testing.T) {
 
 func TestImpressionLogDropsWhenFull(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "impressions.jsonl")
-	l, err := openImpressionLog(path, LogOptions{Buffer: 2}) // the writer is not running yet
+	// The writer is not running yet: a Log that waited for it would hang here.
+	l, err := openImpressionLog(path, LogOptions{Buffer: 2})
 	require.NoError(t, err)
-	start := time.Now()
 	require.True(t, l.Log(testImpression(1)))
 	require.True(t, l.Log(testImpression(2)))
 	require.False(t, l.Log(testImpression(3)), "a full queue drops")
 	require.False(t, l.Log(testImpression(4)))
-	require.Less(t, time.Since(start), time.Second, "Log never waits for the writer")
 	require.Equal(t, uint64(2), l.Counts().DroppedFull)
 	go l.run()
 	require.NoError(t, l.Close())

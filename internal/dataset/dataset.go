@@ -42,6 +42,30 @@ func Open(path string) (io.ReadCloser, error) {
 	}{zr, f}, nil
 }
 
+// ReadJSONL decodes the first n lines of a JSON Lines file (gunzipped when its name ends in .gz) into T;
+// n <= 0 reads every line.
+func ReadJSONL[T any](path string, n int) ([]T, error) {
+	rc, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	sc := bufio.NewScanner(rc)
+	sc.Buffer(make([]byte, 1<<16), 1<<22)
+	var out []T
+	for line := 1; (n <= 0 || len(out) < n) && sc.Scan(); line++ {
+		var v T
+		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		out = append(out, v)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return out, nil
+}
+
 // ReadLabelled reads the queries of split that have relevance labels, the first n whose relevant
 // document is seen and the first n whose relevant documents are all new, in file order. A query with
 // any seen relevant document is a seen-document query.
