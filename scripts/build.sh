@@ -17,7 +17,9 @@ if [[ ${1:-} == --deps ]]; then
   mapfile -t pkgs < <(go list -tags "$tags" -deps \
     -f '{{if and (not .Standard) (ne .Name "main") (ne .ImportPath "github.com/daulet/tokenizers")}}{{.ImportPath}} {{join .Deps " "}}{{end}}' \
     ./cmd/icicle | grep -v ' github.com/daulet/tokenizers\b' | cut -d' ' -f1 | grep .)
-  CGO_ENABLED=1 go build -tags "$tags" "${pkgs[@]}"
+  # The same CGO_ENABLED and CGO_LDFLAGS as the final build (scripts/env.sh), or Go's cache would key every
+  # package that depends on a cgo one (net, and so nearly all) differently, and compile them again.
+  CGO_ENABLED=1 CGO_LDFLAGS="-L$(scripts/tokenizers.sh --dir)" go build -tags "$tags" "${pkgs[@]}"
   exit 0
 fi
 version=${ICICLE_VERSION:-$(git describe --tags --exact-match --match 'v[0-9]*' 2>/dev/null || true)}

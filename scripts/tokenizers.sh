@@ -4,6 +4,7 @@
 #
 #   scripts/tokenizers.sh            build if missing, print the directory holding libtokenizers.a
 #   scripts/tokenizers.sh --force    rebuild even if cached (cargo's target dir keeps it incremental)
+#   scripts/tokenizers.sh --dir      print the directory that holds (or will hold) libtokenizers.a; build nothing
 #
 # Link with:  CGO_LDFLAGS="-L$(scripts/tokenizers.sh)" go build -tags tokenizers ./...
 # Needs: go, cargo (stable Rust), network to crates.io on a cold build. The Go module itself is verified
@@ -25,9 +26,10 @@ die() { echo "tokenizers.sh: $*" >&2; exit 1; }
 force=0
 case "${1:-}" in
   --force) force=1 ;;
+  --dir) echo "$OUT"; exit 0 ;;
   "") ;;
   -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
-  *) die "unknown argument '$1' (use --force or nothing)" ;;
+  *) die "unknown argument '$1' (use --force, --dir or nothing)" ;;
 esac
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
