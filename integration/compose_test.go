@@ -373,7 +373,7 @@ func TestDockerfile(t *testing.T) {
 		build += strings.Join(st.lines, "\n") + "\n"
 	}
 	for _, want := range []string{
-		"scripts/ort.sh", "scripts/tokenizers.sh", `-tags "ort tokenizers"`, "CGO_ENABLED=1", "./cmd/icicle",
+		"scripts/ort.sh", "scripts/tokenizers.sh", `-tags "ort tokenizers nomsgpack"`, "CGO_ENABLED=1", "./cmd/icicle",
 	} {
 		require.Contains(t, build, want)
 	}
