@@ -1,6 +1,6 @@
 # ICICLE sidecar task runner. The two commands a newcomer needs:
 #   make demo   set up everything, start Elasticsearch + the sidecar on the demo corpus, compare with BM25 and a reader
-#   make test   every test: Go (pure, native, race), Python (training), integration against real nodes, the container stack
+#   make test   the suite CI runs: Go (pure, native, race), Python (training), integration against real nodes, the container stack
 # Everything installs into $(ICICLE_CACHE) (default ~/.cache/icicle) and is idempotent.
 
 SHELL := /bin/bash
@@ -8,7 +8,7 @@ SHELL := /bin/bash
 export ICICLE_CACHE ?= $(HOME)/.cache/icicle
 TAGS := ort tokenizers
 
-.PHONY: demo demo-blocks container-test test bootstrap build serve stop es-start es-stop test-go test-native test-python test-integration model-tiny model-small model-reader135 calibrate model-gpu eval-model clean
+.PHONY: demo demo-blocks container-test test test-full bootstrap build serve stop es-start es-stop test-go test-native test-python test-integration model-tiny model-small model-reader135 calibrate model-gpu eval-model clean
 
 demo: ## bootstrap, start ES, ingest the demo corpus, start the sidecar, compare BM25, the first stage, the default and a reader
 	scripts/demo.sh
@@ -16,8 +16,11 @@ demo: ## bootstrap, start ES, ingest the demo corpus, start the sidecar, compare
 demo-blocks: ## make demo with the b7 reader profile: 100 candidates read by blocks (filled in the background, about 3.5 minutes, 2.8 GB in .run/blocks)
 	DEMO_READER=b7 scripts/demo.sh
 
-test: ## the whole test suite (what CI runs)
+test: ## the test suite CI runs: Go (pure, race, native), Python, integration on real nodes, the container stack
 	scripts/test.sh
+
+test-full: ## make test and the training tests marked slow (they train the real 135M backbone; about 25 more minutes)
+	scripts/test.sh --full
 
 bootstrap: ## install native libraries, the Elasticsearch node and the Python venv (cached, idempotent)
 	scripts/bootstrap.sh

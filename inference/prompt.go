@@ -193,7 +193,15 @@ func (b *PromptBuilder) Build(query string, cands []Candidate, opts PromptOption
 	if !opts.FixedSummaryCap {
 		limit = summaryCap(lens, opts.MaxTokens-used, opts.MaxSummaryTokens)
 	}
-	p := Prompt{IDs: make([]int64, 0, opts.MaxTokens), InContext: len(enc), SummaryTokens: make([]int, len(enc)),
+	size := len(b.header) + len(queryIDs) // the prompt's exact length: its ids are allocated once, at that size
+	for _, ce := range enc {
+		if ce.titleOnly != nil {
+			size += len(ce.titleOnly)
+		} else {
+			size += len(ce.left) + min(len(ce.summary), limit) + len(ce.right)
+		}
+	}
+	p := Prompt{IDs: make([]int64, 0, size), InContext: len(enc), SummaryTokens: make([]int, len(enc)),
 		Segments: make([]int, 0, len(enc)+1)}
 	p.IDs = append(p.IDs, b.header...)
 	p.Segments = append(p.Segments, len(p.IDs))

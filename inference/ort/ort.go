@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -204,19 +206,58 @@ func checkOptions(opts Options) error {
 	return errors.Join(errs...)
 }
 
-// checkIO compares the model's declared inputs and outputs with the contract, reporting every mismatch.
-// Dimensions the model leaves symbolic (-1) are not checked.
-func checkIO(path string, spec inference.Spec, ins, outs []string) error {
-	// A throwaway session without graph optimisation: only the signature is needed.
+// fileKey names one version of a model file: its path, size and modification time.
+type fileKey struct {
+	path  string
+	size  int64
+	mtime int64
+}
+
+type ioSignature struct {
+	ins, outs []onnx.InputOutputInfo
+}
+
+// signatures holds the inputs and outputs of the model files read so far, so that opening the same unchanged
+// file again (a hot swap back, a second engine) does not load it a second time only to read its signature.
+var signatures sync.Map // fileKey -> ioSignature
+
+// signature returns the declared inputs and outputs of the ONNX file at path. ONNX Runtime reads them from
+// a throwaway session without graph optimisation, which still loads every weight: for a 539 MB reader that is
+// as long as creating the real session, so the answer is kept per file version.
+func signature(path string) ([]onnx.InputOutputInfo, []onnx.InputOutputInfo, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	key := fileKey{abs, fi.Size(), fi.ModTime().UnixNano()}
+	if v, ok := signatures.Load(key); ok {
+		sig := v.(ioSignature)
+		return sig.ins, sig.outs, nil
+	}
 	so, err := onnx.NewSessionOptions()
 	if err != nil {
-		return fmt.Errorf("check model %s: %w", path, err)
+		return nil, nil, err
 	}
 	defer so.Destroy()
 	if err := so.SetGraphOptimizationLevel(onnx.GraphOptimizationLevelDisableAll); err != nil {
-		return fmt.Errorf("check model %s: %w", path, err)
+		return nil, nil, err
 	}
-	gotIn, gotOut, err := onnx.GetInputOutputInfoWithOptions(path, so)
+	ins, outs, err := onnx.GetInputOutputInfoWithOptions(path, so)
+	if err != nil {
+		return nil, nil, err
+	}
+	signatures.Store(key, ioSignature{ins, outs})
+	return ins, outs, nil
+}
+
+// checkIO compares the model's declared inputs and outputs with the contract, reporting every mismatch.
+// Dimensions the model leaves symbolic (-1) are not checked.
+func checkIO(path string, spec inference.Spec, ins, outs []string) error {
+	gotIn, gotOut, err := signature(path)
 	if err != nil {
 		return fmt.Errorf("check model %s: %w", path, err)
 	}

@@ -290,6 +290,38 @@ func TestLoadChecksContract(t *testing.T) {
 	require.ErrorContains(t, err, "threads = -1")
 }
 
+// TestSignatureFollowsTheFile: the signature kept per model file is that file's version: the same file opened
+// again is served from it, and a file replaced at the same path is read anew and checked against the contract.
+func TestSignatureFollowsTheFile(t *testing.T) {
+	f := loadFixture(t)
+	path := filepath.Join(t.TempDir(), "model.onnx")
+	raw, err := os.ReadFile(f.onnx)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, raw, 0o644))
+	for range 2 {
+		m, err := Load(path, f.spec, Options{}, nil)
+		require.NoError(t, err)
+		require.NoError(t, m.Close())
+	}
+	n := 0
+	signatures.Range(func(k, _ any) bool {
+		if k.(fileKey).path == path {
+			n++
+		}
+		return true
+	})
+	require.Equal(t, 1, n, "one signature for one version of the file")
+
+	other, err := os.ReadFile(filepath.Join("..", "..", "models", "bge-small-en-v15-q", "model.onnx"))
+	if os.IsNotExist(err) {
+		testenv.Missing(t, "no encoder graph in models/bge-small-en-v15-q: run scripts/encoder.sh (scripts/test.sh does)")
+	}
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, other, 0o644))
+	_, err = Load(path, f.spec, Options{}, nil)
+	require.ErrorContains(t, err, `input "position_ids" missing`, "the replaced file is checked, not its old signature")
+}
+
 // cudaExpected says whether the CUDA provider can work here: ONNX Runtime's CUDA provider library
 // beside the runtime library and an NVIDIA device node. ICICLE_EXPECT_CUDA=1 or 0 overrides the guess.
 func cudaExpected() (bool, string) {
