@@ -8,7 +8,7 @@
 #      shipped as a delta get their model.onnx from scripts/model.sh first, built once and cached), and the
 #      first stage's encoders' (models/bge-small-en-v15*, whose files scripts/encoder.sh fetches first)
 #   4. Python: training/ stages, export parity, reference decoder (pytest; --full adds the tests marked slow,
-#      which train or run the real 135M backbone for minutes each)
+#      which train through whole stages or run the real 135M backbone, minutes each)
 #   5. Integration: a real Elasticsearch node on loopback + the real model, end to end; nginx in front of
 #      it as a secured cluster (scripts/authproxy.sh) for the security tests; the official Python and
 #      JavaScript Elasticsearch clients against the drop-in (scripts/clients.sh); then a 9.x node for the
@@ -139,11 +139,11 @@ if [[ "${ICICLE_TEST_SKIP_PYTHON:-0}" != 1 ]]; then
   step "Python: training pipeline (pytest)"
   venv=$(scripts/pyenv.sh)
   rc=0
-  # The tests marked slow train or run the real 135M backbone for minutes each (about 25 minutes together on two
+  # The tests marked slow train through whole stages or run the real 135M backbone, minutes each (about 25 minutes together on two
   # cores): --full runs them; without it they are left out by name, and the count is printed.
   marks="not elasticsearch and not slow"
   if [[ $full == 1 ]]; then marks="not elasticsearch"; fi
-  (cd training && "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "$marks" tests) || rc=$?
+  (cd training && "$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=12 --durations-min=5 -m "$marks" tests) || rc=$?
   if [[ $rc == 5 ]]; then echo "test.sh: pytest collected no tests; that is a failure here" >&2; exit 1; fi
   [[ $rc == 0 ]] || exit "$rc"
   if [[ $full == 0 ]]; then

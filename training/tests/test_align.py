@@ -1,5 +1,7 @@
 """Stages 2 (DPO) and 3 (title-only LoRA) learn on tiny data, and LoRA merging is exact."""
 import random
+
+import pytest
 from dataclasses import replace
 
 import torch
@@ -39,6 +41,7 @@ def test_mined_pairs_are_failures_of_the_model(tok, split):
         assert p.chosen[-1] == tok.end_id and p.rejected[-1] == tok.end_id
 
 
+@pytest.mark.slow
 def test_stage2_dpo_prefers_chosen_after_training(tok, split):
     torch.manual_seed(0)
     cfg, c, ov = _setup(tok, split, stage2=StageConfig(epochs=6, lr=3e-3, batch=8, warmup=0.1), dpo_beta=0.1)
@@ -86,6 +89,7 @@ def test_lora_merge_is_exact_and_starts_as_identity():
     assert set(m.state_dict()) == set(Decoder(MICRO).state_dict())  # exports like any Decoder
 
 
+@pytest.mark.slow
 def test_stage3_title_only_loss_falls_and_only_lora_trains(tok, split):
     torch.manual_seed(0)
     cfg, c, ov = _setup(tok, split, stage3=StageConfig(epochs=8, lr=1e-2, batch=8, warmup=0.1), lora_r=8,

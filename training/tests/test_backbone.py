@@ -28,6 +28,7 @@ def test_unpermute_inverts_llama_cpp_permutation():
     assert np.array_equal(_unpermute(permuted, n_head), w)
 
 
+@pytest.mark.slow
 def test_full_backbone_predicts_real_text(tok):
     full = gguf_meta_config(gguf_path())
     assert (full.hidden, full.layers, full.heads, full.kv_heads, full.vocab_size) == (576, 30, 9, 3, 49153)
@@ -37,6 +38,7 @@ def test_full_backbone_predicts_real_text(tok):
     assert nll < 3.0, nll  # uniform over 49k tokens is 10.8; a wrong q/k order gives > 6
 
 
+@pytest.mark.slow
 def test_backbone_rejects_a_mismatched_config():
     full = gguf_meta_config(gguf_path())
     with pytest.raises(ValueError, match="hidden"):

@@ -162,6 +162,7 @@ def test_golden_refuses_a_directory_without_its_graph_or_delta(tmp_path):
     assert not (tmp_path / "golden").exists()  # nothing written
 
 
+@pytest.mark.slow
 def test_rebuild_is_the_committed_delta_on_the_backbone():
     """models/b7's golden logits (written from its fp32 graph) come back from rebuild(): the PyTorch model that
     `delta golden` and `delta lengthscale` start from is the delta's."""

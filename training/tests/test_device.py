@@ -60,6 +60,7 @@ def test_gradient_accumulation_equals_whole_batch(tok, split, device):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 def test_stage0_and_resident_kv_decode_on_device(tok, split, device):
     """Stage 0 trains on the device (loss falls); the evaluation decoder with its KV cache kept on the device

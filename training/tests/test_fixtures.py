@@ -18,6 +18,7 @@ MICRO = ModelConfig(vocab_size=49153, hidden=32, layers=1, heads=2, kv_heads=1, 
                     max_context_tokens=384)
 
 
+@pytest.mark.slow
 def test_train_runs_all_stages_and_checkpoints(tok, split, tmp_path):
     one = StageConfig(1, 1e-2, 8)
     cfg = replace(get_config("tiny"), model=MICRO, n_seen_docs=8, eval_instances=3, stage0=one, stage1=one,

@@ -193,6 +193,7 @@ def _run(args, env=None, timeout=1200):
     return p
 
 
+@pytest.mark.slow
 def test_run_resumes_where_it_stopped(rset, tmp_path):
     work = str(tmp_path / "w")
     base = [sys.executable, "-m", "icicle.reader", "train", "--set", rset, "--work", work, "--init", "backbone",
@@ -213,6 +214,7 @@ def test_run_resumes_where_it_stopped(rset, tmp_path):
     assert p.returncode != 0 and "other arguments" in p.stderr + p.stdout  # a changed run needs a new WORK
 
 
+@pytest.mark.slow
 def test_gpu_queue_dry_run(rset, tmp_path):
     g, run, out = tmp_path / "gpu", tmp_path / "run", tmp_path / "out"
     env = {"ICICLE_GPU_DIR": str(g), "ICICLE_GPU_RUN": str(run), "OUT": str(out), "ICICLE_GPU_PYTHON": sys.executable,
