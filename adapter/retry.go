@@ -64,8 +64,12 @@ func (r *retrier) Perform(req *http.Request) (*http.Response, error) {
 		case err != nil && !errors.As(err, &rt):
 			// Not a failed round trip: the client is closed, or refused an answer (not Elasticsearch).
 			return nil, err
+		case err != nil && ctx.Err() != nil && !errors.Is(rt.err, context.Canceled) && !errors.Is(rt.err, context.DeadlineExceeded):
+			// The attempt failed on its own (refused, reset) as the context ended: news about the cluster all
+			// the same, an outage (a loaded machine can take a whole short deadline to be refused).
+			return nil, outage(ctx, rt.err, attempt, rt.err)
 		case err != nil && ctx.Err() != nil:
-			// The attempt ended with the context (or at the same time): no news about the cluster.
+			// The attempt ended with the context: no news about the cluster.
 			return nil, outage(ctx, failure, attempt-1, rt.err)
 		case err != nil:
 			failure = rt.err
@@ -78,6 +82,10 @@ func (r *retrier) Perform(req *http.Request) (*http.Response, error) {
 		}
 		if attempt > r.retries || !fitsBefore(ctx, wait) {
 			// No retry left, or none that could start before the deadline: the last failure is the result.
+			if err != nil && ctx.Err() != nil {
+				// The deadline passed while this attempt failed: an outage, as after a backoff cut short.
+				return nil, outage(ctx, rt.err, attempt, rt.err)
+			}
 			if err != nil {
 				return nil, rt.err
 			}

@@ -76,6 +76,7 @@ func TestContainerStack(t *testing.T) {
 
 	es := "http://127.0.0.1:" + esPort
 	base := "http://127.0.0.1:" + port
+	warmStack(t, base)
 
 	t.Run("the ingest job wrote the corpus with vectors", func(t *testing.T) {
 		require.Equal(t, containerDocs, esCount(t, es, `{"query": {"match_all": {}}}`))
@@ -180,6 +181,29 @@ func containerSearch(t *testing.T, base, query string) plugin.Response {
 	var out plugin.Response
 	require.NoError(t, json.Unmarshal(raw, &out), "%s", raw)
 	return out
+}
+
+// warmStack sends searches until one is answered, at most for a minute: a new node's first searches load the
+// index's files and vector graph, and on slow cores they can outlast the sidecar's request_timeout (2 s), which
+// it answers with a 504 as it should. The subtests then search a warm stack; what warming took is logged.
+func warmStack(t *testing.T, base string) {
+	t.Helper()
+	body := `{"query": "warm up", "size": 10}`
+	deadline := time.Now().Add(time.Minute)
+	for i := 1; ; i++ {
+		start := time.Now()
+		resp, err := http.Post(base+"/v1/search", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Logf("stack warm: search %d answered in %s", i, time.Since(start).Round(time.Millisecond))
+			return
+		}
+		require.Equal(t, http.StatusGatewayTimeout, resp.StatusCode, "warm-up search %d: %s", i, raw)
+		require.True(t, time.Now().Before(deadline), "no search answered within a minute; the last: %s", raw)
+		t.Logf("warm-up search %d: %d after %s (a cold node)", i, resp.StatusCode, time.Since(start).Round(time.Millisecond))
+	}
 }
 
 // esCount is the index's _count for a query body, straight from Elasticsearch.

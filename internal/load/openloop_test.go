@@ -84,9 +84,10 @@ func TestRunOpen(t *testing.T) {
 }
 
 // TestRunOpenBoundsOutstanding: with MaxOutstanding 2 and answers far slower than the arrivals, the
-// arrivals beyond two in flight are not sent but counted as missed.
+// arrivals beyond two in flight are not sent but counted as missed. The answers take 2 s against a 150 ms run,
+// so that no slot frees before the run ends even on a loaded machine.
 func TestRunOpenBoundsOutstanding(t *testing.T) {
-	srv, _ := fakeSidecar(t, 200*time.Millisecond)
+	srv, _ := fakeSidecar(t, 2*time.Second)
 	res, err := RunOpen(t.Context(), OpenOptions{URL: srv.URL, Rate: 100, Arrivals: ArrivalsPoisson, Duration: 150 * time.Millisecond,
 		MaxOutstanding: 2, Queries: []string{"a"}, SampleEvery: -1, Seed: 7})
 	require.NoError(t, err)
