@@ -19,7 +19,7 @@ demo-blocks: ## make demo with the b7 reader profile: 100 candidates read by blo
 test: ## the test suite CI runs: Go (pure, race, native), Python, integration on real nodes, the container stack
 	scripts/test.sh
 
-test-full: ## make test and the training tests marked slow (they train through whole stages or run the real 135M backbone)
+test-full: ## make test and what it leaves out: the training tests marked slow, the block-reading tests on the 135M reader
 	scripts/test.sh --full
 
 bootstrap: ## install native libraries, the Elasticsearch node and the Python venv (cached, idempotent)
