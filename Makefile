@@ -19,7 +19,7 @@ demo-blocks: ## make demo with the b7 reader profile: 100 candidates read by blo
 test: ## the test suite CI runs: Go (pure, race, native), Python, integration on real nodes, the container stack
 	scripts/test.sh
 
-test-full: ## make test and what it leaves out: the training tests marked slow, the block-reading tests on the 135M reader
+test-full: ## make test and what it leaves out: slow training tests, block reading on the 135M reader, every golden query
 	scripts/test.sh --full
 
 bootstrap: ## install native libraries, the Elasticsearch node and the Python venv (cached, idempotent)

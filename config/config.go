@@ -365,9 +365,9 @@ type Policy struct {
 
 // Concurrency is the admission control in front of the model (rank/guard.go): a request waits
 // in a bounded first-come-first-served queue for one of MaxInflight model sessions, and, once its prompt is
-// built, runs only when the cost model (the time per prompt token of the sidecar's own recent runs, at the
-// concurrency they ran at; a warm-up run at load until there are any) predicts it ends before the request's
-// working deadline. One that gets no session within QueueTimeout, finds the queue full, or is predicted
+// built, runs only when the cost model (the sidecar's own recent runs at the concurrency they ran at: their
+// prefill time per prompt token, plus the rest of a run, decoding; a warm-up run at load until there are any)
+// predicts it ends before the request's working deadline. One that gets no session within QueueTimeout, finds the queue full, or is predicted
 // not to fit is answered from the baseline at once with fallback_reason "overloaded": load, not a model
 // failure, so the breaker does not count it. A run still going at the deadline is stopped (ONNX Runtime's
 // run termination) and the baseline answers, on time (docs/evaluation.md, "Admission control").

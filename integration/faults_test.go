@@ -379,9 +379,18 @@ func TestFaults(t *testing.T) {
 	})
 
 	t.Run("hits_without_summaries_200_title_only", func(t *testing.T) {
-		a := f.postJSON(t, "/v1/rerank", map[string]any{"query": faultQuery, "hits": esHits(hits[:20], false)})
-		require.Equal(t, http.StatusOK, a.status, string(a.body))
-		r := a.response(t)
+		var r plugin.Response
+		// Shed as overloaded while the machine is still busy with the reads before (a loaded machine's answer, not
+		// this fault's): asked again after a pause, at most three times.
+		for try := range 3 {
+			a := f.postJSON(t, "/v1/rerank", map[string]any{"query": faultQuery, "hits": esHits(hits[:20], false)})
+			require.Equal(t, http.StatusOK, a.status, string(a.body))
+			r = a.response(t)
+			if r.FallbackReason != plugin.ReasonOverloaded || try == 2 {
+				break
+			}
+			time.Sleep(2 * time.Second)
+		}
 		require.NotEqual(t, plugin.ModeFirstStageFallback, r.Mode, "the model did not read: %s", r.FallbackReason)
 		require.Equal(t, 20, r.TitleOnlyCandidates, "mode %s", r.Mode)
 		f.healthy(t)

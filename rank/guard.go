@@ -113,7 +113,7 @@ func (g *Guard) costs(key string, seed Seed) *costModel {
 		g.cost, g.costOf = newCostModel(), key
 		if seed.Tokens > 0 {
 			for range minCostSamples {
-				g.cost.observe(seed.Tokens, 1, seed.Took)
+				g.cost.observe(seed.Tokens, 1, seed.Took, 0)
 			}
 		}
 	}
@@ -189,10 +189,12 @@ func (g *Guard) Run(ctx context.Context, key string, seed Seed, deadline time.Ti
 		ran := time.Since(start)
 		lvl := max(level, int(g.inflight.Load()))
 		switch {
+		case err == nil && res.Prefill > 0:
+			cost.observe(cmp.Or(res.PromptTokens, tokens), lvl, res.Prefill, ran-res.Prefill)
 		case err == nil:
-			cost.observe(cmp.Or(res.PromptTokens, tokens), lvl, ran)
+			cost.observe(cmp.Or(res.PromptTokens, tokens), lvl, ran, 0)
 		case errors.Is(err, context.DeadlineExceeded):
-			cost.observe(tokens, lvl, ran) // at least this long
+			cost.observe(tokens, lvl, ran, 0) // at least this long
 			budget := deadline.Sub(start)
 			if predicted > 0 && budget < 2*predicted || predicted == 0 && budget < g.opts.RunBudget {
 				// Load explains it: the run had less than twice what runs take at this concurrency.
@@ -295,15 +297,24 @@ func (a *admission) acquire(ctx context.Context, deadline time.Time) (release fu
 	}
 }
 
-// costModel predicts what a run costs on this machine, from the reader's own runs: the time per token, per
-// level of concurrency (how many runs shared the cores: the most in flight at the run's start or end). It
-// predicts tokens x the level's 75th percentile of recent time per token; a level without enough samples
-// borrows the nearest level's, scaled by the ratio of the levels (runs sharing the cores slow down in
-// proportion).
+// costModel predicts what a run costs on this machine, from the reader's own runs, per level of concurrency
+// (how many runs shared the cores: the most in flight at the run's start or end), in two parts: the prompt's
+// reading, which grows with its tokens (recent prefill time per prompt token), and the rest of the run
+// (decoding the answer and scoring it: recent time per run, about the same for every prompt). It predicts
+// tokens x the level's 75th percentile of the first plus the level's 75th percentile of the second; a level
+// without enough samples borrows the nearest level's, scaled by the ratio of the levels (runs sharing the
+// cores slow down in proportion). Time per token alone would let a few runs over tiny prompts (a query without
+// hits: little to read, the whole decode to pay) predict a mid-sized prompt several times over, and shed it.
 type costModel struct {
 	mu     sync.Mutex
-	levels map[int]*samples // concurrency level -> seconds per token
-	tokens samples          // prompt lengths, for the typical run
+	levels map[int]*levelCost
+	tokens samples // prompt lengths, for the typical run
+}
+
+// levelCost is one concurrency level's recent runs.
+type levelCost struct {
+	perToken samples // seconds of prefill per prompt token
+	fixed    samples // seconds of the rest of the run
 }
 
 // samples is a ring of the last len(ring) values.
@@ -332,37 +343,50 @@ func (r *samples) quantile(q float64) (float64, bool) {
 // minCostSamples is how many runs a level needs before its own figure is used.
 const minCostSamples = 4
 
-func newCostModel() *costModel { return &costModel{levels: map[int]*samples{}} }
+func newCostModel() *costModel { return &costModel{levels: map[int]*levelCost{}} }
 
-// observe records a run of tokens that took d at concurrency level (a run stopped at its deadline is recorded
-// with the time it had: a lower bound, which still moves the estimate up).
-func (c *costModel) observe(tokens, level int, d time.Duration) {
+// observe records a run over a prompt of tokens at concurrency level whose prefill took prefill and whose
+// rest took rest. A run that does not say how its time divides (a warm-up's total, a run stopped at its
+// deadline: the time it had, a lower bound that still moves the estimate up) is recorded as prefill alone.
+func (c *costModel) observe(tokens, level int, prefill, rest time.Duration) {
 	if tokens <= 0 || level <= 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r, ok := c.levels[level]
+	l, ok := c.levels[level]
 	if !ok {
-		r = &samples{}
-		c.levels[level] = r
+		l = &levelCost{}
+		c.levels[level] = l
 	}
-	r.add(d.Seconds() / float64(tokens))
+	l.perToken.add(prefill.Seconds() / float64(tokens))
+	l.fixed.add(max(rest, 0).Seconds())
 	c.tokens.add(float64(tokens))
 }
 
-// perToken is the predicted seconds per token at level; ok is false before any level has samples.
-func (c *costModel) perToken(level int) (float64, bool) {
+// cost is level's 75th percentiles: seconds per prompt token and seconds per run. ok is false before the
+// level has enough runs.
+func (l *levelCost) cost() (perToken, fixed float64, ok bool) {
+	perToken, ok = l.perToken.quantile(0.75)
+	if !ok {
+		return 0, 0, false
+	}
+	fixed, _ = l.fixed.quantile(0.75)
+	return perToken, fixed, true
+}
+
+// at is the predicted seconds per token and per run at level; ok is false before any level has samples.
+func (c *costModel) at(level int) (perToken, fixed float64, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r, ok := c.levels[level]; ok {
-		if v, ok := r.quantile(0.75); ok {
-			return v, true
+	if l, found := c.levels[level]; found {
+		if pt, fx, ok := l.cost(); ok {
+			return pt, fx, true
 		}
 	}
-	best, bestDist := 0.0, -1
-	for l, r := range c.levels {
-		v, ok := r.quantile(0.75)
+	bestDist := -1
+	for l, lc := range c.levels {
+		pt, fx, ok := lc.cost()
 		if !ok {
 			continue
 		}
@@ -371,19 +395,20 @@ func (c *costModel) perToken(level int) (float64, bool) {
 			dist = -dist
 		}
 		if bestDist < 0 || dist < bestDist {
-			best, bestDist = v*float64(level)/float64(l), dist
+			scale := float64(level) / float64(l)
+			perToken, fixed, bestDist = pt*scale, fx*scale, dist
 		}
 	}
-	return best, bestDist >= 0
+	return perToken, fixed, bestDist >= 0
 }
 
 // predict is the predicted time of a run of tokens at level.
 func (c *costModel) predict(tokens, level int) (time.Duration, bool) {
-	v, ok := c.perToken(level)
+	pt, fx, ok := c.at(level)
 	if !ok {
 		return 0, false
 	}
-	return time.Duration(v * float64(tokens) * float64(time.Second)), true
+	return time.Duration((pt*float64(tokens) + fx) * float64(time.Second)), true
 }
 
 // typical is the predicted time of a median-length run at level (before the read knows its length).
@@ -403,8 +428,10 @@ type CostLevel struct {
 	Level int `json:"level"`
 	// Runs is how many recent runs the figures come from (at most 64).
 	Runs int `json:"runs"`
-	// MSPerToken is the 75th percentile of the time per token, in milliseconds.
+	// MSPerToken is the 75th percentile of the prompt's reading time per token, in milliseconds.
 	MSPerToken float64 `json:"ms_per_token"`
+	// FixedMS is the 75th percentile of the rest of a run (decoding, scoring), in milliseconds.
+	FixedMS float64 `json:"fixed_ms"`
 	// TypicalMS is the predicted time of a median-length run.
 	TypicalMS float64 `json:"typical_ms"`
 }
@@ -414,9 +441,10 @@ func (c *costModel) snapshot() []CostLevel {
 	c.mu.Lock()
 	med, _ := c.tokens.quantile(0.5)
 	var out []CostLevel
-	for l, r := range c.levels {
-		if v, ok := r.quantile(0.75); ok {
-			out = append(out, CostLevel{Level: l, Runs: r.n, MSPerToken: v * 1000, TypicalMS: v * med * 1000})
+	for l, lc := range c.levels {
+		if pt, fx, ok := lc.cost(); ok {
+			out = append(out, CostLevel{Level: l, Runs: lc.perToken.n, MSPerToken: pt * 1000, FixedMS: fx * 1000,
+				TypicalMS: (pt*med + fx) * 1000})
 		}
 	}
 	c.mu.Unlock()

@@ -42,7 +42,7 @@ func stuck(ctx context.Context) (Reading, error) {
 // seedCosts records n runs of 100 tokens taking d at level into the cost model of the reader named "m".
 func seedCosts(g *Guard, n, level int, d time.Duration) {
 	for range n {
-		g.costs("m", Seed{}).observe(100, level, d)
+		g.costs("m", Seed{}).observe(100, level, d, 0)
 	}
 }
 
@@ -98,12 +98,51 @@ func TestGuardTimeoutCountsAgainstPredictedCost(t *testing.T) {
 
 	// Another reader starts a cost model of its own: its runs take 100ms.
 	for range minCostSamples {
-		g.costs("idle", Seed{}).observe(100, 1, 100*time.Millisecond)
+		g.costs("idle", Seed{}).observe(100, 1, 100*time.Millisecond, 0)
 	}
 	_, reason, err = g.Run(t.Context(), "idle", Seed{}, time.Now().Add(700*time.Millisecond), fakeRead(stuck))
 	require.NoError(t, err)
 	require.Equal(t, ReasonModelTimeout, reason, "over twice the prediction, and still not done: stuck")
 	require.Equal(t, "open", g.BreakerState())
+}
+
+// TestCostModelPrefillAndDecode: a run's cost is its prompt's reading (per token) plus the rest (decoding, about
+// the same for every prompt): runs over tiny prompts, which spend their time decoding, do not make a larger
+// prompt's prediction many times its cost; the split comes from the readings the reader reports.
+func TestCostModelPrefillAndDecode(t *testing.T) {
+	c := newCostModel()
+	for range minCostSamples {
+		c.observe(10, 1, 10*time.Millisecond, 500*time.Millisecond) // a query without hits: little to read
+	}
+	p, ok := c.predict(200, 1)
+	require.True(t, ok)
+	require.Equal(t, 700*time.Millisecond, p, "200 tokens at 1 ms each, and the decode")
+	p, ok = c.predict(200, 2)
+	require.True(t, ok)
+	require.Equal(t, 1400*time.Millisecond, p, "level 2 borrows level 1's, twice")
+	lv := c.snapshot()
+	require.Len(t, lv, 1)
+	require.InDelta(t, 1.0, lv[0].MSPerToken, 1e-9)
+	require.InDelta(t, 500.0, lv[0].FixedMS, 1e-9)
+	require.InDelta(t, 510.0, lv[0].TypicalMS, 1e-9)
+
+	g, _ := newTestGuard(GuardOptions{})
+	for range minCostSamples {
+		_, reason, err := g.Run(t.Context(), "m", Seed{}, time.Now().Add(time.Minute),
+			func(_ context.Context, admit func(int) error) (Reading, error) {
+				if err := admit(10); err != nil {
+					return Reading{}, err
+				}
+				time.Sleep(20 * time.Millisecond)
+				return Reading{PromptTokens: 10, Prefill: time.Millisecond, Scored: []Scored{{DocID: "a"}}}, nil
+			})
+		require.NoError(t, err)
+		require.Empty(t, reason)
+	}
+	lv = g.Costs("m", Seed{})
+	require.Len(t, lv, 1)
+	require.InDelta(t, 0.1, lv[0].MSPerToken, 1e-9, "the reported prefill per token")
+	require.GreaterOrEqual(t, lv[0].FixedMS, 19.0, "the rest of the run")
 }
 
 // TestGuardSeed: a reader's warm-up seeds its cost model, and a reader of another name starts its own.

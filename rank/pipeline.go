@@ -423,15 +423,25 @@ func setHitScores(r *Result, h adapter.Hit) {
 }
 
 // BaselineResults is the top size of a first-stage ranking as results: provenance first_stage for a hybrid
-// ranking, bm25 for BM25 alone (kind is retrieve.BaselineHybrid or BaselineBM25).
+// ranking, bm25 for BM25 alone (kind is retrieve.BaselineHybrid or BaselineBM25). A docid that appears more
+// than once (a caller's hits may repeat one) is ranked once, at its first occurrence, as the reader ranks it;
+// the ranks stated are its positions in hits.
 func BaselineResults(hits []adapter.Hit, size int, kind string) []Result {
 	prov := FromBM25
 	if kind == retrieve.BaselineHybrid {
 		prov = FromFirstStage
 	}
 	out := make([]Result, 0, min(size, len(hits)))
-	for i, h := range hits[:min(size, len(hits))] {
-		r := Result{Rank: i + 1, ID: h.ID, DocID: h.DocID, Title: h.Title, Summary: h.Summary,
+	seen := make(map[string]bool, min(size, len(hits)))
+	for i, h := range hits {
+		if len(out) == size {
+			break
+		}
+		if seen[h.DocID] {
+			continue
+		}
+		seen[h.DocID] = true
+		r := Result{Rank: len(out) + 1, ID: h.ID, DocID: h.DocID, Title: h.Title, Summary: h.Summary,
 			Score: h.Score, Provenance: prov, FirstStageRank: ptr(i + 1), Resolved: true}
 		setHitScores(&r, h)
 		if kind != retrieve.BaselineHybrid && r.BM25Rank == nil {

@@ -189,6 +189,42 @@ func TestPipelineFallbacks(t *testing.T) {
 	}
 }
 
+// TestPipelineRanksARepeatedDocidOnce: a caller's hits may name a docid twice; every answer that is the first
+// stage's order (no reader, a fallback, the first_stage policy) ranks it once, at its first occurrence, and
+// states its position among the hits.
+func TestPipelineRanksARepeatedDocidOnce(t *testing.T) {
+	hits := []adapter.Hit{{DocID: "A", Title: "A"}, {DocID: "B", Title: "B"}, {DocID: "A", Title: "A"},
+		{DocID: "C", Title: "C"}, {DocID: "B", Title: "B"}}
+	failing := &fakeReader{read: func(Query) (Reading, error) { return Reading{}, errors.New("onnx") }}
+	for _, tt := range []struct {
+		name   string
+		source Source
+		policy string
+		mode   Mode
+	}{
+		{"no reader", nil, PolicyModel, ModeFirstStage},
+		{"the reader fails", failing, PolicyModel, ModeFirstStageFallback},
+		{"first_stage policy", failing, PolicyFirstStage, ModeFirstStage},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := New(testFirstStage(), nil, tt.source, nil, nil, Options{Policy: tt.policy, MinTopScore: -1e9})
+			require.NoError(t, err)
+			resp, err := p.Run(t.Context(), Request{Query: "q", Hits: hits, Size: 10})
+			require.NoError(t, err)
+			require.Equal(t, tt.mode, resp.Mode)
+			require.Equal(t, 5, resp.HitsReceived)
+			require.Equal(t, []string{"A", "B", "C"}, docids(resp.Results))
+			for i, r := range resp.Results {
+				require.Equal(t, i+1, r.Rank)
+				require.Equal(t, []int{1, 2, 4}[i], *r.FirstStageRank, "%s is at its first occurrence", r.DocID)
+			}
+			resp, err = p.Run(t.Context(), Request{Query: "q", Hits: hits, Size: 2})
+			require.NoError(t, err)
+			require.Equal(t, []string{"A", "B"}, docids(resp.Results), "size counts distinct documents")
+		})
+	}
+}
+
 // TestPipelineReadsWhatTheFirstStageFound: the reader reads the first stage's top new documents in its
 // order, at most MaxCandidates, and with MemoryFromFirstStage may name only what the first stage listed; the
 // caller's hits are re-scored and read the same way.

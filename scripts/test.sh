@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The test suite (make test; .ci/run runs exactly this). Installs what is missing first.
-#   scripts/test.sh          what CI runs: every step below, leaving out (and naming) the training tests marked slow
-#                            and the block-reading tests on the 135M reader
-#   scripts/test.sh --full   the same and those tests (make test-full)
+#   scripts/test.sh          what CI runs: every step below, leaving out (and naming) the training tests marked slow,
+#                            the block-reading tests on the 135M reader, the decode parity of the readers shipped as
+#                            a delta of it, all but 40 queries per set of the golden rankings, and on the second
+#                            Elasticsearch version the official clients' and the proxy's tests
+#   scripts/test.sh --full   the same and all of those (make test-full)
 #   1. Go, CGO off: vet + tests of every pure package against fakes (native seams are stubs)
 #   2. Go, race detector, pure packages
 #   3. Go native: ONNX Runtime + HF tokenizer against every committed model's golden vectors (the readers
@@ -125,16 +127,23 @@ run_real "model loader (inference/loader)" -race -count=1 -tags "ort tokenizers"
 # (step 2). The block-reading tests on the 135M reader open its 539 MB graph about twenty times (about 9 minutes
 # on two slow cores, and the hot swap under the race detector 4 more): --full runs them; without it they are
 # left out by name, listed here.
+# The fine-tuned readers whose graph is reader135's (the same graph.onnx, other weights in their delta) run the
+# same graph and the same decoder as reader135: without --full their decode parity (about two minutes each) is
+# left out and reader135's kept; scripts/model.sh checked each one's logits against its golden when it was built.
 block_tests='TestBlockReading|TestBlockReadingInt8|TestFillBlocks|TestBlockSwapServesWhileStoreFills'
+delta_readers=$(for d in models/*/; do
+  n=$(basename "$d")
+  if [[ $n != reader135 && -f $d/delta.safetensors ]] && cmp -s "$d/graph.onnx" models/reader135/graph.onnx; then echo "$n"; fi
+done | paste -sd '|')
 if [[ $full == 1 ]]; then
   run_real "parity with Python, every models/*/golden (inference)" -count=1 -tags "ort tokenizers" \
     -skip '^(TestCompareHF|TestBlockSwapServesWhileStoreFills)$' ./inference/
   run_real "hot swap to block reading under concurrent requests, race detector (inference)" -race -count=1 \
     -tags "ort tokenizers" -run '^TestBlockSwapServesWhileStoreFills$' ./inference/
 else
-  run_real "parity with Python, every models/*/golden (inference)" -count=1 -tags "ort tokenizers" \
-    -skip "^(TestCompareHF|$block_tests)\$" ./inference/
-  echo "test.sh: left out the block-reading tests on the 135M reader (${block_tests//|/, }); make test-full runs them"
+  run_real "parity with Python, models/*/golden but the delta readers' decodes (inference)" -count=1 -tags "ort tokenizers" \
+    -skip "^(TestCompareHF|$block_tests)\$|^TestDecodeParityWithPython\$/^($delta_readers)\$" ./inference/
+  echo "test.sh: left out the block-reading tests on the 135M reader (${block_tests//|/, }) and the decode parity of ${delta_readers//|/, }; make test-full runs them"
 fi
 run_real "native commands and readers (cmd, rank: the demo corpus's vectors, the dense reader's golden)" -race -count=1 -tags "ort tokenizers" ./cmd/... ./rank/
 
@@ -191,12 +200,22 @@ es_pytest() {
 }
 es_pytest
 run_real "Elasticsearch adapter (adapter, real node $ICICLE_ES_VERSION)" -count=1 -tags "integration ort tokenizers" ./adapter/...
-run_real "end to end (integration, real node $ICICLE_ES_VERSION + model)" -count=1 -tags "integration ort tokenizers" ./integration/...
+# Without --full: TestBlockStoreFill (block reading on the 135M reader, five minutes) is left out, and the golden
+# rankings check 40 queries per set (ICICLE_GOLDEN_QUERIES; all 1,632 take over half an hour).
+if [[ $full == 1 ]]; then
+  run_real "end to end (integration, real node $ICICLE_ES_VERSION + model)" -count=1 -tags "integration ort tokenizers" ./integration/...
+else
+  ICICLE_GOLDEN_QUERIES=${ICICLE_GOLDEN_QUERIES:-40} run_real "end to end (integration, real node $ICICLE_ES_VERSION + model)" \
+    -count=1 -tags "integration ort tokenizers" -skip '^TestBlockStoreFill$' ./integration/...
+  echo "test.sh: left out TestBlockStoreFill and checked ${ICICLE_GOLDEN_QUERIES:-40} golden queries per set; make test-full runs all"
+fi
 
 # The end-to-end tests run again on each further version: every test of these files (the proxy in front
-# keeps its port, so the security tests reach the new node).
-es_again=$(sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing\.T).*/\1/p' \
-  integration/{e2e,firststage,dropin,team,clients,security,default}_test.go | paste -sd '|')
+# keeps its port, so the security tests reach the new node); without --full, not the official clients' and the
+# proxy's (clients, security: what they check is in front of the node).
+again_files=(e2e firststage dropin team default)
+if [[ $full == 1 ]]; then again_files+=(clients security); fi
+es_again=$(for f in "${again_files[@]}"; do sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing\.T).*/\1/p' "integration/${f}_test.go"; done | paste -sd '|')
 for v in "${es_versions[@]:1}"; do
   step "Integration again on Elasticsearch $v: the adapter suite and the end-to-end tests (${es_again//|/, })"
   scripts/es.sh stop

@@ -26,6 +26,7 @@ def test_every_initializer_of_the_graph_is_a_known_weight():
         assert json.load(f)["backbone_keep"] == list(range(30))
 
 
+@pytest.mark.slow  # a minute: the 539 MB build again (scripts/model.sh builds it with the same code in make test)
 def test_build_without_torch(tmp_path):
     d = tmp_path / "reader135"
     d.mkdir()
