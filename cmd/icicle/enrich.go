@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,11 +31,16 @@ func enrich(ctx context.Context, args []string, out io.Writer) error {
 	summaries := fs.Bool("summaries", true, "add a summary (the compressor of compressor.kind) where there is none")
 	seenFlags := fs.Bool("seen", true, "add the seen flag where there is none: true for the docids of the model's seen_docids.txt")
 	modelDir := fs.String("model-dir", "", "model directory whose seen_docids.txt marks documents seen (default: model.dir)")
+	sliceFlag := fs.String("slice", "", "I/N: enrich only part I (0-based) of N, one worker of N on other machines or processes; N at most the index's primary shards")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *page < 1 || *page > 10000 {
 		return fmt.Errorf("-page %d: want 1..10000", *page)
+	}
+	slice, slices, err := parseSlice(*sliceFlag)
+	if err != nil {
+		return err
 	}
 	cfg, err := cf.load()
 	if err != nil {
@@ -79,6 +86,7 @@ func enrich(ctx context.Context, args []string, out io.Writer) error {
 	start := time.Now()
 	last := start
 	opts.PageSize = *page
+	opts.Slice, opts.Slices = slice, slices
 	opts.Progress = func(done, total int) {
 		if *quiet || time.Since(last) < 2*time.Second {
 			return
@@ -93,8 +101,12 @@ func enrich(ctx context.Context, args []string, out io.Writer) error {
 	if secs > 0 {
 		rate = float64(rep.Written) / secs
 	}
-	fmt.Fprintf(out, "enrich %s: %d documents lacked something; wrote %d (vectors %d, summaries %d, seen flags %d), changed meanwhile %d, failed %d; %.1f s, %.1f docs/s\n",
-		cfg.Elasticsearch.Index, rep.Needed, rep.Written, rep.Vectors, rep.Summaries, rep.SeenFlags, rep.Changed, len(rep.Failed), secs, rate)
+	part := ""
+	if slices > 1 {
+		part = fmt.Sprintf(" slice %d/%d", slice, slices)
+	}
+	fmt.Fprintf(out, "enrich %s%s: %d documents lacked something; wrote %d (vectors %d, summaries %d, seen flags %d), changed meanwhile %d, failed %d; %.1f s, %.1f docs/s\n",
+		cfg.Elasticsearch.Index, part, rep.Needed, rep.Written, rep.Vectors, rep.Summaries, rep.SeenFlags, rep.Changed, len(rep.Failed), secs, rate)
 	for _, f := range rep.Failed {
 		fmt.Fprintf(out, "  failed %q: %s\n", f.DocID, f.Reason)
 	}
@@ -105,6 +117,23 @@ func enrich(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("%d documents failed (rerunning retries them)", len(rep.Failed))
 	}
 	return nil
+}
+
+// parseSlice reads -slice I/N ("" is the whole index: 0, 0).
+func parseSlice(v string) (slice, slices int, err error) {
+	if v == "" {
+		return 0, 0, nil
+	}
+	i, n, ok := strings.Cut(v, "/")
+	slice, err1 := strconv.Atoi(i)
+	slices, err2 := strconv.Atoi(n)
+	if !ok || err1 != nil || err2 != nil {
+		return 0, 0, fmt.Errorf("-slice %q: want I/N, e.g. 0/4 (part I of N, 0-based)", v)
+	}
+	if slices < 1 || slice < 0 || slice >= slices {
+		return 0, 0, fmt.Errorf("-slice %q: want 0 <= I < N", v)
+	}
+	return slice, slices, nil
 }
 
 // summarizeDocs turns a compressor into the adapter's Summarize callback, workers documents at once.
