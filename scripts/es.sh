@@ -278,11 +278,17 @@ install_locked() {
 }
 
 # pid of our node if the pid file names a live launcher JVM; a stale file (crash, reboot, reused pid) is removed.
+# An empty file is left alone: the JVM is writing it (its write truncates, then writes), and removing it then
+# would lose the only record of a node that goes on running.
 live_pid() {
   [[ -f $PIDFILE ]] || return 1
-  local pid
+  local pid cmd=
   pid=$(tr -dc 0-9 <"$PIDFILE")
-  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "$MAIN_CLASS"; then
+  [[ -n $pid ]] || return 1
+  if kill -0 "$pid" 2>/dev/null; then
+    cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || cmd=
+  fi
+  if [[ $cmd == *"$MAIN_CLASS"* ]]; then
     echo "$pid"
     return 0
   fi
