@@ -25,10 +25,10 @@ import (
 // Connection failures (an error of the round trip itself: refused, reset, closed without an answer) and
 // 429, 502, 503 and 504 answers are retried up to retries times with backoff. A backoff that would end
 // after the context's deadline is not slept: the last failure is the result at once, an answer as it came
-// (callers decode Elasticsearch's error or pass it on), a connection failure as its error. When the
-// context's deadline ends an attempt or a backoff after at least one such failure, the error wraps
-// ErrUnavailable and that failure, not context.DeadlineExceeded: the cluster is down or shedding load,
-// which is not a slow answer. A canceled context is returned as it is.
+// (callers decode Elasticsearch's error or pass it on), a connection failure as an outage (below). When the
+// context's deadline ends an attempt or a backoff after at least one such failure, or leaves no time for the
+// next attempt, the error wraps ErrUnavailable and that failure, not context.DeadlineExceeded: the cluster is
+// down or shedding load, which is not a slow answer. A canceled context is returned as it is.
 type retrier struct {
 	es      esapi.Transport // the client: one attempt per Perform
 	retries int
@@ -82,8 +82,10 @@ func (r *retrier) Perform(req *http.Request) (*http.Response, error) {
 		}
 		if attempt > r.retries || !fitsBefore(ctx, wait) {
 			// No retry left, or none that could start before the deadline: the last failure is the result.
-			if err != nil && ctx.Err() != nil {
-				// The deadline passed while this attempt failed: an outage, as after a backoff cut short.
+			if err != nil && (ctx.Err() != nil || attempt <= r.retries) {
+				// The deadline passed while this attempt failed, or leaves no time for the next: an outage, as
+				// after a backoff cut short. (Returned bare, a failure the deadline cut short would be classified
+				// by when the caller looked: a deadline passing a moment later made it the caller's deadline.)
 				return nil, outage(ctx, rt.err, attempt, rt.err)
 			}
 			if err != nil {
