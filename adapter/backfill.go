@@ -107,8 +107,8 @@ func (a *Adapter) Enrich(ctx context.Context, opts EnrichOptions) (EnrichReport,
 		return rep, fmt.Errorf("enrich %q: %w: nothing to add (Embed, Summarize or Seen)", a.index, ErrInvalidArgument)
 	case opts.Embed != nil && (opts.VectorModel == "" || a.vectorDims <= 0):
 		return rep, fmt.Errorf("enrich %q: %w: Embed needs VectorModel and an adapter with VectorDims", a.index, ErrInvalidArgument)
-	case opts.Slices < 0 || opts.Slices > maxSlices:
-		return rep, fmt.Errorf("enrich %q: %w: Slices %d: want 0..%d", a.index, ErrInvalidArgument, opts.Slices, maxSlices)
+	case opts.Slices < 0:
+		return rep, fmt.Errorf("enrich %q: %w: Slices %d: want 0 or more", a.index, ErrInvalidArgument, opts.Slices)
 	case opts.Slices > 1 && (opts.Slice < 0 || opts.Slice >= opts.Slices):
 		return rep, fmt.Errorf("enrich %q: %w: Slice %d: want 0..%d (Slices %d)", a.index, ErrInvalidArgument, opts.Slice, opts.Slices-1, opts.Slices)
 	case opts.Slices <= 1 && opts.Slice != 0:
@@ -132,12 +132,6 @@ func (a *Adapter) Enrich(ctx context.Context, opts EnrichOptions) (EnrichReport,
 				"or the workers' updates move documents between parts and some are missed; run at most %d workers, or split the index into more shards (_split)",
 				a.index, ErrInvalidArgument, opts.Slices, shards, shards)
 		}
-	} else {
-		n, err := a.count(ctx, query)
-		if err != nil {
-			return rep, fmt.Errorf("enrich: %w", err)
-		}
-		rep.Needed = n
 	}
 	var pit struct {
 		ID string `json:"id"`
@@ -151,9 +145,12 @@ func (a *Adapter) Enrich(ctx context.Context, opts EnrichOptions) (EnrichReport,
 		defer cancel()
 		_ = a.do(cctx, esapi.ClosePointInTimeRequest{Body: bytes.NewReader(body)}, nil)
 	}()
-	if slice != nil { // the count API takes no slice: the part's own count, through the point in time
-		b, _ := json.Marshal(map[string]any{"size": 0, "query": query, "track_total_hits": true, "slice": slice,
-			"pit": map[string]any{"id": pit.ID, "keep_alive": "5m"}})
+	{ // what needs something, counted in the point in time the pages read (the count API takes no slice)
+		count := map[string]any{"size": 0, "query": query, "track_total_hits": true, "pit": map[string]any{"id": pit.ID, "keep_alive": "5m"}}
+		if slice != nil {
+			count["slice"] = slice
+		}
+		b, _ := json.Marshal(count)
 		var res struct {
 			Hits struct {
 				Total struct {
@@ -162,7 +159,7 @@ func (a *Adapter) Enrich(ctx context.Context, opts EnrichOptions) (EnrichReport,
 			} `json:"hits"`
 		}
 		if err := a.do(ctx, esapi.SearchRequest{Body: bytes.NewReader(b)}, &res); err != nil {
-			return rep, fmt.Errorf("enrich %q: count slice %d of %d: %w", a.index, opts.Slice, opts.Slices, err)
+			return rep, fmt.Errorf("enrich %q: count: %w", a.index, err)
 		}
 		rep.Needed = res.Hits.Total.Value
 	}
@@ -301,10 +298,6 @@ func (a *Adapter) Enrich(ctx context.Context, opts EnrichOptions) (EnrichReport,
 		"summaries", rep.Summaries, "seen_flags", rep.SeenFlags, "changed", rep.Changed, "failed", len(rep.Failed))
 	return rep, nil
 }
-
-// maxSlices is Elasticsearch's default index.max_slices_per_scroll, the most parts a point in time may be
-// sliced into.
-const maxSlices = 1024
 
 // fewestShards reads the fewest primary shards among the indices the adapter's index names (an alias may
 // name several).
