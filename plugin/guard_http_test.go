@@ -163,23 +163,30 @@ func TestBreakerOpensOnModelErrorsAndHeals(t *testing.T) {
 // TestModelOverrunIsABreakerFailure: a run that exceeds the model's share of the budget once started is
 // the model's failure ("model_timeout", counted), and its deadline leaves Elasticsearch's share free.
 func TestModelOverrunIsABreakerFailure(t *testing.T) {
-	var budget atomic.Int64
+	var budget, deadline atomic.Int64
 	m := &fakeReranker{rank: func(ctx context.Context, _ string, _ []inference.Candidate) (inference.Result, error) {
 		dl, ok := ctx.Deadline()
 		require.True(t, ok, "the model runs under a deadline")
 		budget.Store(int64(time.Until(dl)))
+		deadline.Store(dl.UnixNano())
 		<-ctx.Done()
 		return inference.Result{}, ctx.Err()
 	}}
 	s := newTestServer(t, &fakeSearcher{}, m, func(o *testOptions) {
 		o.RequestTimeout, o.ESBudgetFraction, o.ConsecutiveFailures = 100*time.Millisecond, 0.4, 2
 	})
+	var sent time.Time
 	for i, want := range []string{ReasonModelTimeout, ReasonModelTimeout, ReasonBreakerOpen} {
+		if i < 2 {
+			sent = time.Now() // the last request the model ran for
+		}
 		_, reason := rerankReason(t, s)
 		require.Equal(t, want, reason, "request %d", i)
 	}
+	// Both bounds hold however late the scheduler runs the model: its deadline is the request's start plus
+	// 60ms, the request starts after it was sent, and the model starts after the request.
 	require.LessOrEqual(t, time.Duration(budget.Load()), 60*time.Millisecond, "100ms less the 40%% held for Elasticsearch")
-	require.Greater(t, time.Duration(budget.Load()), 0*time.Millisecond)
+	require.GreaterOrEqual(t, time.Unix(0, deadline.Load()).Sub(sent), 60*time.Millisecond, "the model's deadline is 60ms after the request began")
 }
 
 // TestMetricsExistFromStart: a fresh server's /metrics has every labelled counter a rate() alert reads,
