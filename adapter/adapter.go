@@ -387,22 +387,30 @@ func decodeError(res *esapi.Response) error {
 	var v struct {
 		Error json.RawMessage `json:"error"`
 	}
-	if json.Unmarshal(body, &v) != nil || len(v.Error) == 0 {
-		return e
-	}
-	var obj struct {
-		Type   string `json:"type"`
-		Reason string `json:"reason"`
-	}
-	if json.Unmarshal(v.Error, &obj) == nil {
-		e.Type, e.Reason = obj.Type, obj.Reason
-		return e
-	}
-	var s string
-	if json.Unmarshal(v.Error, &s) == nil {
-		e.Reason = s
+	if json.Unmarshal(body, &v) == nil {
+		e.Type, e.Reason = errorFields(v.Error)
 	}
 	return e
+}
+
+// errorFields reads the type and reason of an Elasticsearch error value: an object, whose reason is taken
+// from the first cause that has one when its own is empty (a search that some shards could not answer says
+// why only in caused_by), or a bare string.
+func errorFields(raw json.RawMessage) (typ, reason string) {
+	type cause struct {
+		Type     string `json:"type"`
+		Reason   string `json:"reason"`
+		CausedBy *cause `json:"caused_by"`
+	}
+	var obj cause
+	if json.Unmarshal(raw, &obj) == nil {
+		for c := obj.CausedBy; obj.Reason == "" && c != nil; c = c.CausedBy {
+			obj.Reason = c.Reason
+		}
+		return obj.Type, obj.Reason
+	}
+	_ = json.Unmarshal(raw, &reason)
+	return "", reason
 }
 
 // callerAuthKey is the context key of the caller's credentials (WithCallerAuth).

@@ -472,6 +472,22 @@ func TestResponseError(t *testing.T) {
 	}
 }
 
+// TestSearchAsksForTheWholeIndex: the sidecar's searches ask Elasticsearch to fail rather than answer from some
+// shards, and the refusal (8.14.3's answer when a shard has no copy) reads as unavailable, with the cause that
+// Elasticsearch gives only in caused_by.
+func TestSearchAsksForTheWholeIndex(t *testing.T) {
+	f := newFakeES(t, map[string][]reply{routeSearch: {{status: 503, file: "search_missing_shards.json"}}})
+	a, err := adapter.New(adapter.Options{Addresses: []string{"http://es.test:9200"}, Transport: f, MaxRetries: 1}, nil)
+	require.NoError(t, err)
+	defer a.Close()
+	_, err = a.SearchAll(t.Context(), "q", 10)
+	require.ErrorIs(t, err, adapter.ErrUnavailable)
+	require.ErrorContains(t, err, "503 search_phase_execution_exception: Search rejected due to missing shards [[redx][0]]")
+	for _, c := range f.requests("POST", "/icicle-docs/_search") {
+		require.Contains(t, c.Query, "allow_partial_search_results=false")
+	}
+}
+
 func TestDocumentID(t *testing.T) {
 	require.Equal(t, "ce32acc7f0b4d626ff456bf8fe2104891b87552d", adapter.DocumentID("Super Bowl XV"))
 	require.Len(t, adapter.DocumentID(strings.Repeat("é", 1000)), 40)

@@ -158,7 +158,7 @@ func (a *Adapter) Enrich(ctx context.Context, opts EnrichOptions) (EnrichReport,
 				} `json:"total"`
 			} `json:"hits"`
 		}
-		if err := a.do(ctx, esapi.SearchRequest{Body: bytes.NewReader(b)}, &res); err != nil {
+		if err := a.do(ctx, whole(esapi.SearchRequest{Body: bytes.NewReader(b)}), &res); err != nil {
 			return rep, fmt.Errorf("enrich %q: count: %w", a.index, err)
 		}
 		rep.Needed = res.Hits.Total.Value
@@ -193,7 +193,7 @@ func (a *Adapter) Enrich(ctx context.Context, opts EnrichOptions) (EnrichReport,
 				} `json:"hits"`
 			} `json:"hits"`
 		}
-		if err := a.do(ctx, esapi.SearchRequest{Body: bytes.NewReader(b)}, &res); err != nil {
+		if err := a.do(ctx, whole(esapi.SearchRequest{Body: bytes.NewReader(b)}), &res); err != nil {
 			return rep, fmt.Errorf("enrich %q: read documents: %w (rerunning continues where this run stopped)", a.index, err)
 		}
 		if res.PitID != "" {

@@ -45,7 +45,7 @@ func (a *Adapter) Dense(ctx context.Context, vec []float32, qs []DenseQuery) ([]
 		if err != nil {
 			return nil, fmt.Errorf("dense search %q: query %d: %w", a.index, i, err)
 		}
-		_ = enc.Encode(map[string]any{})
+		_ = enc.Encode(map[string]any{"allow_partial_search_results": false}) // as whole() does for one search
 		_ = enc.Encode(s)
 	}
 	var res struct {

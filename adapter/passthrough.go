@@ -179,15 +179,7 @@ func responseError(res RawResponse) error {
 		Error json.RawMessage `json:"error"`
 	}
 	if json.Unmarshal(res.Body, &body) == nil {
-		var obj struct {
-			Type   string `json:"type"`
-			Reason string `json:"reason"`
-		}
-		if json.Unmarshal(body.Error, &obj) == nil {
-			e.Type, e.Reason = obj.Type, obj.Reason
-		} else {
-			_ = json.Unmarshal(body.Error, &e.Reason)
-		}
+		e.Type, e.Reason = errorFields(body.Error)
 	}
 	return e
 }

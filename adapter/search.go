@@ -114,7 +114,7 @@ func (a *Adapter) SearchLean(ctx context.Context, query string, k int, onlyNew b
 			Hits []leanHit `json:"hits"`
 		} `json:"hits"`
 	}
-	if err := a.do(ctx, esapi.SearchRequest{Index: []string{a.index}, Body: bytes.NewReader(b)}, &res); err != nil {
+	if err := a.do(ctx, whole(esapi.SearchRequest{Index: []string{a.index}, Body: bytes.NewReader(b)}), &res); err != nil {
 		return nil, fmt.Errorf("search %q: %w", a.index, err)
 	}
 	hits := make([]Hit, len(res.Hits.Hits))
@@ -209,7 +209,7 @@ func (a *Adapter) search(ctx context.Context, query string, k int, onlyNew bool)
 			Hits []sourceHit `json:"hits"`
 		} `json:"hits"`
 	}
-	req := esapi.SearchRequest{Index: []string{a.index}, Body: bytes.NewReader(body)}
+	req := whole(esapi.SearchRequest{Index: []string{a.index}, Body: bytes.NewReader(body)})
 	if err := a.do(ctx, req, &res); err != nil {
 		return nil, err
 	}
@@ -223,6 +223,16 @@ func (a *Adapter) search(ctx context.Context, query string, k int, onlyNew bool)
 	}
 	a.log.Debug("search", "index", a.index, "only_new", onlyNew, "query", query, "k", k, "hits", len(hits), "took_ms", res.Took)
 	return hits, nil
+}
+
+// whole asks Elasticsearch to fail a search that some of the index's shards could not answer (no copy of a
+// shard reachable: a node lost with no replica, a red index behind an alias), instead of its default, an
+// answer from the other shards flagged only in _shards.failed. A ranking built from part of the index would
+// look like any other; a failed search is retried, and then answered as unavailable (503, Retry-After).
+func whole(req esapi.SearchRequest) esapi.SearchRequest {
+	no := false
+	req.AllowPartialSearchResults = &no
+	return req
 }
 
 // Resolve looks documents up by docid in one request (a multi-get on their derived _ids) and returns the
@@ -331,7 +341,7 @@ func (a *Adapter) byDocID(ctx context.Context, docids, fields []string) ([]Hit, 
 			Hits []sourceHit `json:"hits"`
 		} `json:"hits"`
 	}
-	if err := a.do(ctx, esapi.SearchRequest{Index: []string{a.index}, Body: bytes.NewReader(body)}, &res); err != nil {
+	if err := a.do(ctx, whole(esapi.SearchRequest{Index: []string{a.index}, Body: bytes.NewReader(body)}), &res); err != nil {
 		return nil, err
 	}
 	out := make([]Hit, 0, len(res.Hits.Hits))

@@ -147,9 +147,8 @@ func (a *Adapter) pitPage(ctx context.Context, pitID string, after []json.RawMes
 			Hits []pitHit `json:"hits"`
 		} `json:"hits"`
 	}
-	no := false
 	// No index in the path: a point-in-time search names its index through the id.
-	if err := a.do(ctx, esapi.SearchRequest{Body: bytes.NewReader(body), AllowPartialSearchResults: &no}, &res); err != nil {
+	if err := a.do(ctx, whole(esapi.SearchRequest{Body: bytes.NewReader(body)}), &res); err != nil {
 		return nil, "", err
 	}
 	if res.TimedOut || res.Shards.Failed > 0 {

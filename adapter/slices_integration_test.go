@@ -23,18 +23,7 @@ import (
 func threeShards(t *testing.T, index string) string {
 	t.Helper()
 	u := esURL(t)
-	send := func(method, path, body string) {
-		t.Helper()
-		req, err := http.NewRequest(method, u+path, strings.NewReader(body))
-		require.NoError(t, err)
-		req.Header.Set("Content-Type", "application/json")
-		res, err := plain.Do(req)
-		require.NoError(t, err)
-		defer res.Body.Close()
-		var out map[string]any
-		_ = json.NewDecoder(res.Body).Decode(&out)
-		require.Less(t, res.StatusCode, 300, "%s %s: %v", method, path, out)
-	}
+	send := func(method, path, body string) { t.Helper(); esDo(t, method, path, body) }
 	split := index + "-3"
 	deleteIndex(t, u, split)
 	t.Cleanup(func() { deleteIndex(t, u, split) })

@@ -44,7 +44,7 @@ func (a *Adapter) Snippets(ctx context.Context, query string, hits []Hit, chars 
 			} `json:"hits"`
 		} `json:"hits"`
 	}
-	if err := a.do(ctx, esapi.SearchRequest{Index: []string{a.index}, Body: bytes.NewReader(body)}, &res); err != nil {
+	if err := a.do(ctx, whole(esapi.SearchRequest{Index: []string{a.index}, Body: bytes.NewReader(body)}), &res); err != nil {
 		return fmt.Errorf("snippets %q: %w", a.index, err)
 	}
 	best := make(map[string]string, len(res.Hits.Hits))

@@ -106,7 +106,7 @@ func TestRunSmoke(t *testing.T) {
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 
-	res, err := Run(t.Context(), Options{URL: srv.URL, Clients: 2, Duration: 300 * time.Millisecond,
+	res, err := Run(t.Context(), Options{URL: srv.URL, Clients: 2, Duration: time.Second,
 		Queries: []string{"a", "b", "c"}, SampleEvery: 50 * time.Millisecond, Client: &http.Client{Transport: tr}})
 	require.NoError(t, err)
 	s := Aggregate(res.Samples, res.Elapsed)

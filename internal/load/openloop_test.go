@@ -48,16 +48,17 @@ func fakeSidecar(t *testing.T, delay time.Duration) (*httptest.Server, *atomic.I
 
 // TestRunOpen: requests arrive at the set rate whatever the answers' latency (each takes 50 ms, ten
 // times the gap), all are waited for and counted, latency runs from the scheduled arrival, and the
-// breaker's transitions are the difference of two scrapes. It checks counts, not speed.
+// breaker's transitions are the difference of two scrapes. It checks counts, not speed: the 40 arrivals are
+// due within 200 ms of a 10 s run, so a late timer on a loaded machine cannot cut them short.
 func TestRunOpen(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // registered first, so it runs after the server's Close
 	srv, n := fakeSidecar(t, 50*time.Millisecond)
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	defer tr.CloseIdleConnections()
-	res, err := RunOpen(t.Context(), OpenOptions{URL: srv.URL, Rate: 200, Arrivals: ArrivalsConstant, Duration: 300 * time.Millisecond,
+	res, err := RunOpen(t.Context(), OpenOptions{URL: srv.URL, Rate: 200, Arrivals: ArrivalsConstant, Duration: 10 * time.Second,
 		MaxRequests: 40, Queries: []string{"a", "b"}, SampleEvery: -1, Client: &http.Client{Transport: tr}})
 	require.NoError(t, err)
-	require.Equal(t, 40, res.Sent, "MaxRequests bounds the arrivals (300 ms at 200/s would be 59)")
+	require.Equal(t, 40, res.Sent, "MaxRequests bounds the arrivals (10 s at 200/s would be 1999)")
 	require.Zero(t, res.Missed)
 	require.Len(t, res.Samples, 40, "every request sent is waited for")
 	require.EqualValues(t, 40, n.Load())
