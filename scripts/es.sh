@@ -24,6 +24,12 @@
 #   ICICLE_ES_PORT             HTTP port on 127.0.0.1 [9200]
 #   ICICLE_ES_TRANSPORT_PORT   node-to-node port or range on 127.0.0.1 [9300-9399]
 #   ICICLE_ES_HEAP             JVM heap, -Xms and -Xmx [1g]
+#   ICICLE_ES_NODE_NAME        node.name [icicle-es]
+#   ICICLE_ES_SEED_HOSTS       empty [default]: a single-node cluster. Else the comma-separated transport
+#                              addresses (127.0.0.1:9381,...) of the cluster's nodes: the node joins them, and
+#                              start waits until the cluster has formed (scripts/cluster.sh runs three)
+#   ICICLE_ES_INITIAL_MASTERS  with ICICLE_ES_SEED_HOSTS: the node names that bootstrap the cluster on its
+#                              first start (cluster.initial_master_nodes)
 #   ICICLE_ES_START_TIMEOUT    seconds to wait for health on start [300]; a node on two slow cores
 #                              busy compiling can take 100 s to start
 #   ICICLE_MAVEN_URL           the Maven repository the jars come from [https://repo.maven.apache.org/maven2]
@@ -93,6 +99,8 @@ RUN=${ICICLE_RUN_DIR:-$REPO/.run}/es/$ES_VERSION
 PORT=${ICICLE_ES_PORT:-9200}
 TRANSPORT_PORT=${ICICLE_ES_TRANSPORT_PORT:-9300-9399}
 HEAP=${ICICLE_ES_HEAP:-1g}
+NODE_NAME=${ICICLE_ES_NODE_NAME:-icicle-es}
+SEED_HOSTS=${ICICLE_ES_SEED_HOSTS:-}
 START_TIMEOUT=${ICICLE_ES_START_TIMEOUT:-300}
 STOP_TIMEOUT=${ICICLE_ES_STOP_TIMEOUT:-30}
 
@@ -356,6 +364,11 @@ start() {
     else
       jvm_major=(-Djava.locale.providers=CLDR --add-modules=jdk.incubator.vector --enable-native-access=ALL-UNNAMED)
     fi
+    local discovery=(cluster.name=icicle discovery.type=single-node)
+    if [[ -n $SEED_HOSTS ]]; then
+      [[ -n ${ICICLE_ES_INITIAL_MASTERS:-} ]] || die "ICICLE_ES_SEED_HOSTS is set without ICICLE_ES_INITIAL_MASTERS (the node names that bootstrap the cluster)"
+      discovery=(cluster.name=icicle-cluster discovery.seed_hosts="$SEED_HOSTS" cluster.initial_master_nodes="$ICICLE_ES_INITIAL_MASTERS")
+    fi
     # setsid: the node must outlive the shell (and make job) that started it.
     setsid nohup "$JDK/bin/java" \
       -Xms"$HEAP" -Xmx"$HEAP" -XX:+UseG1GC \
@@ -366,7 +379,7 @@ start() {
       -Dicicle.pidfile="$PIDFILE" \
       -cp "$CLASSES:$CACHE/lib/*" "$MAIN_CLASS" \
       path.home="$RUN/home" path.data="$RUN/data" path.logs="$RUN/logs" \
-      cluster.name=icicle node.name=icicle-es discovery.type=single-node \
+      node.name="$NODE_NAME" "${discovery[@]}" \
       network.host=127.0.0.1 http.port="$PORT" transport.port="$TRANSPORT_PORT" \
       cluster.routing.allocation.disk.threshold_enabled=false \
       action.destructive_requires_name=true \
