@@ -238,7 +238,7 @@ pid $RUN/nginx.pid;
 error_log $RUN/nginx-error.log warn;
 events { worker_connections 1024; }
 http {
-  log_format icicle '\$msec \$status \$upstream_addr \$upstream_status \$request_time';
+  log_format icicle '\$msec|\$status|\$upstream_addr|\$upstream_status|\$request_time';
   access_log $RUN/nginx-access.log icicle;
   client_body_temp_path $RUN/nginx-tmp/body;
   proxy_temp_path $RUN/nginx-tmp/proxy;
@@ -290,7 +290,7 @@ sidecar_loss() {
   say "Events (seconds from the start of the load)"
   cat "$RUN/events.txt"
   say "What the proxy did: answers by status, upstreams tried and their statuses"
-  awk '{n[$2 " via " $3 " (" $4 ")"]++} END {for (k in n) print n[k], k}' "$RUN/nginx-access.log" | sort -rn | head -n 12
+  awk -F'|' '{n[$2 " via " $3 " (" $4 ")"]++} END {for (k in n) print n[k], k}' "$RUN/nginx-access.log" | sort -rn | head -n 12
   say "The proxy's error log, by message"
   if [[ -s $RUN/nginx-error.log ]]; then
     sed -E 's/^[0-9\/: ]+\[[a-z]+\] [0-9#]+: \*[0-9]+ //; s/, client:.*//' "$RUN/nginx-error.log" | sort | uniq -c | sort -rn | head -n 5
