@@ -5,7 +5,8 @@
 #   scripts/cluster.sh start      start es1, es2, es3 (HTTP 9281-9283, transport 9481-9483); wait until formed
 #   scripts/cluster.sh stop       stop the three
 #   scripts/cluster.sh urls       print their HTTP URLs, comma-separated (ICICLE_ELASTICSEARCH_ADDRESSES)
-#   scripts/cluster.sh node-loss  the whole run, then stops what it started (about 6 minutes on two cores):
+#   scripts/cluster.sh node-loss  the whole run, then stops what it started (on two cores the nodes took 3-4
+#       minutes to form and the ingest 3-4 minutes, before the 60 s of load):
 #       the demo corpus with its vectors in an index of 3 shards and 1 replica; the sidecar serving the default
 #       with all three addresses; the answers to 100 queries; 16 clients on /v1/search for 60 s, one node
 #       killed (SIGKILL) at 20 s and started again at 35 s; the cluster's health each second; once green, the
@@ -14,13 +15,18 @@
 #   scripts/cluster.sh sidecar-loss  two sidecars on the cluster behind nginx (the proxy a team puts in front:
 #       passive health checks, a failed attempt tried on the other sidecar); 16 clients for 60 s through the
 #       proxy, one sidecar killed (SIGKILL) at 20 s and started again at 35 s; prints the load table as the
-#       client saw it and what the proxy did (about 7 minutes; needs nginx: apt-get install nginx-light)
+#       client saw it and what the proxy did (needs nginx: apt-get install nginx-light)
 #
-# Environment (defaults in brackets): ICICLE_ES_VERSION (as scripts/es.sh) [8.14.3], ICICLE_CLUSTER_HEAP
-# [512m], ICICLE_CLUSTER_DIR, where the nodes' data and the run's files go [<repo>/.run/cluster],
-# ICICLE_CLUSTER_KILL, the node killed [es2], ICICLE_CLUSTER_CLIENTS [16], ICICLE_CLUSTER_SECONDS [60],
-# ICICLE_CLUSTER_KILL_AT [20], ICICLE_CLUSTER_BACK_AT [35], ICICLE_CLUSTER_PORT, the sidecar's port [8090]
-# (sidecar-loss: the second sidecar on the next port, the proxy on the one after).
+# Environment (defaults in brackets):
+#   ICICLE_ES_VERSION        as scripts/es.sh [8.14.3]
+#   ICICLE_ES_START_TIMEOUT  seconds each node may take to join the others [600]
+#   ICICLE_CLUSTER_HEAP      each node's heap [512m]
+#   ICICLE_CLUSTER_DIR       the nodes' data and the run's files [<repo>/.run/cluster]
+#   ICICLE_CLUSTER_KILL      the node killed [es2]
+#   ICICLE_CLUSTER_CLIENTS, ICICLE_CLUSTER_SECONDS, ICICLE_CLUSTER_KILL_AT, ICICLE_CLUSTER_BACK_AT  [16, 60, 20, 35]
+#   ICICLE_CLUSTER_PORT      the sidecar's port [8090]; sidecar-loss: the second sidecar on the next, the proxy
+#                            on the one after
+# The sidecars read their own ICICLE_* variables as usual (a longer ICICLE_SERVER_REQUEST_TIMEOUT on a small machine).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -52,7 +58,7 @@ es() {
   i=$(node_index "$1")
   shift
   ICICLE_RUN_DIR=$DIR/${NODES[$i]} ICICLE_ES_PORT=$((9281 + i)) ICICLE_ES_TRANSPORT_PORT=$((9481 + i)) \
-    ICICLE_ES_HEAP=$HEAP ICICLE_ES_NODE_NAME=${NODES[$i]} \
+    ICICLE_ES_HEAP=$HEAP ICICLE_ES_NODE_NAME=${NODES[$i]} ICICLE_ES_START_TIMEOUT=${ICICLE_ES_START_TIMEOUT:-600} \
     ICICLE_ES_SEED_HOSTS=127.0.0.1:9481,127.0.0.1:9482,127.0.0.1:9483 ICICLE_ES_INITIAL_MASTERS=es1,es2,es3 \
     scripts/es.sh "$@"
 }
