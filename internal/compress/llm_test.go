@@ -174,7 +174,10 @@ func TestLLMTimeoutAndCancel(t *testing.T) {
 	require.NoError(t, err)
 	_, err = l.Compress(t.Context(), "T", "text")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.EqualValues(t, 2, f.calls.Load(), "a timed-out attempt is retried")
+	// Counted by the client, not the fake server: on a loaded machine a 50 ms attempt can end before its
+	// request reaches the server's handler.
+	require.ErrorContains(t, err, "(attempt 2 of 2)", "a timed-out attempt is retried")
+	require.LessOrEqual(t, f.calls.Load(), int32(2))
 }
 
 func TestLLMBlankTextSkipsRequest(t *testing.T) {
