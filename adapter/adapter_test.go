@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -486,6 +487,54 @@ func TestSearchAsksForTheWholeIndex(t *testing.T) {
 	for _, c := range f.requests("POST", "/icicle-docs/_search") {
 		require.Contains(t, c.Query, "allow_partial_search_results=false")
 	}
+}
+
+// TestSearchesNameTheirShardCopies: a ranking search carries a preference that is the same for the same query
+// (BM25 by its text, kNN by its vector) and differs between queries, so a repeated query is answered by the
+// same copy of each shard; Elasticsearch refuses a custom preference that starts with '_'.
+func TestSearchesNameTheirShardCopies(t *testing.T) {
+	f := newFakeES(t, map[string][]reply{
+		routeSearch:                  {{status: 200, file: "search.json"}},
+		"POST /icicle-docs/_msearch": {{status: 200, file: "dense_hits.json"}},
+	})
+	a, err := adapter.New(adapter.Options{Addresses: []string{"http://es.test:9200"}, Transport: f, VectorDims: 3}, nil)
+	require.NoError(t, err)
+	defer a.Close()
+	for _, q := range []string{"who sang it", "who sang it", "who wrote it"} {
+		_, err = a.SearchAll(t.Context(), q, 10)
+		require.NoError(t, err)
+		_, err = a.SearchLean(t.Context(), q, 10, false)
+		require.NoError(t, err)
+	}
+	var prefs []string
+	for _, c := range f.requests("POST", "/icicle-docs/_search") {
+		v, err := url.ParseQuery(c.Query)
+		require.NoError(t, err)
+		prefs = append(prefs, v.Get("preference"))
+	}
+	require.Len(t, prefs, 6)
+	require.NotEmpty(t, prefs[0])
+	require.NotEqual(t, byte('_'), prefs[0][0])
+	require.Equal(t, []string{prefs[0], prefs[0], prefs[0]}, prefs[1:4], "one query, one preference")
+	require.Equal(t, prefs[4], prefs[5])
+	require.NotEqual(t, prefs[0], prefs[4], "another query, another preference")
+
+	for _, v := range [][]float32{{1, 0, 0}, {1, 0, 0}, {0, 1, 0}} {
+		_, err = a.Dense(t.Context(), v, []adapter.DenseQuery{{K: 3}})
+		require.NoError(t, err)
+	}
+	var headers []string
+	for _, c := range f.requests("POST", "/icicle-docs/_msearch") {
+		lines := strings.Split(strings.TrimSpace(string(c.Body)), "\n")
+		require.Len(t, lines, 2)
+		var h0 map[string]any
+		require.NoError(t, json.Unmarshal([]byte(lines[0]), &h0))
+		require.Equal(t, false, h0["allow_partial_search_results"])
+		headers = append(headers, h0["preference"].(string))
+	}
+	require.Len(t, headers, 3)
+	require.Equal(t, headers[0], headers[1])
+	require.NotEqual(t, headers[0], headers[2])
 }
 
 func TestDocumentID(t *testing.T) {

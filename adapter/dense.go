@@ -3,6 +3,7 @@ package adapter
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -38,6 +39,11 @@ func (a *Adapter) Dense(ctx context.Context, vec []float32, qs []DenseQuery) ([]
 	if len(qs) == 0 {
 		return nil, nil
 	}
+	key := make([]byte, 0, 4*len(vec))
+	for _, x := range vec {
+		key = binary.LittleEndian.AppendUint32(key, math.Float32bits(x))
+	}
+	header := map[string]any{"allow_partial_search_results": false, "preference": preference(key)} // as whole() and search do
 	var body bytes.Buffer
 	enc := json.NewEncoder(&body)
 	for i, q := range qs {
@@ -45,7 +51,7 @@ func (a *Adapter) Dense(ctx context.Context, vec []float32, qs []DenseQuery) ([]
 		if err != nil {
 			return nil, fmt.Errorf("dense search %q: query %d: %w", a.index, i, err)
 		}
-		_ = enc.Encode(map[string]any{"allow_partial_search_results": false}) // as whole() does for one search
+		_ = enc.Encode(header)
 		_ = enc.Encode(s)
 	}
 	var res struct {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/elastic/go-elasticsearch/v8/esapi"
@@ -114,7 +116,8 @@ func (a *Adapter) SearchLean(ctx context.Context, query string, k int, onlyNew b
 			Hits []leanHit `json:"hits"`
 		} `json:"hits"`
 	}
-	if err := a.do(ctx, whole(esapi.SearchRequest{Index: []string{a.index}, Body: bytes.NewReader(b)}), &res); err != nil {
+	req := whole(esapi.SearchRequest{Index: []string{a.index}, Body: bytes.NewReader(b), Preference: preference([]byte(query))})
+	if err := a.do(ctx, req, &res); err != nil {
 		return nil, fmt.Errorf("search %q: %w", a.index, err)
 	}
 	hits := make([]Hit, len(res.Hits.Hits))
@@ -209,7 +212,7 @@ func (a *Adapter) search(ctx context.Context, query string, k int, onlyNew bool)
 			Hits []sourceHit `json:"hits"`
 		} `json:"hits"`
 	}
-	req := whole(esapi.SearchRequest{Index: []string{a.index}, Body: bytes.NewReader(body)})
+	req := whole(esapi.SearchRequest{Index: []string{a.index}, Body: bytes.NewReader(body), Preference: preference([]byte(query))})
 	if err := a.do(ctx, req, &res); err != nil {
 		return nil, err
 	}
@@ -233,6 +236,18 @@ func whole(req esapi.SearchRequest) esapi.SearchRequest {
 	no := false
 	req.AllowPartialSearchResults = &no
 	return req
+}
+
+// preference names the shard copies that answer a ranking search: the same string for the same query, so that
+// Elasticsearch sends a query to the same copy of each shard every time (while the shard's copies stay where
+// they are). Two copies of a shard can score the same document differently: each merges on its own, and until a
+// copy merges away its deleted documents they still count in its BM25 statistics (and its kNN graph is its own).
+// Without it a repeated query could be answered by other copies, and its order change from one request to
+// the next. A hash of the query (its text, or its vector for a kNN search), not one fixed string, so that different queries still spread over the copies.
+func preference(key []byte) string {
+	h := fnv.New64a()
+	_, _ = h.Write(key)
+	return "icicle-" + strconv.FormatUint(h.Sum64(), 36)
 }
 
 // Resolve looks documents up by docid in one request (a multi-get on their derived _ids) and returns the
