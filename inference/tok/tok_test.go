@@ -4,6 +4,7 @@ package tok
 
 import (
 	"bufio"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -186,4 +187,42 @@ func TestLoadErrors(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte("{not json"), 0o600))
 	_, err = Load(bad)
 	require.ErrorContains(t, err, "bad.json")
+}
+
+// BenchmarkEncodePassages tokenizes the first 200 nq_qed passages with the encoder's WordPiece tokenizer
+// (models/bge-small-en-v15-q) and the reader's byte-level BPE (models/small): the tokenizer's share of embedding
+// a document. Reports passages per second.
+func BenchmarkEncodePassages(b *testing.B) {
+	f, err := os.Open(filepath.Join("..", "..", "data", "nq_qed", "corpus.jsonl.gz"))
+	require.NoError(b, err)
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	require.NoError(b, err)
+	var passages []string
+	sc := bufio.NewScanner(zr)
+	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
+	for len(passages) < 200 && sc.Scan() {
+		var d struct {
+			Title, Text string
+		}
+		require.NoError(b, json.Unmarshal(sc.Bytes(), &d))
+		passages = append(passages, d.Title+"\n"+d.Text)
+	}
+	require.Len(b, passages, 200)
+	for _, model := range []string{"bge-small-en-v15-q", "small"} {
+		b.Run(model, func(b *testing.B) {
+			tk, err := Load(filepath.Join("..", "..", "models", model, "tokenizer.json"))
+			require.NoError(b, err)
+			defer tk.Close()
+			n := 0
+			for b.Loop() {
+				for _, p := range passages {
+					ids, err := tk.Encode(p)
+					require.NoError(b, err)
+					n += len(ids)
+				}
+			}
+			b.ReportMetric(float64(b.N*len(passages))/b.Elapsed().Seconds(), "passages/s")
+		})
+	}
 }
