@@ -3,6 +3,7 @@ package retrieve
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -123,7 +124,27 @@ type FitResult struct {
 	// BM25 and Default are BM25's order and DefaultParams (with this depth) on all samples, for reference.
 	BM25    Score `json:"bm25"`
 	Default Score `json:"default"`
-	Folds   int   `json:"folds"`
+	// Current is the setting served before this fit (Compare sets it) on all samples.
+	Current *Score `json:"current,omitempty"`
+	Folds   int    `json:"folds"`
+}
+
+// ErrNoImprovement is Compare's error: a fit whose held-out score does not beat the current setting.
+var ErrNoImprovement = errors.New("the fit is not better held out than the current setting")
+
+// Compare scores current (the setting served now) on samples into r.Current and returns an error wrapping
+// ErrNoImprovement unless r's held-out score (Hits@1, then MRR@10) is better than current's. The held-out
+// score is what the fitted setting can be expected to do on new queries; current's is measured on the same
+// queries (optimistic only if current was itself fitted on them), so a fit that only matches it is noise
+// from a small label set, not an improvement.
+func (r *FitResult) Compare(samples []Sample, current Params) error {
+	sc := Evaluate(samples, current)
+	r.Current = &sc
+	if r.HeldOut.better(sc) {
+		return nil
+	}
+	return fmt.Errorf("%w: held out Hits@1 %.3f / MRR@10 %.3f (%d-fold) against the current %.3f / %.3f on the same %d queries",
+		ErrNoImprovement, r.HeldOut.Hits1, r.HeldOut.MRR10, r.Folds, sc.Hits1, sc.MRR10, sc.N)
 }
 
 // Fit picks the setting of grid with the best score on samples (Hits@1, then MRR@10; among equals the

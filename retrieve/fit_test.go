@@ -34,6 +34,33 @@ func TestFit(t *testing.T) {
 	require.Error(t, err)
 }
 
+// TestFitCompare: a fit is accepted only when its held-out score beats the current setting on the same queries.
+func TestFitCompare(t *testing.T) {
+	sample := func(id string, semantic bool) Sample {
+		s := Sample{QueryID: id, BM25: bm25Hits("x", "y"), Dense: map[string]float64{"x": 0.2, "y": 0.9}}
+		s.Relevant = map[string]bool{"dx": !semantic, "dy": semantic}
+		return s
+	}
+	var ss []Sample
+	for i := range 10 {
+		ss = append(ss, sample(string(rune('a'+i)), i%5 != 0)) // 8 semantic, 2 lexical
+	}
+	bm25 := Params{Method: MethodLinear, DenseWeight: 0, Depth: 100}
+	dense := Params{Method: MethodLinear, DenseWeight: 1, Depth: 100}
+
+	res, err := Fit(ss, Grid(100), 5)
+	require.NoError(t, err)
+	require.NoError(t, res.Compare(ss, bm25), "held out %+v beats BM25's 0.2", res.HeldOut)
+	require.InDelta(t, 0.2, res.Current.Hits1, 1e-9)
+
+	res, err = Fit(ss, Grid(100), 5)
+	require.NoError(t, err)
+	err = res.Compare(ss, dense)
+	require.ErrorIs(t, err, ErrNoImprovement, "the current setting already ranks every semantic query first")
+	require.ErrorContains(t, err, "against the current 0.800")
+	require.InDelta(t, 0.8, res.Current.Hits1, 1e-9)
+}
+
 func TestEvaluateCutsToTheSetting(t *testing.T) {
 	s := Sample{Relevant: map[string]bool{"dk": true}, BM25: bm25Hits("a"),
 		KNN: []adapter.Hit{{ID: "k", DocID: "dk", Dense: 0.9, HasDense: true}}, Dense: map[string]float64{"a": 0.1, "k": 0.9}}

@@ -29,7 +29,7 @@ type calibrateFlags struct {
 	subsets, outDir       string
 	folds, concurrency    int
 	timeout               time.Duration
-	dryRun                bool
+	dryRun, force         bool
 	samplesOut, samplesIn string
 	docids                string
 	firstStage            string
@@ -54,6 +54,7 @@ func calibrate(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&f.concurrency, "concurrency", 2, "requests in flight at once; within the sidecar's concurrency.max_inflight + queue_size")
 	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "timeout of one request to the sidecar")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "fit and print, but write nothing")
+	fs.BoolVar(&f.force, "force", false, "with -first-stage: write the fit even when it is not better held out than the current setting")
 	fs.StringVar(&f.docids, "docids", "", "only queries with a relevant document in this file (one docid a line): e.g. the documents the model never trained on")
 	fs.StringVar(&f.samplesOut, "samples-out", "", "also write every labelled query's features and labels to this JSONL file")
 	fs.StringVar(&f.samplesIn, "samples", "", "fit on a -samples-out file instead of asking the sidecar (refit without re-running the model)")

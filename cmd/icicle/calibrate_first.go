@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -28,7 +29,9 @@ type firstStageFit struct {
 // straight from Elasticsearch with the configured encoder (BM25's top depth, the kNN's top 100, every
 // cosine exact), every setting of retrieve.Grid is replayed on what was found, and the best by Hits@1
 // (then MRR@10) is written to FILE with its k-fold held-out score. The sidecar loads it with
-// first_stage.params_file. No model runs: the first stage does not depend on it.
+// first_stage.params_file. A fit whose held-out score does not beat the setting served now (the
+// configuration's, or its params_file's) on the same queries is refused and nothing is written, unless
+// -force. No model runs: the first stage does not depend on it.
 func calibrateFirstStage(ctx context.Context, f calibrateFlags, path string, out, log io.Writer) error {
 	cfg, err := f.load()
 	if err != nil {
@@ -89,6 +92,11 @@ func calibrateFirstStage(ctx context.Context, f calibrateFlags, path string, out
 	if err != nil {
 		return err
 	}
+	current, err := firstStageParams(cfg.FirstStage)
+	if err != nil {
+		return err
+	}
+	refused := res.Compare(samples, current)
 	file := paramsFile{Params: res.Params}
 	rec := firstStageFit{Queries: len(qs), QueriesFile: f.queries, Split: f.split, Index: es.Index(), Encoder: enc.Name(),
 		Objective: "Hits@1, then MRR@10", Result: res, Fitted: time.Now().UTC()}
@@ -100,6 +108,16 @@ func calibrateFirstStage(ctx context.Context, f calibrateFlags, path string, out
 	fmt.Fprintf(out, "  chosen: method %s, dense_weight %.1f, rrf_k %g, depth %d, knn %d\n", p.Method, p.DenseWeight, p.RRFK, p.Depth, p.KNN)
 	fmt.Fprintf(out, "  Hits@1 / MRR@10: chosen %.3f / %.3f (in sample), %.3f / %.3f held out (%d-fold); BM25 %.3f / %.3f; default %.3f / %.3f\n",
 		res.Score.Hits1, res.Score.MRR10, res.HeldOut.Hits1, res.HeldOut.MRR10, res.Folds, res.BM25.Hits1, res.BM25.MRR10, res.Default.Hits1, res.Default.MRR10)
+	fmt.Fprintf(out, "  current setting (%s): method %s, dense_weight %.1f, rrf_k %g, depth %d, knn %d: %.3f / %.3f\n",
+		cmp.Or(cfg.FirstStage.ParamsFile, "the configuration"), current.Method, current.DenseWeight, current.RRFK, current.Depth, current.KNN,
+		res.Current.Hits1, res.Current.MRR10)
+	if refused != nil {
+		if f.dryRun || f.force {
+			fmt.Fprintf(out, "  %v\n", refused)
+		} else {
+			return fmt.Errorf("first stage: %s not written: %w (-force writes it anyway)", path, refused)
+		}
+	}
 	if f.dryRun {
 		return nil
 	}

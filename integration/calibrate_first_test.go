@@ -1,0 +1,160 @@
+//go:build integration && ort && tokenizers
+
+package integration
+
+import (
+	"bufio"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/icicle-search/sidecar/internal/testenv"
+)
+
+// TestCalibrateFirstStageRefuses runs `icicle calibrate -first-stage` against the real node with the real encoder:
+// 150 nq_qed documents with their stored vectors and the labelled queries whose answer is among them. A forced
+// fit is written; fitting again against that fit (now the current setting, scored on the queries it was fitted
+// on) cannot be better held out, so it is refused: exit status 1, the reason printed, and the file already at the
+// output path left as it was.
+func TestCalibrateFirstStageRefuses(t *testing.T) {
+	esURL, lib := os.Getenv("ICICLE_ES_URL"), os.Getenv("ICICLE_ORT_LIB")
+	if esURL == "" || lib == "" {
+		testenv.Missing(t, "ICICLE_ES_URL and ICICLE_ORT_LIB must be set (scripts/test.sh sets both)")
+	}
+	enc := encoderDir(t)
+	bin := buildIcicle(t)
+	dir := t.TempDir()
+	corpus, queries, qrels := filepath.Join(dir, "corpus.jsonl"), filepath.Join(dir, "queries.jsonl"), filepath.Join(dir, "qrels.tsv")
+	n := writeLabelledSubset(t, 150, corpus, queries, qrels)
+	require.GreaterOrEqual(t, n, 20, "labelled queries answered within the subset")
+
+	index := fmt.Sprintf("icicle-calfirst-%d", time.Now().UnixNano())
+	t.Cleanup(func() { _, _ = http.DefaultClient.Do(mustReq(t, http.MethodDelete, esURL+"/"+index)) })
+	env := append(os.Environ(), "ICICLE_ELASTICSEARCH_ADDRESSES="+esURL, "ICICLE_ELASTICSEARCH_INDEX="+index,
+		"ICICLE_ORT_LIB="+lib, "ICICLE_FIRST_STAGE_ENCODER_DIR="+enc)
+	run := func(extraEnv []string, args ...string) (string, error) {
+		cmd := exec.CommandContext(t.Context(), bin, args...)
+		cmd.Env = append(env, extraEnv...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run(nil, "ingest", "-corpus", corpus, "-vectors", filepath.Join("..", "data", "nq_qed", "vectors.bge-small-en-v1.5-q.gz"))
+	require.NoError(t, err, out)
+	require.Contains(t, out, "indexed 150")
+
+	fit := filepath.Join(dir, "fit.json")
+	calibrate := []string{"calibrate", "-queries", queries, "-qrels", qrels, "-split", "", "-n", "1000"}
+	out, err = run(nil, append(calibrate, "-first-stage", fit, "-force")...)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "current setting (the configuration): method linear")
+	var written struct {
+		Method string `json:"method"`
+		Fit    struct {
+			Queries int `json:"queries"`
+			Result  struct {
+				Current *struct {
+					N int `json:"queries"`
+				} `json:"current"`
+			} `json:"result"`
+		} `json:"fit"`
+	}
+	b, err := os.ReadFile(fit)
+	require.NoError(t, err, out)
+	require.NoError(t, json.Unmarshal(b, &written))
+	require.NotEmpty(t, written.Method)
+	require.Equal(t, n, written.Fit.Queries)
+	require.NotNil(t, written.Fit.Result.Current, "the record keeps the current setting's score")
+	require.Equal(t, n, written.Fit.Result.Current.N)
+
+	// Against the fit itself: its in-sample score is the best of the grid on these queries, which the held-out
+	// score does not beat.
+	again := filepath.Join(dir, "again.json")
+	require.NoError(t, os.WriteFile(again, []byte("kept\n"), 0o644))
+	out, err = run([]string{"ICICLE_FIRST_STAGE_PARAMS_FILE=" + fit}, append(calibrate, "-first-stage", again)...)
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, out)
+	require.Equal(t, 1, exit.ExitCode(), out)
+	require.Contains(t, out, "current setting ("+fit+")")
+	require.Contains(t, out, again+" not written: the fit is not better held out than the current setting")
+	require.Contains(t, out, "-force writes it anyway")
+	b, err = os.ReadFile(again)
+	require.NoError(t, err)
+	require.Equal(t, "kept\n", string(b), "a refused fit leaves the file at its path as it was")
+
+}
+
+// writeLabelledSubset writes the first docs documents of nq_qed to corpus, and the queries whose every relevant
+// document is among them to queries and qrels (the formats `icicle calibrate` reads); it returns how many.
+func writeLabelledSubset(t *testing.T, docs int, corpus, queries, qrels string) int {
+	t.Helper()
+	data := filepath.Join("..", "data", "nq_qed")
+	lines := func(path string) []string {
+		f, err := os.Open(path)
+		require.NoError(t, err)
+		defer f.Close()
+		zr, err := gzip.NewReader(f)
+		require.NoError(t, err)
+		var out []string
+		sc := bufio.NewScanner(zr)
+		sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
+		for sc.Scan() {
+			out = append(out, sc.Text())
+		}
+		require.NoError(t, sc.Err())
+		return out
+	}
+	in := map[string]bool{}
+	var cw strings.Builder
+	for _, l := range lines(filepath.Join(data, "corpus.jsonl.gz"))[:docs] {
+		var d struct {
+			DocID string `json:"docid"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(l), &d))
+		in[d.DocID] = true
+		cw.WriteString(l + "\n")
+	}
+	require.NoError(t, os.WriteFile(corpus, []byte(cw.String()), 0o644))
+
+	raw, err := os.ReadFile(filepath.Join(data, "qrels.tsv"))
+	require.NoError(t, err)
+	rel := map[string][]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n")[1:] {
+		f := strings.Split(l, "\t")
+		rel[f[0]] = append(rel[f[0]], f[1])
+	}
+	var qw strings.Builder
+	rw := strings.Builder{}
+	rw.WriteString("qid\tdocid\trelevance\n")
+	n := 0
+	for _, l := range lines(filepath.Join(data, "queries.jsonl.gz")) {
+		var q struct {
+			QID string `json:"qid"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(l), &q))
+		ds := rel[q.QID]
+		all := len(ds) > 0
+		for _, d := range ds {
+			all = all && in[d]
+		}
+		if !all {
+			continue
+		}
+		n++
+		qw.WriteString(l + "\n")
+		for _, d := range ds {
+			rw.WriteString(q.QID + "\t" + d + "\t1\n")
+		}
+	}
+	require.NoError(t, os.WriteFile(queries, []byte(qw.String()), 0o644))
+	require.NoError(t, os.WriteFile(qrels, []byte(rw.String()), 0o644))
+	return n
+}
