@@ -56,6 +56,7 @@ func TestCalibrateFirstStageRefuses(t *testing.T) {
 	out, err = run(nil, append(calibrate, "-first-stage", fit, "-force")...)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "current setting (the configuration): method linear")
+	require.Contains(t, out, "Hits@1 held out less the current, query by query: ")
 	var written struct {
 		Method string `json:"method"`
 		Fit    struct {
@@ -64,6 +65,7 @@ func TestCalibrateFirstStageRefuses(t *testing.T) {
 				Current *struct {
 					N int `json:"queries"`
 				} `json:"current"`
+				Gain *struct{ Low, High float64 } `json:"held_out_gain"`
 			} `json:"result"`
 		} `json:"fit"`
 	}
@@ -74,6 +76,8 @@ func TestCalibrateFirstStageRefuses(t *testing.T) {
 	require.Equal(t, n, written.Fit.Queries)
 	require.NotNil(t, written.Fit.Result.Current, "the record keeps the current setting's score")
 	require.Equal(t, n, written.Fit.Result.Current.N)
+	require.NotNil(t, written.Fit.Result.Gain, "and the held-out gain's interval")
+	require.Less(t, written.Fit.Result.Gain.Low, written.Fit.Result.Gain.High)
 
 	// Against the fit itself: its in-sample score is the best of the grid on these queries, which the held-out
 	// score does not beat.

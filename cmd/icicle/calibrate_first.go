@@ -111,6 +111,9 @@ func calibrateFirstStage(ctx context.Context, f calibrateFlags, path string, out
 	fmt.Fprintf(out, "  current setting (%s): method %s, dense_weight %.1f, rrf_k %g, depth %d, knn %d: %.3f / %.3f\n",
 		cmp.Or(cfg.FirstStage.ParamsFile, "the configuration"), current.Method, current.DenseWeight, current.RRFK, current.Depth, current.KNN,
 		res.Current.Hits1, res.Current.MRR10)
+	if g := res.Gain; g != nil {
+		fmt.Fprintf(out, "  Hits@1 held out less the current, query by query: %+.3f (95%% interval %+.3f to %+.3f)\n", g.Estimate, g.Low, g.High)
+	}
 	if refused != nil {
 		if f.dryRun || f.force {
 			fmt.Fprintf(out, "  %v\n", refused)
