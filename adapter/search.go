@@ -243,7 +243,8 @@ func whole(req esapi.SearchRequest) esapi.SearchRequest {
 // they are). Two copies of a shard can score the same document differently: each merges on its own, and until a
 // copy merges away its deleted documents they still count in its BM25 statistics (and its kNN graph is its own).
 // Without it a repeated query could be answered by other copies, and its order change from one request to
-// the next. A hash of the query (its text, or its vector for a kNN search), not one fixed string, so that different queries still spread over the copies.
+// the next. A hash of the query (its text, or its vector for a kNN search), not one fixed string, so that
+// different queries still spread over the copies.
 func preference(key []byte) string {
 	h := fnv.New64a()
 	_, _ = h.Write(key)

@@ -165,8 +165,9 @@ func pairedGain(a, b []float64) Interval {
 // ErrNoImprovement is Compare's error: a fit whose held-out score does not beat the current setting.
 var ErrNoImprovement = errors.New("the fit is not better held out than the current setting")
 
-// Compare scores current (the setting served now) on samples into r.Current and returns an error wrapping
-// ErrNoImprovement unless r's held-out score (Hits@1, then MRR@10) is better than current's. The held-out
+// Compare scores current (the setting served now) on samples into r.Current, and the held-out Hits@1 less
+// current's, query by query, into r.Gain; it returns an error wrapping ErrNoImprovement unless r's held-out
+// score (Hits@1, then MRR@10) is better than current's. The held-out
 // score is what the fitted setting can be expected to do on new queries; current's is measured on the same
 // queries (optimistic only if current was itself fitted on them), so a fit that only matches it is noise
 // from a small label set, not an improvement.
