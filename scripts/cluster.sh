@@ -5,8 +5,8 @@
 #   scripts/cluster.sh start      start es1, es2, es3 (HTTP 9281-9283, transport 9481-9483); wait until formed
 #   scripts/cluster.sh stop       stop the three
 #   scripts/cluster.sh urls       print their HTTP URLs, comma-separated (ICICLE_ELASTICSEARCH_ADDRESSES)
-#   scripts/cluster.sh node-loss  the whole run, then stops what it started (on two cores the nodes took 3-4
-#       minutes to form and the ingest 3-4 minutes, before the 60 s of load):
+#   scripts/cluster.sh node-loss  the whole run, then stops what it started (5-6 minutes on two idle cores: the
+#       nodes formed in 23-39 s and the ingest took 36-54 s; on a loaded machine each took 3-4 minutes):
 #       the demo corpus with its vectors in an index of 3 shards and 1 replica; the sidecar serving the default
 #       with all three addresses; the answers to 100 queries; 16 clients on /v1/search for 60 s, one node
 #       killed (SIGKILL) at 20 s and started again at 35 s; the cluster's health each second; once green, the
