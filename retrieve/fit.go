@@ -73,15 +73,22 @@ func (s Score) better(o Score) bool {
 }
 
 // Evaluate fuses every sample under p and scores the rankings.
-func Evaluate(samples []Sample, p Params) Score {
+func Evaluate(samples []Sample, p Params) Score { return evaluate(samples, p, nil) }
+
+// evaluate is Evaluate, also setting hits[i] to 1 where samples[i]'s first result is relevant (when hits is
+// not nil; it has one entry a sample).
+func evaluate(samples []Sample, p Params, hits []float64) Score {
 	var sc Score
-	for _, s := range samples {
+	for j, s := range samples {
 		knn := s.KNN[:min(len(s.KNN), p.KNN)]
 		ranked := Fuse(s.BM25[:min(len(s.BM25), p.Depth)], knn, s.Dense, p)
 		for i, h := range ranked[:min(len(ranked), 10)] {
 			if s.Relevant[h.DocID] {
 				if i == 0 {
 					sc.Hits1++
+					if hits != nil {
+						hits[j] = 1
+					}
 				}
 				sc.MRR10 += 1 / float64(i+1)
 				break
@@ -172,13 +179,10 @@ var ErrNoImprovement = errors.New("the fit is not better held out than the curre
 // queries (optimistic only if current was itself fitted on them), so a fit that only matches it is noise
 // from a small label set, not an improvement.
 func (r *FitResult) Compare(samples []Sample, current Params) error {
-	sc := Evaluate(samples, current)
+	cur := make([]float64, len(samples))
+	sc := evaluate(samples, current, cur)
 	r.Current = &sc
 	if len(r.heldHits) == len(samples) {
-		cur := make([]float64, len(samples))
-		for i, s := range samples {
-			cur[i] = Evaluate([]Sample{s}, current).Hits1
-		}
 		g := pairedGain(r.heldHits, cur)
 		r.Gain = &g
 	}
@@ -219,11 +223,10 @@ func Fit(samples []Sample, grid []Params, folds int) (FitResult, error) {
 			}
 		}
 		p, _ := best(train)
-		sc := Evaluate(test, p)
-		for i, s := range samples {
-			if i%folds == f {
-				res.heldHits[i] = Evaluate([]Sample{s}, p).Hits1
-			}
+		hits := make([]float64, len(test))
+		sc := evaluate(test, p, hits)
+		for j, h := range hits {
+			res.heldHits[f+j*folds] = h // test[j] is samples[f+j*folds]
 		}
 		held.Hits1 += sc.Hits1 * float64(sc.N)
 		held.MRR10 += sc.MRR10 * float64(sc.N)

@@ -9,19 +9,23 @@ import (
 	"github.com/icicle-search/sidecar/adapter"
 )
 
-func TestFit(t *testing.T) {
-	// Two kinds of query: on "lexical" ones BM25's first is relevant and the cosine prefers another; on
-	// "semantic" ones the reverse. With more semantic ones, a dense-leaning setting must win, and its
-	// held-out score must be what the folds give, not the in-sample one.
-	sample := func(id string, semantic bool) Sample {
-		s := Sample{QueryID: id, BM25: bm25Hits("x", "y"), Dense: map[string]float64{"x": 0.2, "y": 0.9}}
-		s.Relevant = map[string]bool{"dx": !semantic, "dy": semantic}
-		return s
-	}
+// lexicalAndSemantic returns two kinds of query: on "lexical" ones BM25's first is relevant and the cosine
+// prefers another; on "semantic" ones the reverse. 8 semantic, 2 lexical (samples 0 and 5, one 5-fold fold).
+func lexicalAndSemantic() []Sample {
 	var ss []Sample
 	for i := range 10 {
-		ss = append(ss, sample(string(rune('a'+i)), i%5 != 0)) // 8 semantic, 2 lexical
+		semantic := i%5 != 0
+		s := Sample{QueryID: string(rune('a' + i)), BM25: bm25Hits("x", "y"), Dense: map[string]float64{"x": 0.2, "y": 0.9}}
+		s.Relevant = map[string]bool{"dx": !semantic, "dy": semantic}
+		ss = append(ss, s)
 	}
+	return ss
+}
+
+func TestFit(t *testing.T) {
+	// With more semantic queries, a dense-leaning setting must win, and its held-out score must be what the
+	// folds give, not the in-sample one.
+	ss := lexicalAndSemantic()
 	res, err := Fit(ss, Grid(100), 5)
 	require.NoError(t, err)
 	require.InDelta(t, 0.8, res.Score.Hits1, 1e-9)
@@ -37,15 +41,7 @@ func TestFit(t *testing.T) {
 
 // TestFitCompare: a fit is accepted only when its held-out score beats the current setting on the same queries.
 func TestFitCompare(t *testing.T) {
-	sample := func(id string, semantic bool) Sample {
-		s := Sample{QueryID: id, BM25: bm25Hits("x", "y"), Dense: map[string]float64{"x": 0.2, "y": 0.9}}
-		s.Relevant = map[string]bool{"dx": !semantic, "dy": semantic}
-		return s
-	}
-	var ss []Sample
-	for i := range 10 {
-		ss = append(ss, sample(string(rune('a'+i)), i%5 != 0)) // 8 semantic, 2 lexical
-	}
+	ss := lexicalAndSemantic()
 	bm25 := Params{Method: MethodLinear, DenseWeight: 0, Depth: 100}
 	dense := Params{Method: MethodLinear, DenseWeight: 1, Depth: 100}
 
