@@ -3,8 +3,6 @@
 package integration
 
 import (
-	"bufio"
-	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/icicle-search/sidecar/internal/dataset"
 	"github.com/icicle-search/sidecar/internal/testenv"
 )
 
@@ -101,63 +100,47 @@ func TestCalibrateFirstStageRefuses(t *testing.T) {
 func writeLabelledSubset(t *testing.T, docs int, corpus, queries, qrels string) int {
 	t.Helper()
 	data := filepath.Join("..", "data", "nq_qed")
-	lines := func(path string) []string {
-		f, err := os.Open(path)
+	type line struct {
+		DocID string `json:"docid"`
+		QID   string `json:"qid"`
+		raw   json.RawMessage
+	}
+	read := func(path string, n int) []line {
+		raws, err := dataset.ReadJSONL[json.RawMessage](path, n)
 		require.NoError(t, err)
-		defer f.Close()
-		zr, err := gzip.NewReader(f)
-		require.NoError(t, err)
-		var out []string
-		sc := bufio.NewScanner(zr)
-		sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
-		for sc.Scan() {
-			out = append(out, sc.Text())
+		out := make([]line, len(raws))
+		for i, r := range raws {
+			require.NoError(t, json.Unmarshal(r, &out[i]), "%s:%d", path, i+1)
+			out[i].raw = r
 		}
-		require.NoError(t, sc.Err())
 		return out
 	}
 	in := map[string]bool{}
-	var cw strings.Builder
-	for _, l := range lines(filepath.Join(data, "corpus.jsonl.gz"))[:docs] {
-		var d struct {
-			DocID string `json:"docid"`
-		}
-		require.NoError(t, json.Unmarshal([]byte(l), &d))
+	var cw, qw, rw strings.Builder
+	for _, d := range read(filepath.Join(data, "corpus.jsonl.gz"), docs) {
 		in[d.DocID] = true
-		cw.WriteString(l + "\n")
+		cw.WriteString(string(d.raw) + "\n")
 	}
-	require.NoError(t, os.WriteFile(corpus, []byte(cw.String()), 0o644))
-
-	raw, err := os.ReadFile(filepath.Join(data, "qrels.tsv"))
+	rel, err := dataset.ReadQrels(filepath.Join(data, "qrels.tsv"))
 	require.NoError(t, err)
-	rel := map[string][]string{}
-	for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n")[1:] {
-		f := strings.Split(l, "\t")
-		rel[f[0]] = append(rel[f[0]], f[1])
-	}
-	var qw strings.Builder
-	rw := strings.Builder{}
 	rw.WriteString("qid\tdocid\trelevance\n")
 	n := 0
-	for _, l := range lines(filepath.Join(data, "queries.jsonl.gz")) {
-		var q struct {
-			QID string `json:"qid"`
-		}
-		require.NoError(t, json.Unmarshal([]byte(l), &q))
+	for _, q := range read(filepath.Join(data, "queries.jsonl.gz"), 0) {
 		ds := rel[q.QID]
 		all := len(ds) > 0
-		for _, d := range ds {
+		for d := range ds {
 			all = all && in[d]
 		}
 		if !all {
 			continue
 		}
 		n++
-		qw.WriteString(l + "\n")
-		for _, d := range ds {
+		qw.WriteString(string(q.raw) + "\n")
+		for d := range ds {
 			rw.WriteString(q.QID + "\t" + d + "\t1\n")
 		}
 	}
+	require.NoError(t, os.WriteFile(corpus, []byte(cw.String()), 0o644))
 	require.NoError(t, os.WriteFile(queries, []byte(qw.String()), 0o644))
 	require.NoError(t, os.WriteFile(qrels, []byte(rw.String()), 0o644))
 	return n

@@ -4,7 +4,6 @@ package tok
 
 import (
 	"bufio"
-	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/icicle-search/sidecar/internal/dataset"
 	"github.com/icicle-search/sidecar/internal/testenv"
 )
 
@@ -193,20 +193,11 @@ func TestLoadErrors(t *testing.T) {
 // (models/bge-small-en-v15-q) and the reader's byte-level BPE (models/small): the tokenizer's share of embedding
 // a document. Reports passages per second.
 func BenchmarkEncodePassages(b *testing.B) {
-	f, err := os.Open(filepath.Join("..", "..", "data", "nq_qed", "corpus.jsonl.gz"))
+	docs, err := dataset.ReadJSONL[struct{ Title, Text string }](filepath.Join("..", "..", "data", "nq_qed", "corpus.jsonl.gz"), 200)
 	require.NoError(b, err)
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	require.NoError(b, err)
-	var passages []string
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
-	for len(passages) < 200 && sc.Scan() {
-		var d struct {
-			Title, Text string
-		}
-		require.NoError(b, json.Unmarshal(sc.Bytes(), &d))
-		passages = append(passages, d.Title+"\n"+d.Text)
+	passages := make([]string, len(docs))
+	for i, d := range docs {
+		passages[i] = d.Title + "\n" + d.Text
 	}
 	require.Len(b, passages, 200)
 	for _, model := range []string{"bge-small-en-v15-q", "small"} {
