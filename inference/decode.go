@@ -102,24 +102,23 @@ type Options struct {
 	// route's (the router's calibration: negative leans to memory, positive to copying). It moves every copied
 	// title's score alike; Result.PCopy stays the model's. Default 0.
 	CopyLogPrior float64
-	// CopyRankPrior lowers each copied title's score by CopyRankPrior x ln(k), k its candidate's place in the
-	// list (1 for the first): the first stage's order as a prior over the copy route's pick, a fusion of the
-	// model's reading with the list's order. A reader by blocks with shared positions cannot see the order (every
-	// block sits at the same positions); this gives it back. It moves copied titles only, so a large weight
-	// also leans the router to memory for a pick below the first. 0 (default): the model's scores alone.
-	CopyRankPrior float64
+	// CopyShift, when set, is added to each copied title's score: CopyShift(k), k its candidate's place in the
+	// list (1 for the first). It is the caller's transform of a reading (rank.RankPrior: the first stage's
+	// order as a prior over the copy route's pick), applied here, before the routes' answers are merged and
+	// cut to BeamWidth and before the copied scores bound the memory route, so that both stay exact after it.
+	// Nil (default): the model's scores alone.
+	CopyShift func(place int) float64
 	// MemoryScope, when not nil, is what the memory route may recall this call: the docids of the seen corpus
 	// among these (others are ignored; none leaves the route out). A reranker's first stage has already found
 	// the seen documents worth considering (every right answer of the memory routed by the first stage was in
 	// its list: docs/research/2026-11-readers.md, "Routing by the first stage"); recalling among them instead of the whole
 	// seen corpus spares the memory the titles the first stage ruled out. Nil: the whole seen corpus.
 	MemoryScope []string
-	// MemoryRankPrior lowers each remembered title's score by MemoryRankPrior x ln(k), k its place in
-	// MemoryScope (1 for the first): the first stage's order as a prior over the memory route's pick, as
-	// CopyRankPrior is over the copy route's. The route then follows every title of the scope (a beam as wide as
-	// the scope's seen docids), so the answer is the exact best after the prior. Needs MemoryScope; 0 (default):
-	// the model's scores alone.
-	MemoryRankPrior float64
+	// MemoryShift, when set with a MemoryScope, is added to each remembered title's score: MemoryShift(k), k
+	// its docid's place in MemoryScope (1 for the first); the caller's transform, as CopyShift is over the copy
+	// route. The route then follows every title of the scope (a beam as wide as the scope's seen docids), so
+	// that the answer is the exact best after the shift. Nil (default): the model's scores alone.
+	MemoryShift func(place int) float64
 	// EachRoute keeps each route's best docid in the answer even when it scores below the top BeamWidth (it is
 	// then added after them, so the answer may hold a docid or two more), and the memory route is then not
 	// cut at the BeamWidth-th copied score. With a hundred candidates the copy route alone fills the top
@@ -393,10 +392,10 @@ type decoding struct {
 	memRank []int
 }
 
-// memoryWidth is the memory route's beam width, and whether Options.MemoryRankPrior applies: then every title
-// of the scope is followed (the prior reorders them after the search), else Options.BeamWidth.
+// memoryWidth is the memory route's beam width, and whether Options.MemoryShift applies: then every title
+// of the scope is followed (the shift reorders them after the search), else Options.BeamWidth.
 func (d *decoding) memoryWidth() (int, bool) {
-	if d.opts.MemoryRankPrior > 0 && d.memRank != nil {
+	if d.opts.MemoryShift != nil && d.memRank != nil {
 		return max(d.opts.BeamWidth, len(d.memDocs)), true
 	}
 	return d.opts.BeamWidth, false
@@ -503,7 +502,9 @@ func (d *decoding) run(ctx context.Context) (Result, error) {
 			return Result{}, err
 		}
 		for i, s := range copied {
-			s -= d.opts.CopyRankPrior * math.Log(float64(ctxCand[i]+1))
+			if d.opts.CopyShift != nil {
+				s += d.opts.CopyShift(ctxCand[i] + 1)
+			}
 			beams = append(beams, Beam{DocID: ctxDocs[i], Route: RouteCopy, Score: s, Candidate: ctxCand[i]})
 		}
 		d.w.cache.Truncate(d.p)
@@ -901,7 +902,7 @@ func (d *decoding) parametricRoute(ctx context.Context, z0 []float32, lse0, floo
 	}
 	if prior {
 		for _, b := range finished {
-			b.score -= d.opts.MemoryRankPrior * math.Log(float64(d.memRank[g.Doc(b.node)]))
+			b.score += d.opts.MemoryShift(d.memRank[g.Doc(b.node)])
 		}
 	}
 	finished = topBeams(finished, d.opts.BeamWidth)

@@ -82,7 +82,7 @@ func testRankMatchesBruteForce(t *testing.T, scoring string, prior, rankPrior fl
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, _ := newTestEngine(t, seen, hashLogits)
-			opts := Options{BeamWidth: 20, Scoring: scoring, CopyLogPrior: prior, CopyRankPrior: rankPrior}
+			opts := Options{BeamWidth: 20, Scoring: scoring, CopyLogPrior: prior, CopyShift: logPlaceShift(rankPrior)}
 			res, err := e.Rank(t.Context(), "which city", tc.cands, opts)
 			require.NoError(t, err)
 			// Width 2: the copied docids' second score bounds the parametric route (it drops beams below it);
@@ -544,9 +544,18 @@ func TestRankEachRoute(t *testing.T) {
 	}
 }
 
-// TestRankMemoryRankPrior: each remembered title loses MemoryRankPrior x ln(its place in the scope), and the
+// logPlaceShift is a place shift of w x ln(place) down (rank.RankPrior's form, which this package cannot import);
+// nil for 0.
+func logPlaceShift(w float64) func(int) float64 {
+	if w == 0 {
+		return nil
+	}
+	return func(k int) float64 { return -w * math.Log(float64(k)) }
+}
+
+// TestRankMemoryShift: each remembered title's score moves by MemoryShift(its place in the scope), and the
 // memory's pick is the exact best after it even at width 1 (the route follows every title of the scope).
-func TestRankMemoryRankPrior(t *testing.T) {
+func TestRankMemoryShift(t *testing.T) {
 	seen := []string{"Paris", "Parma", "Lyon", "Lyons", "Oslo", "Porto"}
 	scope := []string{"Berlin", "Lyons", "Parma", "Oslo", "Porto"} // places 2, 3, 4, 5
 	place := map[string]float64{"Lyons": 2, "Parma": 3, "Oslo": 4, "Porto": 5}
@@ -564,7 +573,7 @@ func TestRankMemoryRankPrior(t *testing.T) {
 					}
 				}
 				require.Len(t, want, 4)
-				res, err := e.Rank(t.Context(), "which city", cands, Options{BeamWidth: 20, Scoring: scoring, MemoryScope: scope, MemoryRankPrior: w})
+				res, err := e.Rank(t.Context(), "which city", cands, Options{BeamWidth: 20, Scoring: scoring, MemoryScope: scope, MemoryShift: logPlaceShift(w)})
 				require.NoError(t, err)
 				got := 0
 				for _, b := range res.Beams {
@@ -580,7 +589,7 @@ func TestRankMemoryRankPrior(t *testing.T) {
 						best = d
 					}
 				}
-				one, err := e.Rank(t.Context(), "which city", cands, Options{BeamWidth: 1, Scoring: scoring, MemoryScope: scope, MemoryRankPrior: w, EachRoute: true})
+				one, err := e.Rank(t.Context(), "which city", cands, Options{BeamWidth: 1, Scoring: scoring, MemoryScope: scope, MemoryShift: logPlaceShift(w), EachRoute: true})
 				require.NoError(t, err)
 				i := slices.IndexFunc(one.Beams, func(b Beam) bool { return b.Route == RouteParametric })
 				require.GreaterOrEqual(t, i, 0)

@@ -1,6 +1,7 @@
 package rank
 
 import (
+	"math"
 	"slices"
 
 	"github.com/icicle-search/sidecar/adapter"
@@ -8,6 +9,20 @@ import (
 
 // Transforms over a reading: pure functions of a reading and the first stage's order, applied by the
 // pipeline between the reader and the policy, as a sampler applies its transforms to a distribution.
+
+// RankPrior is the first stage's order as a prior over a reader's pick (experimental.copy_rank_prior over the
+// candidates it picks from, experimental.memory_rank_prior over the documents it names from the first stage's
+// scope): the title at place k (from 1) loses w x ln(k). A reader by blocks with shared positions cannot see
+// the candidates' order (every block sits at the same positions); this gives it back. It is a shift by place
+// rather than a reordering of the finished reading because a beam search cuts its routes to the beam width and
+// bounds one route by the other's scores: the ICICLE engine applies it where it cuts
+// (inference.Options.CopyShift and MemoryShift), so the cut is exact after the prior. Nil for w 0: no prior.
+func RankPrior(w float64) func(place int) float64 {
+	if w == 0 {
+		return nil
+	}
+	return func(k int) float64 { return -w * math.Log(float64(k)) }
+}
 
 // RouteByFirstStage settles a two-route reader's choice between its routes with the first stage's evidence
 // (experimental.route_by_first_stage): of the reading's best candidate it picked (RouteCopy) and its best

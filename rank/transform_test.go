@@ -1,6 +1,7 @@
 package rank
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -66,4 +67,16 @@ func TestDoubted(t *testing.T) {
 	for _, tt := range tests {
 		require.Equal(t, tt.want, Doubted(tt.r, tt.minCopy, tt.minTop), tt.name)
 	}
+}
+
+// TestRankPrior: no prior at weight 0 (the engine then decodes as without it); else the place k (from 1) loses
+// w x ln(k), so the first place keeps its score and each later one loses more.
+func TestRankPrior(t *testing.T) {
+	require.Nil(t, RankPrior(0))
+	p := RankPrior(4)
+	require.NotNil(t, p)
+	require.Equal(t, 0.0, p(1))
+	require.InDelta(t, -4*math.Log(2), p(2), 1e-12)
+	require.InDelta(t, -4*math.Log(100), p(100), 1e-12)
+	require.Less(t, p(3), p(2))
 }

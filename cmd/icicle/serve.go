@@ -329,7 +329,7 @@ func openBlockStore(dir string, x config.Experimental, log *slog.Logger) (*infer
 func decodeOptions(beamWidth int, x config.Experimental) inference.Options {
 	return inference.Options{BeamWidth: beamWidth, MaxPromptTokens: x.MaxPromptTokens, MaxSummaryTokens: x.MaxSummaryTokens,
 		TitleOnly: x.TitleOnly, SummaryCandidates: x.SummaryCandidates, Scoring: x.Scoring, CopyLogPrior: x.CopyLogPrior,
-		CopyRankPrior: x.CopyRankPrior, MemoryRankPrior: x.MemoryRankPrior}
+		CopyShift: rank.RankPrior(x.CopyRankPrior), MemoryShift: rank.RankPrior(x.MemoryRankPrior)}
 }
 
 // experimentalSettings are the experimental section's settings by key, as /v1/model lists them.
