@@ -23,7 +23,7 @@ type Fields struct {
 	// Title is the title shown in results. Default "title".
 	Title string
 	// Search are the fields BM25's multi_match searches (best_fields, tie_breaker 0.5), with optional
-	// boosts ("name^2"). Default title, summary, text.
+	// boosts ("name^2"). Default title, text.
 	Search []string
 	// Body are the fields whose text, after the title, summaries and vectors are made from. Default text.
 	Body []string
@@ -33,7 +33,7 @@ type Fields struct {
 }
 
 // DefaultFields is the sidecar's own layout.
-var DefaultFields = Fields{DocID: "docid", Title: "title", Search: []string{"title", "summary", "text"}, Body: []string{"text"},
+var DefaultFields = Fields{DocID: "docid", Title: "title", Search: []string{"title", "text"}, Body: []string{"text"},
 	Summary: "summary", Seen: "seen", Vector: VectorField, VectorModel: VectorModelField}
 
 // withDefaults fills every empty name with DefaultFields'.

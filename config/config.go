@@ -454,7 +454,8 @@ type Fields struct {
 	// Title is the title field shown in results. Default "title".
 	Title string `yaml:"title"`
 	// Search are the fields BM25 searches (multi_match best_fields, tie_breaker 0.5), boosts allowed
-	// ("name^2"). Environment: comma-separated. Default [title, summary, text].
+	// ("name^2"). Environment: comma-separated. Default [title, text]: the summary repeats the text's lead, and
+	// searching it as well ranked worse on every set measured (docs/evaluation.md, "Which fields BM25 searches").
 	Search []string `yaml:"search"`
 	// Body are the fields whose text, after the title, summaries and vectors are made from. Environment:
 	// comma-separated. Default [text].
@@ -631,7 +632,7 @@ func Default() Config {
 			QueueTimeout: time.Second,
 		},
 		Dropin: Dropin{RankWindowSize: 10},
-		Fields: Fields{DocID: "docid", Title: "title", Search: []string{"title", "summary", "text"}, Body: []string{"text"},
+		Fields: Fields{DocID: "docid", Title: "title", Search: []string{"title", "text"}, Body: []string{"text"},
 			Summary: "summary", Seen: "seen", Vector: "vector", VectorModel: "vector_model"},
 		FirstStage: FirstStage{
 			EncoderDir:     "models/bge-small-en-v15-q",

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ type firstStageFit struct {
 	QueriesFile string             `json:"queries_file"`
 	Split       string             `json:"split"`
 	Index       string             `json:"index"`
+	Fields      []string           `json:"fields"`
 	Encoder     string             `json:"encoder"`
 	Objective   string             `json:"objective"`
 	Result      retrieve.FitResult `json:"result"`
@@ -98,13 +100,14 @@ func calibrateFirstStage(ctx context.Context, f calibrateFlags, path string, out
 	}
 	refused := res.Compare(samples, current)
 	file := paramsFile{Params: res.Params}
-	rec := firstStageFit{Queries: len(qs), QueriesFile: f.queries, Split: f.split, Index: es.Index(), Encoder: enc.Name(),
-		Objective: "Hits@1, then MRR@10", Result: res, Fitted: time.Now().UTC()}
+	rec := firstStageFit{Queries: len(qs), QueriesFile: f.queries, Split: f.split, Index: es.Index(),
+		Fields: cfg.Fields.Search, Encoder: enc.Name(), Objective: "Hits@1, then MRR@10", Result: res, Fitted: time.Now().UTC()}
 	if file.Fit, err = json.Marshal(rec); err != nil {
 		return err
 	}
 	p := res.Params
-	fmt.Fprintf(out, "first stage fitted on %d queries of %s (split %q), index %s, encoder %s:\n", len(qs), f.queries, f.split, es.Index(), enc.Name())
+	fmt.Fprintf(out, "first stage fitted on %d queries of %s (split %q), index %s (BM25 over %s), encoder %s:\n", len(qs), f.queries, f.split,
+		es.Index(), strings.Join(cfg.Fields.Search, ", "), enc.Name())
 	fmt.Fprintf(out, "  chosen: method %s, dense_weight %.1f, rrf_k %g, depth %d, knn %d\n", p.Method, p.DenseWeight, p.RRFK, p.Depth, p.KNN)
 	fmt.Fprintf(out, "  Hits@1 / MRR@10: chosen %.3f / %.3f (in sample), %.3f / %.3f held out (%d-fold); BM25 %.3f / %.3f; default %.3f / %.3f\n",
 		res.Score.Hits1, res.Score.MRR10, res.HeldOut.Hits1, res.HeldOut.MRR10, res.Folds, res.BM25.Hits1, res.BM25.MRR10, res.Default.Hits1, res.Default.MRR10)

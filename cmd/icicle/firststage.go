@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/icicle-search/sidecar/adapter"
@@ -49,6 +51,39 @@ type paramsFile struct {
 	retrieve.Params
 	// Fit describes the fit: the queries, the objective and the held-out figures.
 	Fit json.RawMessage `json:"fit,omitempty"`
+}
+
+// fittedFields are the fields BM25 searched when the file was fitted (its fit record's "fields"); nil when the
+// record does not say (a file written by hand, or before the record named them).
+func (f paramsFile) fittedFields() []string {
+	var fit struct {
+		Fields []string `json:"fields"`
+	}
+	if len(f.Fit) == 0 || json.Unmarshal(f.Fit, &fit) != nil {
+		return nil
+	}
+	return fit.Fields
+}
+
+// fieldsMismatch says, when c.ParamsFile was fitted with BM25 over other fields than search, which ones: its
+// settings were chosen for another BM25 ranking than the one served ("" when they match, the file does not
+// say, or no file is set; firstStageParams reports a file it cannot read). The sidecar serves it anyway, with
+// a warning: a team may mean it.
+func fieldsMismatch(c config.FirstStage, search []string) string {
+	if c.ParamsFile == "" {
+		return ""
+	}
+	f, err := readParamsFile(c.ParamsFile)
+	if err != nil {
+		return ""
+	}
+	fitted := f.fittedFields()
+	if fitted == nil || slices.Equal(fitted, search) {
+		return ""
+	}
+	return fmt.Sprintf("first_stage.params_file %s was fitted with BM25 over [%s], and fields.search is [%s]: "+
+		"its settings were chosen for another BM25 ranking; fit them again with icicle calibrate -first-stage",
+		c.ParamsFile, strings.Join(fitted, ", "), strings.Join(search, ", "))
 }
 
 func readParamsFile(path string) (paramsFile, error) {

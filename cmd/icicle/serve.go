@@ -77,6 +77,9 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if warn := fieldsMismatch(cfg.FirstStage, cfg.Fields.Search); warn != "" {
+		log.Warn(warn)
+	}
 	es, err := newAdapter(cfg, vectorDims(enc), log)
 	if err != nil {
 		return fmt.Errorf("elasticsearch client: %w", err)

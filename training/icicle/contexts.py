@@ -13,8 +13,9 @@ it will serve:
   new documents, never the seen document a query may be about);
 - n is drawn per instance from the config's ``context_n``; the prompt builder then keeps what fits.
 
-BM25 is bm25s with Elasticsearch's defaults (evaluate.BM25_PARAMS) over "title\\ntext", the index the sidecar
-searches (title, summary, text). Retrievals are cached per query text.
+BM25 is bm25s with Elasticsearch's defaults (evaluate.BM25_PARAMS) over "title\\ntext", the fields the sidecar
+searches by default (title, text; the shipped readers were trained when it also searched the summary).
+Retrievals are cached per query text.
 """
 from __future__ import annotations
 
@@ -77,14 +78,14 @@ class ShuffledContexts:
 class ElasticsearchContexts:
     """The sidecar's own candidate lists: Elasticsearch's top hits among unseen documents of an index that
     `icicle ingest` wrote, with the query adapter.searchBody sends (best_fields multi_match, tie_breaker 0.5, over
-    title, summary and text; filter seen=false). A diagnostic (diagnose serve --es), never used in training."""
+    the default fields.search, title and text; filter seen=false). A diagnostic (diagnose serve --es), never used in training."""
 
     def __init__(self, url: str, index: str = "icicle-docs", depth: int = 10) -> None:
         self.url, self.index, self.depth = url.rstrip("/"), index, depth
         self._cache: dict[str, list[str]] = {}
 
     def body(self, query: str) -> dict:
-        match = {"multi_match": {"query": query, "type": "best_fields", "fields": ["title", "summary", "text"],
+        match = {"multi_match": {"query": query, "type": "best_fields", "fields": ["title", "text"],
                                  "tie_breaker": 0.5}}
         return {"size": self.depth, "query": {"bool": {"must": match, "filter": [{"term": {"seen": False}}]}},
                 "_source": ["docid"], "track_total_hits": False}

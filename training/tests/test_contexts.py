@@ -50,10 +50,10 @@ def test_shuffled_contexts_permute_the_top_n_only_and_stably_per_query():
 
 
 def test_elasticsearch_contexts_send_the_sidecars_query():
-    """The body adapter.searchBody sends for SearchNew (best_fields over title, summary, text; seen=false)."""
+    """The body adapter.searchBody sends for SearchNew (best_fields over title, text; seen=false)."""
     b = ElasticsearchContexts("http://127.0.0.1:9200/", depth=10).body("who sang it")
     mm = b["query"]["bool"]["must"]["multi_match"]
-    assert mm == {"query": "who sang it", "type": "best_fields", "fields": ["title", "summary", "text"],
+    assert mm == {"query": "who sang it", "type": "best_fields", "fields": ["title", "text"],
                   "tie_breaker": 0.5}
     assert b["query"]["bool"]["filter"] == [{"term": {"seen": False}}] and b["size"] == 10
 
