@@ -19,7 +19,7 @@
 // the mapping; Enrich fills those with partial updates, and Ingest refuses to write there.
 //
 // Retrieval is BM25 through a single multi_match (best_fields, tie_breaker 0.5, as in the BEIR Elasticsearch
-// baseline) over the search fields (title, summary and text). SearchNew restricts it to documents not seen (the candidates the
+// baseline) over the search fields (by default title and text). SearchNew restricts it to documents not seen (the candidates the
 // model cannot know parametrically); SearchAll searches everything (arm A, and the fallback when the model is
 // unavailable). Both return only docid, title and summary from _source.
 //

@@ -170,7 +170,7 @@ func (a *Adapter) Sources(ctx context.Context, hits []Hit) error {
 }
 
 // searchBody is the one BM25 query: best_fields multi_match with tie_breaker 0.5 over Fields.Search (by
-// default title, summary and text: the BEIR baseline's query plus the summary), optionally filtered to the
+// default title and text: the BEIR baseline's query), optionally filtered to the
 // documents not marked seen. The filter does not change scores. Total hit counting is off: callers only
 // need the top k.
 func (a *Adapter) searchBody(query string, k int, onlyNew bool) map[string]any {
