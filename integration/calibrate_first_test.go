@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/icicle-search/sidecar/internal/dataset"
-	"github.com/icicle-search/sidecar/internal/testenv"
 )
 
 // TestCalibrateFirstStageRefuses runs `icicle calibrate -first-stage` against the real node with the real encoder:
@@ -25,12 +24,8 @@ import (
 // on) cannot be better held out, so it is refused: exit status 1, the reason printed, and the file already at the
 // output path left as it was.
 func TestCalibrateFirstStageRefuses(t *testing.T) {
-	esURL, lib := os.Getenv("ICICLE_ES_URL"), os.Getenv("ICICLE_ORT_LIB")
-	if esURL == "" || lib == "" {
-		testenv.Missing(t, "ICICLE_ES_URL and ICICLE_ORT_LIB must be set (scripts/test.sh sets both)")
-	}
+	bin, esURL, lib := realServeParts(t)
 	enc := encoderDir(t)
-	bin := buildIcicle(t)
 	dir := t.TempDir()
 	corpus, queries, qrels := filepath.Join(dir, "corpus.jsonl"), filepath.Join(dir, "queries.jsonl"), filepath.Join(dir, "qrels.tsv")
 	n := writeLabelledSubset(t, 150, corpus, queries, qrels)
