@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -35,6 +36,11 @@ type Options struct {
 	// MaxBatchTokens bounds batch x padded length of one Run, so a batch of long passages does not hold
 	// gigabytes of activations. Default 8192.
 	MaxBatchTokens int
+	// MaxRuns is the most Runs at once; a call beyond it waits for a free one (until its context ends), so
+	// that a burst of queries queues in Go instead of running as as many CPU-bound threads, which starve the
+	// process's own network and timers (a request's deadline then fires seconds late). Default: the cores Go
+	// may use (runtime.GOMAXPROCS).
+	MaxRuns int
 }
 
 // Encoder embeds queries and passages. It is safe for concurrent use; Close releases the session and
@@ -44,6 +50,7 @@ type Encoder struct {
 	tok    Tokenizer
 	sess   Session
 	opts   Options
+	runs   chan struct{} // a token a Run in progress (Options.MaxRuns)
 	closed atomic.Bool
 }
 
@@ -63,11 +70,12 @@ func New(man *Manifest, tok Tokenizer, sess Session, opts Options) (*Encoder, er
 		opts.BatchSize = min(opts.BatchSize, man.MaxBatch)
 	}
 	opts.MaxBatchTokens = cmp.Or(opts.MaxBatchTokens, 8192)
-	if opts.BatchSize < 1 || opts.MaxBatchTokens < man.MaxTokens {
-		return nil, fmt.Errorf("new encoder: batch size %d (want >= 1), max batch tokens %d (want >= max_tokens %d)",
-			opts.BatchSize, opts.MaxBatchTokens, man.MaxTokens)
+	opts.MaxRuns = cmp.Or(opts.MaxRuns, runtime.GOMAXPROCS(0))
+	if opts.BatchSize < 1 || opts.MaxBatchTokens < man.MaxTokens || opts.MaxRuns < 1 {
+		return nil, fmt.Errorf("new encoder: batch size %d (want >= 1), max batch tokens %d (want >= max_tokens %d), max runs %d (want >= 1)",
+			opts.BatchSize, opts.MaxBatchTokens, man.MaxTokens, opts.MaxRuns)
 	}
-	return &Encoder{man: man, tok: tok, sess: sess, opts: opts}, nil
+	return &Encoder{man: man, tok: tok, sess: sess, opts: opts, runs: make(chan struct{}, opts.MaxRuns)}, nil
 }
 
 // Name returns the manifest's name: the identity of the vectors this encoder makes.
@@ -191,7 +199,15 @@ func (e *Encoder) run(ctx context.Context, toks [][]int64, idx []int, out [][]fl
 			mask[r*seqLen+j] = 1
 		}
 	}
-	hidden, err := e.sess.Run(ctx, ids, mask, n, seqLen)
+	select {
+	case e.runs <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the encoder: %w", ctx.Err())
+	}
+	hidden, err := func() ([]float32, error) {
+		defer func() { <-e.runs }()
+		return e.sess.Run(ctx, ids, mask, n, seqLen)
+	}()
 	if err != nil {
 		return fmt.Errorf("run encoder on %d x %d tokens: %w", n, seqLen, err)
 	}

@@ -6,7 +6,9 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -133,4 +135,59 @@ func TestPassageText(t *testing.T) {
 	require.Equal(t, "T\nbody", PassageText("T", "body"))
 	require.Equal(t, "T", PassageText("T", ""))
 	require.Equal(t, "body", PassageText("", "body"))
+}
+
+// blockingSession is a fake Run that holds until release is closed or its context ends, counting the Runs in
+// progress and the most at once.
+type blockingSession struct {
+	fakeSession
+	release       chan struct{}
+	started       chan struct{}
+	running, most atomic.Int32
+}
+
+func (b *blockingSession) Run(ctx context.Context, ids, mask []int64, batch, seqLen int) ([]float32, error) {
+	n := b.running.Add(1)
+	defer b.running.Add(-1)
+	for m := b.most.Load(); n > m && !b.most.CompareAndSwap(m, n); m = b.most.Load() {
+	}
+	b.started <- struct{}{}
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return b.fakeSession.Run(ctx, ids, mask, batch, seqLen)
+}
+
+// TestMaxRuns: no more than MaxRuns Runs at once; a call beyond them waits, and gives up when its context ends
+// (an error wrapping the context's) without starting a Run; once the Runs end, the next call runs.
+func TestMaxRuns(t *testing.T) {
+	s := &blockingSession{release: make(chan struct{}), started: make(chan struct{}, 8)}
+	e, err := New(testManifest(PoolCLS), fakeTokenizer{}, s, Options{MaxRuns: 2})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			_, err := e.Query(context.Background(), "held")
+			require.NoError(t, err)
+		})
+	}
+	<-s.started
+	<-s.started // both Runs in progress
+	// Without the bound this call would start a third Run (and the most at once would be 3).
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	_, err = e.Query(ctx, "third")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, int32(2), s.most.Load(), "never more than MaxRuns at once")
+	close(s.release)
+	wg.Wait()
+	_, err = e.Query(t.Context(), "fourth")
+	require.NoError(t, err)
+	s.mu.Lock()
+	require.Len(t, s.batches, 3, "the call that gave up never ran")
+	s.mu.Unlock()
+	_, err = New(testManifest(PoolCLS), fakeTokenizer{}, s, Options{MaxRuns: -1})
+	require.ErrorContains(t, err, "max runs")
 }
