@@ -58,6 +58,9 @@ fi
 
 step "Native libraries, Elasticsearch and the encoder (cached after the first run)"
 scripts/bootstrap.sh --demo
+# Elasticsearch starts while the binary links (the machine is otherwise busy compiling until here).
+scripts/es.sh start >"$run/es-start.log" 2>&1 &
+es_pid=$!
 scripts/build.sh
 eval "$(scripts/env.sh)"
 export ICICLE_SERVER_ADDR=${ICICLE_SERVER_ADDR:-127.0.0.1:8080}
@@ -68,15 +71,8 @@ export ICICLE_ELASTICSEARCH_ADDRESSES=$(scripts/es.sh url)
 url=http://$ICICLE_SERVER_ADDR
 
 step "Elasticsearch"
-scripts/es.sh start
-
-# The documents the reader was trained on are marked seen, for the reader's memory route; the first stage
-# ranks all documents alike. The vectors were computed by the default encoder (`icicle vectors`); a document
-# not in the file, or changed, is embedded here.
-step "Ingest the demo corpus with the first stage's vectors"
-seen_dir=()
-[[ -n $reader_dir ]] && seen_dir=(-model-dir "$reader_dir")
-bin/icicle ingest "${cfg[@]}" -corpus data/nq_qed/corpus.jsonl.gz -vectors data/nq_qed/vectors.bge-small-en-v1.5-q.gz "${seen_dir[@]}"
+wait "$es_pid" || { cat "$run/es-start.log" >&2; exit 1; }
+cat "$run/es-start.log" >&2
 
 wait_ready() { # URL PIDFILE LOG
   for _ in $(seq 240); do
@@ -88,6 +84,14 @@ wait_ready() { # URL PIDFILE LOG
   return 1
 }
 
+# The documents the reader was trained on are marked seen, for the reader's memory route; the first stage
+# ranks all documents alike. The vectors were computed by the default encoder (`icicle vectors`); a document
+# not in the file, or changed, is embedded here.
+step "Ingest the demo corpus with the first stage's vectors"
+seen_dir=()
+[[ -n $reader_dir ]] && seen_dir=(-model-dir "$reader_dir")
+bin/icicle ingest "${cfg[@]}" -corpus data/nq_qed/corpus.jsonl.gz -vectors data/nq_qed/vectors.bge-small-en-v1.5-q.gz "${seen_dir[@]}"
+
 step "The sidecar, serving its default: the first stage, no reader"
 stop_pid "$pidfile"
 nohup bin/icicle serve "${cfg[@]}" >"$run/sidecar.log" 2>&1 &
@@ -96,6 +100,7 @@ wait_ready "$url" "$pidfile" "$run/sidecar.log"
 
 reader_args=()
 if [[ -n $reader_dir ]]; then
+  # After the ingest: the reader's sidecar reads which documents are marked seen when it starts.
   step "The $reader reader in a second sidecar (model mode, ${DEMO_READER_ADDR:-127.0.0.1:8081})"
   wait "$build_pid" || { echo "demo: building $reader_dir failed; log:" >&2; tail -n 30 "$run/reader-build.log" >&2; exit 1; }
   stop_pid "$readerpid"
