@@ -52,7 +52,8 @@ if [[ $reader != none ]]; then
   [[ -n $reader_dir && -d $reader_dir ]] || { echo "demo: DEMO_READER=$reader: no config/profiles/$reader.yaml naming a model directory" >&2; exit 1; }
   # The reader's model.onnx, built once from its committed delta (a light venv, no PyTorch), beside the rest.
   step "Building the $reader reader's model in the background ($reader_dir; log $run/reader-build.log)"
-  scripts/model.sh "$reader_dir" >"$run/reader-build.log" 2>&1 &
+  # At a lower priority: the binary (cargo, Go) is what the next steps wait for; the reader is needed last.
+  nice -n 10 scripts/model.sh "$reader_dir" >"$run/reader-build.log" 2>&1 &
   build_pid=$!
 fi
 
