@@ -11,7 +11,7 @@
 # Its model.onnx is built from the committed delta in the background while the rest starts.
 #
 # Environment: ICICLE_SERVER_ADDR [127.0.0.1:8080], ICICLE_ES_PORT [9200], DEMO_QUERIES [100] (dev questions per
-# seen/new group), DEMO_READER [r24e] (a profile; "none" skips the reader's arm), DEMO_READER_QUERIES [8] (per
+# seen/new group), DEMO_READER [r24e] (a profile; "none" skips the reader's arm), DEMO_READER_QUERIES [6] (per
 # group), DEMO_READER_ADDR [127.0.0.1:8081], DEMO_KEEP_READER [0] (1 leaves the reader sidecar running),
 # DEMO_CONFIG [none] (a YAML config for ingest, serve and eval; the environment overrides its keys).
 set -euo pipefail
@@ -111,7 +111,7 @@ if [[ -n $reader_dir ]]; then
     nohup bin/icicle serve "${cfg[@]}" -profile "$reader" >"$run/reader.log" 2>&1 &
   echo $! >"$readerpid"
   wait_ready "http://${DEMO_READER_ADDR:-127.0.0.1:8081}" "$readerpid" "$run/reader.log"
-  reader_args=(-reader "http://${DEMO_READER_ADDR:-127.0.0.1:8081}" -reader-n "${DEMO_READER_QUERIES:-8}" -model-dir "$reader_dir")
+  reader_args=(-reader "http://${DEMO_READER_ADDR:-127.0.0.1:8081}" -reader-n "${DEMO_READER_QUERIES:-6}" -model-dir "$reader_dir")
 fi
 
 step "Side by side on nq_qed dev questions: BM25, the first stage, the sidecar's default, and the reader"
