@@ -49,6 +49,6 @@ func TestDemoVectorsAreTheEncoders(t *testing.T) {
 		require.True(t, ok, d.DocID)
 		got, err := enc.Passages(t.Context(), []string{dense.PassageText(d.Title, d.Text)})
 		require.NoError(t, err)
-		require.GreaterOrEqual(t, dense.Dot(got[0], want), 0.9999, "%s: the file's vector is the encoder's", d.DocID)
+		require.GreaterOrEqual(t, dense.Dot(got[0], want), 0.999, "%s: the file's vector is the encoder's", d.DocID)
 	}
 }
