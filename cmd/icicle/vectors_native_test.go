@@ -7,9 +7,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/cpu"
 
 	"github.com/icicle-search/sidecar/config"
 	"github.com/icicle-search/sidecar/inference/dense"
@@ -42,13 +45,25 @@ func TestDemoVectorsAreTheEncoders(t *testing.T) {
 	t.Cleanup(func() { _ = enc.Close() })
 	require.Equal(t, enc.Name(), set.Encoder)
 
+	// The file was made on a CPU with VNNI, where ONNX Runtime's int8 products are exact; without VNNI they
+	// saturate, and the encoder's vectors move a little (over 300 passages on an AVX2-only Zen 3: cosine to the
+	// file's median 0.99963, min 0.99681).
+	each, median := 0.9999, 0.9999
+	if runtime.GOARCH != "amd64" || !(cpu.X86.HasAVX512VNNI || cpu.X86.HasAVXVNNI) {
+		each, median = 0.995, 0.999
+	}
 	r := rand.New(rand.NewPCG(7, 7))
+	var cos []float64
 	for range 12 {
 		d := docs[r.IntN(len(docs))]
 		want, ok := set.Get(d.Title, d.Text)
 		require.True(t, ok, d.DocID)
 		got, err := enc.Passages(t.Context(), []string{dense.PassageText(d.Title, d.Text)})
 		require.NoError(t, err)
-		require.GreaterOrEqual(t, dense.Dot(got[0], want), 0.999, "%s: the file's vector is the encoder's", d.DocID)
+		c := dense.Dot(got[0], want)
+		require.GreaterOrEqual(t, c, each, "%s: the file's vector is the encoder's", d.DocID)
+		cos = append(cos, c)
 	}
+	slices.Sort(cos)
+	require.GreaterOrEqual(t, cos[len(cos)/2], median, "the median cosine of the file's vectors to the encoder's")
 }
