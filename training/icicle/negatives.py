@@ -182,16 +182,22 @@ def exact_neighbours(emb: np.ndarray, k: int, block: int = 1024) -> np.ndarray:
 
     An exhaustive float32 search with numpy, ``block`` query rows at a time (a [block, n] score matrix). Equal
     scores rank the higher row index first, as FAISS ``IndexFlatIP`` ranked them when it did this search, so the
-    lists are the ones it gave (tests/test_negatives.py). Where equal scores straddle the k-th place, the higher
-    row indices are kept (FAISS's pick among them followed its heap)."""
+    lists are the ones it gave (tests/test_negatives.py) up to the order of scores within float rounding of each
+    other. Where equal scores straddle the k-th place, the higher row indices are kept (FAISS's pick among them
+    followed its heap). Rows that are exact copies score exactly alike: the matrix product may round the same dot
+    product differently in different columns (it did on an AVX2-only CPU), so a copy's column is its first row's."""
     x = np.ascontiguousarray(emb, dtype=np.float32)
     n = x.shape[0]
     k = min(k, n - 1)
     out = np.empty((n, k), dtype=np.int64)
     if k <= 0:
         return out
+    _, first, inverse = np.unique(x, axis=0, return_index=True, return_inverse=True)
+    rep = first[inverse.reshape(-1)]  # each row's first row with the same vector
+    copies = np.flatnonzero(rep != np.arange(n))
     for start in range(0, n, block):
         sims = x[start:start + block] @ x.T
+        sims[:, copies] = sims[:, rep[copies]]
         rows = np.arange(sims.shape[0])
         sims[rows, start + rows] = -np.inf
         cut = np.partition(sims, n - k, axis=1)[:, n - k]  # each row's k-th best score
