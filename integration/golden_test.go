@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,10 +20,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/cpu"
 
 	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/internal/dataset"
+	"github.com/icicle-search/sidecar/internal/testenv"
 	"github.com/icicle-search/sidecar/plugin"
 )
 
@@ -180,21 +179,14 @@ func TestGoldenRankings(t *testing.T) {
 	}
 }
 
-// goldenName is the golden file for this machine's kind of CPU. The default encoder is int8, and ONNX Runtime's
-// int8 products differ by instruction set: with VNNI (AVX-512 VNNI, AVX-VNNI) the u8 x s8 products are exact;
-// without it they go through an instruction that saturates its 16-bit pair sums, so the same query gets a slightly
-// other vector (cosine to the VNNI one: median 0.9996, 0.997 at least, on an AVX2-only Zen 3) and a few top 10s trade
-// places (13 of 120 queries). Each kind pins its own rankings: golden_rankings.json.gz for VNNI (recorded on
-// AVX-512 VNNI cores), golden_rankings.<kind>.json.gz otherwise.
+// goldenName is the golden file for this machine's kind of CPU (testenv.Int8Kind): the default encoder is int8,
+// and without VNNI a few top 10s trade places (13 of 120 queries on an AVX2-only Zen 3; no top 1), so each kind
+// pins its own rankings: golden_rankings.json.gz for VNNI, golden_rankings.<kind>.json.gz otherwise.
 func goldenName() string {
-	switch {
-	case runtime.GOARCH == "amd64" && (cpu.X86.HasAVX512VNNI || cpu.X86.HasAVXVNNI):
-		return "golden_rankings.json.gz"
-	case runtime.GOARCH == "amd64":
-		return "golden_rankings.x86-no-vnni.json.gz"
-	default:
-		return "golden_rankings." + runtime.GOARCH + ".json.gz"
+	if k := testenv.Int8Kind(); k != "vnni" {
+		return "golden_rankings." + k + ".json.gz"
 	}
+	return "golden_rankings.json.gz"
 }
 
 func readGolden(t *testing.T, path string) goldenFile {
