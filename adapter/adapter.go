@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -13,6 +14,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +65,11 @@ type Options struct {
 	// index has VectorField and VectorModelField: EnsureIndex creates them, and adds them to an index that
 	// has neither (a mapping addition, nothing stored changes). Default 0: no vectors (BM25 only).
 	VectorDims int
+	// VectorIndex is the vector field's index_options type in an index the sidecar creates (VectorIndexTypes):
+	// "hnsw" keeps float vectors and exact cosines; "int8_hnsw" and "bbq_hnsw" quantise the vectors the kNN
+	// search walks (about 4x and 32x less memory for the graph's vectors; cosines approximate, the floats
+	// kept on disk). EnsureIndex holds the sidecar's own index to it. Default "hnsw".
+	VectorIndex string
 	// Fields name the index's fields: the zero value is the sidecar's own layout; anything else is a
 	// team's own index, searched as it is (Fields).
 	Fields Fields
@@ -77,6 +85,8 @@ type Adapter struct {
 	timeout   time.Duration
 	// vectorDims is Options.VectorDims: with it the mapping contract includes the vector fields.
 	vectorDims int
+	// vectorIndex is Options.VectorIndex: the vector field's index_options type in the sidecar's own index.
+	vectorIndex string
 	// f are the field names (Options.Fields with defaults); team is set when they are not the sidecar's own
 	// layout.
 	f    Fields
@@ -149,11 +159,15 @@ func New(opts Options, logger *slog.Logger) (*Adapter, error) {
 	if opts.VectorDims < 0 || opts.VectorDims > 4096 {
 		return nil, fmt.Errorf("configure elasticsearch client: vector dims %d, want 0..4096", opts.VectorDims)
 	}
+	vectorIndex := cmp.Or(opts.VectorIndex, DefaultVectorIndex)
+	if !slices.Contains(VectorIndexTypes, vectorIndex) {
+		return nil, fmt.Errorf("configure elasticsearch client: vector index %q, want one of %s", vectorIndex, strings.Join(VectorIndexTypes, ", "))
+	}
 	if err := opts.Fields.Validate(); err != nil {
 		return nil, fmt.Errorf("configure elasticsearch client: %w", err)
 	}
 	f := opts.Fields.withDefaults()
-	a := &Adapter{es: es, transport: cfg.transport, index: index, timeout: timeout, log: logger, now: time.Now, vectorDims: opts.VectorDims, f: f, team: !f.own(),
+	a := &Adapter{es: es, transport: cfg.transport, index: index, timeout: timeout, log: logger, now: time.Now, vectorDims: opts.VectorDims, vectorIndex: vectorIndex, f: f, team: !f.own(),
 		retries: max(retries, 0), backoff: retryBackoff, seenPageSize: SeenPageSize}
 	a.rt = &retrier{es: es, retries: a.retries, backoff: retryBackoff, log: logger}
 	return a, nil
@@ -255,7 +269,7 @@ func (a *Adapter) EnsureIndex(ctx context.Context) error {
 	case a.team && errors.Is(err, ErrIndexMissing):
 		return fmt.Errorf("ensure index %q: %w: the fields configured describe a team's own index, which the sidecar does not create", a.index, err)
 	case err == nil:
-		if a.vectorDims > 0 && m.check(a.index, wantFields) == nil && m.lacksAll(vectorFields(a.vectorDims)) {
+		if a.vectorDims > 0 && m.check(a.index, wantFields) == nil && m.lacksAll(vectorFields(a.vectorDims, a.vectorIndex)) {
 			if err := a.addVectorFields(ctx); err != nil {
 				return fmt.Errorf("ensure index %q: %w", a.index, err)
 			}
@@ -283,7 +297,7 @@ func (a *Adapter) EnsureIndex(ctx context.Context) error {
 
 // addVectorFields puts the vector fields into the index's mapping.
 func (a *Adapter) addVectorFields(ctx context.Context) error {
-	return a.putFields(ctx, vectorFields(a.vectorDims))
+	return a.putFields(ctx, vectorFields(a.vectorDims, a.vectorIndex))
 }
 
 // putFields adds fields to the index's mapping (a mapping addition: no stored document changes).

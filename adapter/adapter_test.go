@@ -40,6 +40,10 @@ func TestNew(t *testing.T) {
 		_, err := adapter.New(adapter.Options{CACertPath: "testdata/info.json"}, nil)
 		require.ErrorContains(t, err, "no PEM certificates")
 	})
+	t.Run("unknown vector index type", func(t *testing.T) {
+		_, err := adapter.New(adapter.Options{VectorIndex: "int4_flat"}, nil)
+		require.ErrorContains(t, err, `vector index "int4_flat", want one of hnsw, int8_hnsw, bbq_hnsw`)
+	})
 }
 
 func TestCheck(t *testing.T) {

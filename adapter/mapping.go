@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ type fieldSpec struct {
 	typ    string
 	fields map[string]string // multi-fields: name -> type
 	dims   int               // dense_vector only: the vector's length
+	index  string            // dense_vector only: its index_options type (VectorIndexTypes)
 }
 
 // wantFields is the contract between this package and the index. Changing it is a mapping migration:
@@ -47,31 +49,39 @@ func (a *Adapter) fields() map[string]fieldSpec {
 	for k, v := range wantFields {
 		out[k] = v
 	}
-	for k, v := range vectorFields(a.vectorDims) {
+	for k, v := range vectorFields(a.vectorDims, a.vectorIndex) {
 		out[k] = v
 	}
 	return out
 }
 
-func vectorFields(dims int) map[string]fieldSpec {
-	return map[string]fieldSpec{VectorField: {typ: "dense_vector", dims: dims}, VectorModelField: {typ: "keyword"}}
+func vectorFields(dims int, index string) map[string]fieldSpec {
+	return map[string]fieldSpec{VectorField: {typ: "dense_vector", dims: dims, index: index}, VectorModelField: {typ: "keyword"}}
 }
 
-// vectorIndexType is the index_options type of the vector fields the sidecar maps: plain HNSW, no
-// quantisation (fieldMapping says why).
-const vectorIndexType = "hnsw"
+// DefaultVectorIndex is the index_options type of the vector fields the sidecar maps unless told otherwise:
+// plain HNSW, no quantisation (fieldMapping says why). exactVectorIndex is the one type whose cosines are exact.
+const (
+	DefaultVectorIndex = "hnsw"
+	exactVectorIndex   = "hnsw"
+)
+
+// VectorIndexTypes are the index_options types Options.VectorIndex may name: HNSW over float vectors, or
+// over vectors quantised to 8 bits or 1 bit (bbq_hnsw: Elasticsearch 8.18 and later).
+var VectorIndexTypes = []string{"hnsw", "int8_hnsw", "bbq_hnsw"}
 
 // fieldMapping is the mapping of one field as sent to Elasticsearch.
 func fieldMapping(f fieldSpec) map[string]any {
 	p := map[string]any{"type": f.typ}
 	if f.typ == "dense_vector" {
-		// index_options is pinned to plain HNSW over the float vectors, never left to the node's default:
-		// 8.14 quantises new float vectors by default (int8_hnsw), and 9.1+ maps 384 and more dims to
-		// bbq_hnsw (1-bit, rescored from the floats). With HNSW the kNN search's scores are exact cosines,
-		// comparable with the exact ones of an ids-filtered search (Dense), and the first stage ranks and
-		// scores alike on 8.x and 9.x. checkMapping holds the sidecar's index to it (vectorIndexType).
+		// index_options is always given, never left to the node's default: 8.14 quantises new float vectors
+		// by default (int8_hnsw), and 9.1+ maps 384 and more dims to bbq_hnsw (1-bit, rescored from the
+		// floats). The default, plain HNSW, keeps the kNN search's scores exact cosines, comparable with the
+		// exact ones of an ids-filtered search (Dense), so the first stage ranks and scores alike on 8.x and
+		// 9.x; a quantised type is a choice of memory over that (Options.VectorIndex). checkMapping holds
+		// the sidecar's index to the type it was created with.
 		p["dims"], p["index"], p["similarity"] = f.dims, true, "dot_product"
-		p["index_options"] = map[string]any{"type": vectorIndexType}
+		p["index_options"] = map[string]any{"type": cmp.Or(f.index, DefaultVectorIndex)}
 	}
 	if len(f.fields) > 0 {
 		sub := map[string]any{}
@@ -151,12 +161,13 @@ func checkMapping(props map[string]mappedField, want map[string]fieldSpec) error
 			errs = append(errs, &MappingError{Field: name, Problem: fmt.Sprintf("dims is %d, the encoder's vectors have %d (another encoder's index: use its encoder, or a new index)", got.Dims, want.dims)})
 			continue
 		}
-		if want.typ == "dense_vector" && got.IndexOptions.Type != "" && got.IndexOptions.Type != vectorIndexType {
-			// Not made by the sidecar (it pins the type): a quantised index would make the first stage's
-			// cosines approximate. Mappings from before 8.14 may not report the type; their default was hnsw.
+		if wantIndex := cmp.Or(want.index, DefaultVectorIndex); want.typ == "dense_vector" &&
+			cmp.Or(got.IndexOptions.Type, exactVectorIndex) != wantIndex {
+			// Not the type configured (first_stage.vector_index): changing it means a new index, as the
+			// vectors' graph is built for one type. Mappings from before 8.14 may not report the type; their
+			// default was hnsw.
 			errs = append(errs, &MappingError{Field: name, Problem: fmt.Sprintf("index_options type is %q, want %q "+
-				"(quantised vectors make the first stage's cosines approximate: a new index)", got.IndexOptions.Type,
-				vectorIndexType)})
+				"(first_stage.vector_index; another type needs a new index)", got.IndexOptions.Type, wantIndex)})
 			continue
 		}
 		subs := make([]string, 0, len(want.fields))
@@ -238,14 +249,14 @@ func lookup(props map[string]mappedField, path string) (mappedField, bool) {
 }
 
 // quantizedVectors lists, as "index: type", each index of the response whose vector field (at path) has
-// an index_options type other than vectorIndexType: a team's own vector field, mapped before the sidecar
+// an index_options type other than exactVectorIndex: a team's own vector field, mapped before the sidecar
 // came, with the node's default (int8_hnsw on 8.14+, bbq_hnsw for 384+ dims on 9.1+). It still serves,
 // but the kNN's and the exact lookups' cosines are then approximate, and differ between 8.x and 9.x.
 func (m mappingResponse) quantizedVectors(path string) []string {
 	var out []string
 	for name, idx := range m {
 		if f, ok := lookup(idx.Mappings.Properties, path); ok && f.kind() == "dense_vector" &&
-			f.IndexOptions.Type != "" && f.IndexOptions.Type != vectorIndexType {
+			f.IndexOptions.Type != "" && f.IndexOptions.Type != exactVectorIndex {
 			out = append(out, name+": "+f.IndexOptions.Type)
 		}
 	}
@@ -257,7 +268,7 @@ func (m mappingResponse) quantizedVectors(path string) []string {
 func (a *Adapter) ownFields() map[string]fieldSpec {
 	out := map[string]fieldSpec{a.f.Summary: {typ: "text"}, a.f.Seen: {typ: "boolean"}}
 	if a.vectorDims > 0 {
-		out[a.f.Vector] = fieldSpec{typ: "dense_vector", dims: a.vectorDims}
+		out[a.f.Vector] = fieldSpec{typ: "dense_vector", dims: a.vectorDims, index: a.vectorIndex}
 		out[a.f.VectorModel] = fieldSpec{typ: "keyword"}
 	}
 	return out

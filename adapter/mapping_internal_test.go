@@ -86,7 +86,7 @@ func TestCheckMappingVectorIndexOptions(t *testing.T) {
 	for k, v := range wantFields {
 		want[k] = v
 	}
-	for k, v := range vectorFields(384) {
+	for k, v := range vectorFields(384, DefaultVectorIndex) {
 		want[k] = v
 	}
 	tests := []struct {
@@ -130,13 +130,40 @@ func TestCheckMappingVectorIndexOptions(t *testing.T) {
 	}
 }
 
+// TestCheckMappingConfiguredVectorIndex: with first_stage.vector_index set to a quantised type, the index
+// must have that type, and one made with the default is refused (its graph is built for the other type).
+func TestCheckMappingConfiguredVectorIndex(t *testing.T) {
+	want := map[string]fieldSpec{}
+	for k, v := range vectorFields(384, "int8_hnsw") {
+		want[k] = v
+	}
+	check := func(vector string) error {
+		var props map[string]mappedField
+		require.NoError(t, json.Unmarshal([]byte(`{"vector_model":{"type":"keyword"},"vector":`+vector+`}`), &props))
+		return checkMapping(props, want)
+	}
+	require.NoError(t, check(`{"type":"dense_vector","dims":384,"index_options":{"type":"int8_hnsw","m":16}}`))
+	err := check(`{"type":"dense_vector","dims":384,"index_options":{"type":"hnsw","m":16}}`)
+	require.ErrorIs(t, err, ErrMappingMismatch)
+	require.ErrorContains(t, err, `field "vector": index_options type is "hnsw", want "int8_hnsw" (first_stage.vector_index`)
+	require.ErrorContains(t, check(`{"type":"dense_vector","dims":384}`), `want "int8_hnsw"`, "no type reported is hnsw")
+
+	var body struct {
+		Mappings struct {
+			Properties map[string]map[string]any `json:"properties"`
+		} `json:"mappings"`
+	}
+	require.NoError(t, json.Unmarshal(indexBody(vectorFields(384, "bbq_hnsw")), &body))
+	require.Equal(t, map[string]any{"type": "bbq_hnsw"}, body.Mappings.Properties[VectorField]["index_options"])
+}
+
 func TestIndexBodyPinsVectorIndexOptions(t *testing.T) {
 	var body struct {
 		Mappings struct {
 			Properties map[string]map[string]any `json:"properties"`
 		} `json:"mappings"`
 	}
-	require.NoError(t, json.Unmarshal(indexBody(vectorFields(384)), &body))
+	require.NoError(t, json.Unmarshal(indexBody(vectorFields(384, DefaultVectorIndex)), &body))
 	v := body.Mappings.Properties[VectorField]
 	require.Equal(t, map[string]any{"type": "hnsw"}, v["index_options"])
 	require.Equal(t, "dot_product", v["similarity"])

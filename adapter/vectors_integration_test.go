@@ -359,6 +359,22 @@ func TestVectorIndexOptionsPinned(t *testing.T) {
 	err = b.EnsureIndex(ctx)
 	require.ErrorIs(t, err, adapter.ErrMappingMismatch)
 	require.ErrorContains(t, err, `field "vector": index_options type is "`+def+`", want "hnsw"`)
+
+	// Configured for that type (first_stage.vector_index), the same index is the sidecar's; and a new index
+	// made under a quantised type gets it.
+	opts.VectorIndex = def
+	c, err := adapter.New(opts, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, c.EnsureIndex(ctx))
+	opts.Index, opts.VectorIndex = index+"-int8", "int8_hnsw"
+	deleteIndex(t, esURL(t), opts.Index)
+	t.Cleanup(func() { deleteIndex(t, esURL(t), opts.Index) })
+	d, err := adapter.New(opts, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	require.NoError(t, d.EnsureIndex(ctx))
+	require.Equal(t, "int8_hnsw", vectorIndexOptions(t, opts.Index))
 }
 
 // TestDenseWithoutVectorField: over an index that does not map the vector field, 8.x refuses the kNN search

@@ -497,6 +497,12 @@ type FirstStage struct {
 	// core). Default 1: a query takes a few milliseconds, and one thread leaves the other cores to the
 	// decoder.
 	EncoderThreads int `yaml:"encoder_threads"`
+	// VectorIndex is the index_options type of the vector field in an index the sidecar creates (icicle
+	// ingest, or the vector fields it adds): "hnsw" keeps float vectors and exact cosines; "int8_hnsw" and
+	// "bbq_hnsw" (Elasticsearch 8.18+) quantise what the kNN search walks, for less memory and approximate
+	// cosines (docs/sizing.md measures each). An existing index must have this type; another needs a new
+	// index. Default "hnsw".
+	VectorIndex string `yaml:"vector_index"`
 	// Method is the fusion: "linear", "rrf" or "bm25" (the Fusion* constants). Default "linear".
 	Method string `yaml:"method"`
 	// DenseWeight is the dense side's weight in the fusion, 0..1. Default 0.8.
@@ -637,6 +643,7 @@ func Default() Config {
 		FirstStage: FirstStage{
 			EncoderDir:     "models/bge-small-en-v15-q",
 			EncoderThreads: 1,
+			VectorIndex:    "hnsw",
 			Method:         FusionLinear,
 			DenseWeight:    0.8,
 			RRFK:           60,
