@@ -4,6 +4,8 @@ package adapter_test
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -150,4 +152,24 @@ func TestIntegrationEnrichRetriesShedUpdates(t *testing.T) {
 		require.Equal(t, "hash-v1", src["vector_model"], d.DocID)
 		require.InDeltaSlice(t, toFloats(hashVector(d.Title+"\n"+d.Text)), src["vector"], 1e-6, d.DocID)
 	}
+}
+
+// TestIntegrationIngestRefreshAtEnd: into an index whose refresh_interval is -1 (a bulk load's setting),
+// Ingest with RefreshAtEnd returns with every document searchable; each request waiting for a refresh
+// (Refresh) would not return there.
+func TestIntegrationIngestRefreshAtEnd(t *testing.T) {
+	a, index := newIndex(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	require.NoError(t, a.EnsureIndex(ctx))
+	esDo(t, http.MethodPut, "/"+index+"/_settings", `{"index": {"refresh_interval": "-1"}}`)
+	docs := make([]adapter.Doc, 30)
+	for i := range docs {
+		docs[i] = adapter.Doc{DocID: fmt.Sprint("r", i), Title: fmt.Sprint("Doc ", i), Text: "text to find"}
+	}
+	rep, err := a.Ingest(ctx, slices.Values(docs), adapter.IngestOptions{RefreshAtEnd: true, Workers: 1, FlushBytes: 512})
+	require.NoError(t, err)
+	require.Equal(t, 30, rep.Indexed)
+	count := esDo(t, http.MethodGet, "/"+index+"/_count", "")
+	require.EqualValues(t, 30, count["count"], "searchable when Ingest returned")
 }

@@ -27,8 +27,10 @@ type DenseQuery struct {
 // values, as SearchLean; Sources reads the rest); IDs hits carry only ID, since the caller has the rest.
 // A document without a vector is never returned; an index that does not map the vector field fails the
 // call with a *MappingError (ErrMappingMismatch) rather than answering no hits.
-// Scores are exact: the index's vectors use plain HNSW (no quantisation), and a kNN query filtered to at
-// most num_candidates ids is searched exhaustively. Any one search failing fails the call.
+// Scores are exact under the default index type, plain HNSW over the float vectors (a kNN query filtered to
+// at most num_candidates ids is searched exhaustively); under a quantised type (Options.VectorIndex) they are
+// the node's estimate, or the floats' cosines where it rescores (bbq_hnsw by default). Any one search failing
+// fails the call.
 func (a *Adapter) Dense(ctx context.Context, vec []float32, qs []DenseQuery) ([][]Hit, error) {
 	if a.vectorDims <= 0 {
 		return nil, fmt.Errorf("dense search %q: %w: the adapter has no vector dims (no encoder configured)", a.index, ErrInvalidArgument)

@@ -45,8 +45,13 @@ func DocumentID(docid string) string {
 // IngestOptions tunes Ingest. The zero value is valid.
 type IngestOptions struct {
 	// Refresh makes each bulk request wait until its documents are searchable (refresh=wait_for).
-	// Default: false (visible within the index refresh interval, 1s by default).
+	// Default: false (visible within the index refresh interval, 1s by default). On an index whose
+	// refresh_interval is -1 (a bulk load's setting) such a request waits until something else refreshes.
 	Refresh bool
+	// RefreshAtEnd refreshes the index once after the last bulk request when any document was written, so
+	// that all are searchable when Ingest returns: what a bulk load wants, and it holds whatever the
+	// index's refresh_interval. Default: false.
+	RefreshAtEnd bool
 	// Workers is the number of concurrent bulk requests. Default: 2.
 	Workers int
 	// FlushBytes is the bulk request size that triggers a flush. Default: 5 MiB.
@@ -205,6 +210,11 @@ func (a *Adapter) Ingest(ctx context.Context, docs iter.Seq[Doc], opts IngestOpt
 		// Not one document went through and the requests themselves failed: the cluster or the index
 		// is the problem, not the documents. Say which, so callers can tell an outage from bad data.
 		return rep, fmt.Errorf("ingest %q: %w", a.index, flushErr)
+	}
+	if opts.RefreshAtEnd && rep.Indexed+rep.Updated > 0 {
+		if err := a.do(ctx, esapi.IndicesRefreshRequest{Index: []string{a.index}}, nil); err != nil {
+			return rep, fmt.Errorf("ingest %q: refresh: %w", a.index, err)
+		}
 	}
 	return rep, nil
 }

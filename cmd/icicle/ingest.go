@@ -119,7 +119,9 @@ func ingest(ctx context.Context, args []string) error {
 	if *bulkWorkers < 1 {
 		return fmt.Errorf("-workers: want at least 1, got %d", *bulkWorkers)
 	}
-	opts := adapter.IngestOptions{Refresh: *refresh, KeepStored: true, Replace: *replace, Workers: *bulkWorkers}
+	// One refresh at the end rather than each bulk request waiting for one: the same guarantee for the
+	// command, and it also returns on an index whose refresh_interval is -1.
+	opts := adapter.IngestOptions{RefreshAtEnd: *refresh, KeepStored: true, Replace: *replace, Workers: *bulkWorkers}
 	var precomputed atomic.Int64
 	if enc != nil {
 		// Each document's vector for the first stage; a stored document with the same text keeps its own, and
