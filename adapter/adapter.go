@@ -70,6 +70,9 @@ type Options struct {
 	// search walks (about 4x and 32x less memory for the graph's vectors; cosines approximate, the floats
 	// kept on disk). EnsureIndex holds the sidecar's own index to it. Default "hnsw".
 	VectorIndex string
+	// Shards is the number of primary shards of an index the sidecar creates (EnsureIndex); an existing
+	// index keeps its own. Default 1.
+	Shards int
 	// Fields name the index's fields: the zero value is the sidecar's own layout; anything else is a
 	// team's own index, searched as it is (Fields).
 	Fields Fields
@@ -87,6 +90,8 @@ type Adapter struct {
 	vectorDims int
 	// vectorIndex is Options.VectorIndex: the vector field's index_options type in the sidecar's own index.
 	vectorIndex string
+	// shards is Options.Shards: the primary shards of an index EnsureIndex creates.
+	shards int
 	// f are the field names (Options.Fields with defaults); team is set when they are not the sidecar's own
 	// layout.
 	f    Fields
@@ -163,11 +168,14 @@ func New(opts Options, logger *slog.Logger) (*Adapter, error) {
 	if !slices.Contains(VectorIndexTypes, vectorIndex) {
 		return nil, fmt.Errorf("configure elasticsearch client: vector index %q, want one of %s", vectorIndex, strings.Join(VectorIndexTypes, ", "))
 	}
+	if opts.Shards < 0 || opts.Shards > 1024 {
+		return nil, fmt.Errorf("configure elasticsearch client: shards %d, want 1..1024 (0: 1)", opts.Shards)
+	}
 	if err := opts.Fields.Validate(); err != nil {
 		return nil, fmt.Errorf("configure elasticsearch client: %w", err)
 	}
 	f := opts.Fields.withDefaults()
-	a := &Adapter{es: es, transport: cfg.transport, index: index, timeout: timeout, log: logger, now: time.Now, vectorDims: opts.VectorDims, vectorIndex: vectorIndex, f: f, team: !f.own(),
+	a := &Adapter{es: es, transport: cfg.transport, index: index, timeout: timeout, log: logger, now: time.Now, vectorDims: opts.VectorDims, vectorIndex: vectorIndex, shards: max(opts.Shards, 1), f: f, team: !f.own(),
 		retries: max(retries, 0), backoff: retryBackoff, seenPageSize: SeenPageSize}
 	a.rt = &retrier{es: es, retries: a.retries, backoff: retryBackoff, log: logger}
 	return a, nil
@@ -282,7 +290,7 @@ func (a *Adapter) EnsureIndex(ctx context.Context) error {
 	case !errors.Is(err, ErrIndexMissing):
 		return fmt.Errorf("ensure index %q: %w", a.index, err)
 	}
-	err = a.do(ctx, esapi.IndicesCreateRequest{Index: a.index, Body: bytes.NewReader(indexBody(a.fields()))}, nil)
+	err = a.do(ctx, esapi.IndicesCreateRequest{Index: a.index, Body: bytes.NewReader(indexBody(a.fields(), a.shards))}, nil)
 	var re *ResponseError
 	if errors.As(err, &re) && re.Type == "resource_already_exists_exception" {
 		// Another process created it between our two requests: verify theirs.

@@ -253,3 +253,24 @@ func docDocIDs(docs []adapter.Doc) []string {
 	}
 	return out
 }
+
+// TestEnsureIndexShards: an index the sidecar creates has Options.Shards primary shards (one by default); an
+// existing index is taken as it is.
+func TestEnsureIndexShards(t *testing.T) {
+	_, index := newIndex(t)
+	shards := func() string {
+		t.Helper()
+		s := esDo(t, http.MethodGet, "/"+index+"/_settings/index.number_of_shards", "")
+		return s[index].(map[string]any)["settings"].(map[string]any)["index"].(map[string]any)["number_of_shards"].(string)
+	}
+	a, err := adapter.New(adapter.Options{Addresses: []string{esURL(t)}, Index: index, Shards: 3}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	require.NoError(t, a.EnsureIndex(t.Context()))
+	require.Equal(t, "3", shards())
+	b, err := adapter.New(adapter.Options{Addresses: []string{esURL(t)}, Index: index}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	require.NoError(t, b.EnsureIndex(t.Context()), "an existing index keeps its shards")
+	require.Equal(t, "3", shards())
+}

@@ -98,16 +98,17 @@ func fieldMapping(f fieldSpec) map[string]any {
 	return p
 }
 
-// indexBody is the create-index request: one primary shard (the corpora are small, and one shard keeps BM25
-// statistics global, so scores do not depend on routing) and a strict mapping so a typo in a field name
-// fails the write instead of creating a new field.
-func indexBody(want map[string]fieldSpec) []byte {
+// indexBody is the create-index request: shards primary shards (one by default: one shard keeps BM25
+// statistics global, so scores do not depend on routing; more spread a large index over nodes and over
+// `icicle enrich` workers) and a strict mapping so a typo in a field name fails the write instead of creating
+// a new field.
+func indexBody(want map[string]fieldSpec, shards int) []byte {
 	props := map[string]any{}
 	for name, f := range want {
 		props[name] = fieldMapping(f)
 	}
 	b, err := json.Marshal(map[string]any{
-		"settings": map[string]any{"index": map[string]any{"number_of_shards": 1}},
+		"settings": map[string]any{"index": map[string]any{"number_of_shards": max(shards, 1)}},
 		"mappings": map[string]any{"dynamic": "strict", "properties": props},
 	})
 	if err != nil {

@@ -74,7 +74,7 @@ func TestIndexBodyMatchesCheck(t *testing.T) {
 			Properties map[string]mappedField `json:"properties"`
 		} `json:"mappings"`
 	}
-	require.NoError(t, json.Unmarshal(indexBody(wantFields), &body))
+	require.NoError(t, json.Unmarshal(indexBody(wantFields, 1), &body))
 	require.NoError(t, checkMapping(body.Mappings.Properties, wantFields))
 }
 
@@ -153,7 +153,7 @@ func TestCheckMappingConfiguredVectorIndex(t *testing.T) {
 			Properties map[string]map[string]any `json:"properties"`
 		} `json:"mappings"`
 	}
-	require.NoError(t, json.Unmarshal(indexBody(vectorFields(384, "bbq_hnsw")), &body))
+	require.NoError(t, json.Unmarshal(indexBody(vectorFields(384, "bbq_hnsw"), 1), &body))
 	require.Equal(t, map[string]any{"type": "bbq_hnsw"}, body.Mappings.Properties[VectorField]["index_options"])
 }
 
@@ -163,7 +163,7 @@ func TestIndexBodyPinsVectorIndexOptions(t *testing.T) {
 			Properties map[string]map[string]any `json:"properties"`
 		} `json:"mappings"`
 	}
-	require.NoError(t, json.Unmarshal(indexBody(vectorFields(384, DefaultVectorIndex)), &body))
+	require.NoError(t, json.Unmarshal(indexBody(vectorFields(384, DefaultVectorIndex), 1), &body))
 	v := body.Mappings.Properties[VectorField]
 	require.Equal(t, map[string]any{"type": "hnsw"}, v["index_options"])
 	require.Equal(t, "dot_product", v["similarity"])
@@ -184,4 +184,19 @@ func TestQuantizedVectors(t *testing.T) {
 	}`), &m))
 	require.Equal(t, []string{"team-a: bbq_hnsw", "team-b: int8_hnsw"}, m.quantizedVectors("emb.v"))
 	require.Empty(t, m.quantizedVectors("other"))
+}
+
+func TestIndexBodyShards(t *testing.T) {
+	shards := func(n int) any {
+		var body struct {
+			Settings struct {
+				Index map[string]any `json:"index"`
+			} `json:"settings"`
+		}
+		require.NoError(t, json.Unmarshal(indexBody(wantFields, n), &body))
+		return body.Settings.Index["number_of_shards"]
+	}
+	require.EqualValues(t, 1, shards(0), "the default")
+	require.EqualValues(t, 1, shards(1))
+	require.EqualValues(t, 8, shards(8))
 }

@@ -127,6 +127,11 @@ type Elasticsearch struct {
 	CloudID string `yaml:"cloud_id"`
 	// Index is the index (or alias) searched for BM25 hits and docid resolution. Default "icicle-docs".
 	Index string `yaml:"index"`
+	// Shards is the number of primary shards of the index when the sidecar creates it (icicle ingest, or
+	// its start on a missing index), 1..1024; an existing index keeps its own. One keeps BM25's statistics
+	// the same for every document; a large index wants more (docs/sizing.md), and `icicle enrich -slice`
+	// runs at most one worker a shard. Default 1.
+	Shards int `yaml:"shards"`
 	// RequestTimeout bounds one HTTP request to Elasticsearch; the request budget may cut it shorter.
 	// Default 5s.
 	RequestTimeout time.Duration `yaml:"request_timeout"`
@@ -598,6 +603,7 @@ func Default() Config {
 		Elasticsearch: Elasticsearch{
 			Addresses:      []string{"http://127.0.0.1:9200"},
 			Index:          "icicle-docs",
+			Shards:         1,
 			RequestTimeout: 5 * time.Second,
 			MaxRetries:     3,
 

@@ -212,7 +212,7 @@ func TestLoadGood(t *testing.T) {
 				Addresses: []string{"https://es-1.internal:9200", "https://es-2.internal:9200"},
 				APIKey:    "aWQ6YXBpX2tleQ==", CACert: "/etc/icicle/ca.pem",
 				CertFingerprint: "AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89",
-				Index:           "nq-docs", RequestTimeout: 3 * time.Second, MaxRetries: 0,
+				Index:           "nq-docs", Shards: 3, RequestTimeout: 3 * time.Second, MaxRetries: 0,
 				CallerCredentials: CallerService,
 				AllowedIndices:    []string{"nq-docs", "nq-docs-2025"},
 			}
@@ -276,7 +276,7 @@ func TestLoadBad(t *testing.T) {
 		"bad_values.bad.yaml": {
 			"server.addr", "server.request_timeout", "server.es_budget_fraction", "server.max_hits", "server.admin_token",
 			"elasticsearch.addresses[1]", "elasticsearch.api_key", "elasticsearch.cert_fingerprint",
-			"elasticsearch.index", "elasticsearch.max_retries",
+			"elasticsearch.index", "elasticsearch.max_retries", "elasticsearch.shards",
 			"model.provider",
 			"decode.beam_width", "decode.max_candidates",
 			"experimental.summary_candidates", "experimental.block_reading", "experimental.block_store_mb",

@@ -80,6 +80,7 @@ func (c Config) Validate() error {
 	}
 	v.positive("elasticsearch.request_timeout", es.RequestTimeout)
 	v.atLeast("elasticsearch.max_retries", int64(es.MaxRetries), 0)
+	v.between("elasticsearch.shards", es.Shards, 1, 1024)
 	for i, p := range s.TrustedProxies {
 		if _, _, err := net.ParseCIDR(p); err != nil && net.ParseIP(p) == nil {
 			v.addAt("server.trusted_proxies", fmt.Sprintf("server.trusted_proxies[%d]", i),

@@ -147,7 +147,7 @@ func newAdapter(cfg config.Config, vectorDims int, log *slog.Logger) (*adapter.A
 		Addresses: c.Addresses, CloudID: c.CloudID, APIKey: c.APIKey, Username: c.Username, Password: c.Password,
 		CACertPath: c.CACert, CertFingerprint: c.CertFingerprint, Index: c.Index,
 		RequestTimeout: c.RequestTimeout, MaxRetries: c.MaxRetries, VectorDims: vectorDims,
-		VectorIndex: cfg.FirstStage.VectorIndex,
+		VectorIndex: cfg.FirstStage.VectorIndex, Shards: c.Shards,
 		Fields: adapter.Fields{DocID: f.DocID, Title: f.Title, Search: f.Search, Body: f.Body, Summary: f.Summary,
 			Seen: f.Seen, Vector: f.Vector, VectorModel: f.VectorModel},
 	}, log)
