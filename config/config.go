@@ -487,6 +487,10 @@ const (
 	FusionBM25 = "bm25"
 )
 
+// VectorIndexTypes are the values of first_stage.vector_index (adapter.VectorIndexTypes, which a test in
+// cmd/icicle holds equal).
+var VectorIndexTypes = []string{"hnsw", "int8_hnsw", "bbq_hnsw"}
+
 // FirstStage configures the first stage (package retrieve, docs/evaluation.md "The first stage"): BM25
 // over the index and the kNN of a dense encoder, fused in the sidecar. Its order is the baseline every
 // answer keeps when the model moves nothing, every fallback's answer, and the order of the model's

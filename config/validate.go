@@ -212,7 +212,7 @@ func (c Config) Validate() error {
 		v.add("first_stage.knn", "want 0..10000, got %d", fs.KNN)
 	}
 	v.atLeast("first_stage.encoder_threads", int64(fs.EncoderThreads), 0)
-	v.oneOf("first_stage.vector_index", fs.VectorIndex, "hnsw", "int8_hnsw", "bbq_hnsw")
+	v.oneOf("first_stage.vector_index", fs.VectorIndex, VectorIndexTypes...)
 
 	return errors.Join(v.errs...)
 }

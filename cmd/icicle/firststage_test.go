@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/icicle-search/sidecar/adapter"
 	"github.com/icicle-search/sidecar/config"
 )
 
@@ -34,4 +35,11 @@ func TestFieldsMismatch(t *testing.T) {
 		require.Empty(t, fieldsMismatch(config.FirstStage{ParamsFile: p}, served), p)
 	}
 	require.NotEmpty(t, fieldsMismatch(config.FirstStage{ParamsFile: same}, []string{"title^2", "text"}), "a boost is another ranking")
+}
+
+// TestVectorIndexTypesAgree: the values config accepts for first_stage.vector_index are the ones the adapter
+// maps (newAdapter passes the setting through).
+func TestVectorIndexTypesAgree(t *testing.T) {
+	require.Equal(t, adapter.VectorIndexTypes, config.VectorIndexTypes)
+	require.Equal(t, adapter.DefaultVectorIndex, config.Default().FirstStage.VectorIndex)
 }
