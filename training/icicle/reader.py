@@ -228,10 +228,13 @@ class Reader:
                 teach.append(t)
         return insts, teach
 
-    def evaluate(self, model, n: int) -> dict:
-        """The held-out views (module doc), through the reference decoder on the model's device."""
+    def evaluate(self, model, n: int, step=None, build=None) -> dict:
+        """The held-out views (module doc), through the reference decoder on the model's device; step and build
+        (default: the model's torch step, self.build) replace the step function and the prompt builder (the
+        query-side reader's frozen blocks: icicle.queryside)."""
         tok = self.tok
-        step = torch_step(model)
+        step = step or torch_step(model)
+        build = build or self.build
         empty = [p.cpu().numpy() for p in model.empty_past()]
         gtrie = Trie.build(self.seen_docs, tok.encode, tok.end_id)
         view = type("View", (), {})()
@@ -245,7 +248,7 @@ class Reader:
                               else q["list"]) for q in qs}
             queries = [Query(f"{part}{i}", q["q"], q["gold"], "train") for i, q in enumerate(qs)]
             texts = {q["q"]: self.texts(q) or {} for q in qs}
-            return serve_table(step, empty, tok.encode, tok.end_id, tok.copy_id, gtrie, view, self.build,
+            return serve_table(step, empty, tok.encode, tok.end_id, tok.copy_id, gtrie, view, build,
                                n, (k,), contexts=_Lists(lists), summary=lambda d: self.docs[d].text,
                                queries=queries, layout=self.a.blocks,
                                query_summary=lambda qt, d: texts[qt].get(d, self.docs[d].text),
@@ -296,6 +299,15 @@ def step_loss(model, out_vocab: torch.Tensor, insts: list[Instance], teach: list
     ov = out_vocab.to(dev)
     lay = tuple(x.to(dev) for x in batch_layout(insts, ids.shape[1], layout)) if layout else None
     logits = model.train_logits(ids, pad, gb, gt, ov, layout=lay).float()
+    return answer_loss(logits, ov, tgt, insts, teach, kd)
+
+
+def answer_loss(logits: torch.Tensor, ov: torch.Tensor, tgt: torch.Tensor, insts: list[Instance], teach: list,
+                kd: float) -> torch.Tensor:
+    """step_loss's loss from the logits [k, len(ov)] at the k answer positions (instance by instance, in order) and
+    their targets tgt [k] (token ids): the cross-entropy plus kd x the teacher KL at each reading instance's first
+    title token."""
+    dev = logits.device
     loss = F.cross_entropy(logits, torch.searchsorted(ov, tgt))
     if kd <= 0:
         return loss

@@ -1,0 +1,484 @@
+"""Training the reader's query side over frozen, cached candidate blocks (issue 62).
+
+    python -m icicle.queryside cache --set SET --work WORK [--init ../models/b7/delta.safetensors]
+    python -m icicle.queryside train --set SET --work WORK [--instances N | --minutes M] [--batch 16] ...
+    python -m icicle.queryside eval  --set SET --work WORK      # the held-out table of WORK's latest weights
+
+A block reader (`--blocks shared`, icicle.reader) reads a prompt as a header, one block per candidate (each block
+sees the header and itself, every block at the positions right after the header) and the query, then the answer.
+Here the header and the blocks are computed by FROZEN weights (the init, e.g. the served b7 reader) and only the
+query and the answer tokens go through the TRAINED weights, attending to the frozen keys and values. Two things
+follow:
+- training computes each block once (`cache`: WORK/blocks, keyed by the block's token ids, which the block template
+  makes the same in every prompt) and a step runs only the ~20-40 query and answer tokens of each instance forward
+  and backward over the cached keys and values: the cost of an instance barely depends on its list's length;
+- at serving time a block store filled by the frozen weights stays valid for every reader trained this way.
+The token embedding is frozen too (the trained and the frozen weights share it); every other weight is trained.
+
+Instances are icicle.reader's (reading with --n candidates, shuffled or in order, the teacher's KL; the parametric
+route's seen questions; the index instances, which have no blocks and run whole through the trained weights),
+without --swap-titles (a block shows its own document's title, or it could not be cached) and without snippets.
+
+A run lives in WORK: ckpt.pt (trained weights, optimizer, instances and seconds so far, RNG states; on SIGTERM and
+every --save-every steps), log.jsonl (the loss every 25 steps with instances an hour, each evaluation), run.json.
+`train` on a WORK that has ckpt.pt continues it. The stopping rule (written before the runs): every
+--eval-every instances (10,000) the held-out views are read (icicle.reader's evaluation: heldout, heldout_shuffled,
+seen_heldout); when --patience (2) successive evaluations have not raised the held-out shuffled copy pick above the
+best so far, the run stops and says so.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from . import model as M
+from . import readerdata
+from .decode import torch_step
+from .device import release_free_memory, rss_gb
+from .reader import Args as ReaderArgs
+from .reader import Reader, answer_loss, load_model, lr_scale
+from .train import Instance
+
+LAYOUT = "shared"
+
+
+@dataclass
+class Args:
+    set: str
+    work: str
+    init: str = os.path.join(readerdata.REPO, "models", "b7", "delta.safetensors")
+    minutes: float = 0.0
+    instances: int = 0  # the run's total; 0 = --minutes only
+    batch: int = 16
+    lr: float = 3e-5
+    warmup: int = 20
+    decay: str = ""
+    n: tuple[int, ...] = (10, 20)
+    shuffle: float = 0.5
+    seen: float = 0.35
+    index: float = 0.15
+    kd: float = 0.5
+    tau: float = 0.02
+    budget: int = 1024
+    summary_tokens: int = 24
+    seed: int = 0
+    threads: int = 2
+    eval_n: int = 100
+    eval_every: int = 10_000  # instances; 0 = only at the end
+    patience: int = 2
+    save_every: int = 25  # steps
+    trim_above_gb: float = 15.0
+    cache_batch: int = 32
+    eval_at_start: bool = True
+
+    def reader_args(self) -> ReaderArgs:
+        return ReaderArgs(set=self.set, work=self.work, init=self.init, batch=self.batch, n=self.n,
+                          shuffle=self.shuffle, swap_titles=0.0, seen=self.seen, index=self.index, kd=self.kd,
+                          tau=self.tau, seed=self.seed, threads=self.threads, eval_n=self.eval_n, blocks=LAYOUT,
+                          budget=self.budget, summary_tokens=self.summary_tokens)
+
+
+class BlockCache:
+    """The frozen weights' keys and values of the header and of each block, [2 x layers, tokens, kv heads, head
+    dim] in float16, keyed by the block's ids; held in memory, written to DIR in shards of new blocks (resumable: a
+    shard is written whole or not at all)."""
+
+    SHARD = 512
+
+    def __init__(self, frozen: M.Decoder, header: list[int], path: str = "", identity: str = "",
+                 batch: int = 32) -> None:
+        self.frozen, self.header, self.path, self.batch = frozen, list(header), path, batch
+        self.kv: dict[bytes, torch.Tensor] = {}
+        self._new: list[bytes] = []
+        self.misses = 0
+        self.fill_s = 0.0
+        if path:
+            os.makedirs(path, exist_ok=True)
+            meta = os.path.join(path, "meta.json")
+            want = {"header": self.header, "identity": identity}
+            if os.path.exists(meta):
+                have = json.load(open(meta))
+                if have != want:
+                    raise SystemExit(f"{path} holds blocks of other frozen weights or another header "
+                                     f"({have.get('identity')!r}); use a new --work")
+            else:
+                json.dump(want, open(meta, "w"))
+            for name in sorted(os.listdir(path)):
+                if name.startswith("shard-") and name.endswith(".pt"):
+                    self.kv.update(torch.load(os.path.join(path, name)))
+        self.hkv = self._compute([self.header], pos0=0, past=None)[0]
+
+    @staticmethod
+    def key(ids) -> bytes:
+        return np.asarray(ids, dtype=np.int32).tobytes()
+
+    @torch.no_grad()
+    def _compute(self, blocks: list[list[int]], pos0: int, past: torch.Tensor | None) -> list[torch.Tensor]:
+        """The frozen keys and values of each block (right-padded into one batch: no real token sees a pad)."""
+        t0 = time.perf_counter()
+        b, n = len(blocks), max(len(x) for x in blocks)
+        ids = torch.zeros(b, n, dtype=torch.int64)
+        for i, x in enumerate(blocks):
+            ids[i, : len(x)] = torch.tensor(x)
+        p = 0 if past is None else past.shape[1]
+        pos = (torch.arange(n) + pos0).unsqueeze(0).expand(b, n)
+        mask = M.causal_mask(p, n).expand(b, n, p + n).contiguous()
+        pasts = (self.frozen.empty_past(b) if past is None else
+                 [past[i].unsqueeze(0).expand(b, *past.shape[1:]).float() for i in range(past.shape[0])])
+        out = self.frozen.step(ids, pos, mask, torch.tensor([n - 1]), *pasts)[1:]
+        kv = torch.stack(out, 0).to(torch.float16)  # [2L, B, n, kvh, hd]
+        self.fill_s += time.perf_counter() - t0
+        return [kv[:, i, : len(x)].contiguous() for i, x in enumerate(blocks)]
+
+    def fill(self, blocks: list[list[int]], log=print) -> int:
+        """Computes every block not held yet, by length (batches of similar length pad little); returns how many."""
+        want = {self.key(x): x for x in blocks}
+        todo = sorted((x for k, x in want.items() if k not in self.kv), key=len)
+        bs = max(1, self.batch)
+        t0 = time.time()
+        for s in range(0, len(todo), bs):
+            part = todo[s: s + bs]
+            for x, kv in zip(part, self._compute(part, len(self.header), self.hkv)):
+                self._put(x, kv)
+            if (s // bs) % 20 == 0:
+                log(json.dumps({"cache": len(self.kv), "to_fill": len(todo) - s - len(part),
+                                "seconds": round(time.time() - t0), "gb": round(self.nbytes() / 1e9, 2)}))
+        self.flush()
+        return len(todo)
+
+    def _put(self, ids: list[int], kv: torch.Tensor) -> None:
+        k = self.key(ids)
+        self.kv[k] = kv
+        self._new.append(k)
+        if len(self._new) >= self.SHARD:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.path or not self._new:
+            self._new = []
+            return
+        name = os.path.join(self.path, f"shard-{len(os.listdir(self.path)):06d}.pt")
+        torch.save({k: self.kv[k] for k in self._new}, name + ".tmp")
+        os.replace(name + ".tmp", name)
+        self._new = []
+
+    def get(self, ids: list[int]) -> torch.Tensor:
+        kv = self.kv.get(self.key(ids))
+        if kv is None:
+            self.misses += 1
+            kv = self._compute([ids], len(self.header), self.hkv)[0]
+            self._put(ids, kv)
+        return kv
+
+    def nbytes(self) -> int:
+        return sum(v.numel() * v.element_size() for v in self.kv.values())
+
+
+def split(inst: Instance) -> tuple[list[int], list[list[int]], list[int]]:
+    """(header, blocks, query) of an instance's prompt by its segments; (prompt, [], []) has no blocks."""
+    s = inst.segments
+    if not s:
+        return [], [], list(inst.prompt)
+    return (list(inst.prompt[: s[0]]), [list(inst.prompt[a:b]) for a, b in zip(s[:-1], s[1:])],
+            list(inst.prompt[s[-1]:]))
+
+
+def query_batch(cache: BlockCache, insts: list[Instance]):
+    """The trained side's inputs of a batch: ids [B,Q] (each instance's query, then its answer but the last token,
+    right-padded), positions [B,Q], the additive mask [B,Q,P+Q] over the frozen past (padded to P) and the ids,
+    the past (2 x layers tensors [B,P,kvh,hd]) and the answer positions (gather_b, gather_t) with their targets."""
+    rows = []
+    for inst in insts:
+        header, blocks, query = split(inst)
+        if blocks:
+            if header != cache.header:
+                raise ValueError("query_batch: an instance's header differs from the cache's")
+            kv = torch.cat([cache.hkv] + [cache.get(b) for b in blocks], dim=1)
+            pos0 = len(header) + max(len(b) for b in blocks)  # decode.block_attention's shared layout
+            prefix = query
+        else:
+            kv, pos0, prefix = None, 0, query
+        rows.append((kv, pos0, prefix + list(inst.answer[:-1]), len(prefix) - 1, inst.answer))
+    b = len(rows)
+    p = max([0] + [r[0].shape[1] for r in rows if r[0] is not None])
+    q = max(len(r[2]) for r in rows)
+    L2, kvh, hd = cache.hkv.shape[0], cache.hkv.shape[2], cache.hkv.shape[3]
+    past = torch.zeros(L2, b, p, kvh, hd)
+    mask = torch.full((b, q, p + q), M.MASKED)
+    ids = torch.zeros(b, q, dtype=torch.int64)
+    pos = torch.zeros(b, q, dtype=torch.int64)
+    causal = M.causal_mask(0, q)[0]
+    gb, gt, tgt = [], [], []
+    for i, (kv, pos0, x, start, answer) in enumerate(rows):
+        if kv is not None:
+            past[:, i, : kv.shape[1]] = kv.float()
+            mask[i, :, : kv.shape[1]] = 0.0
+        mask[i, :, p:] = causal
+        ids[i, : len(x)] = torch.tensor(x)
+        pos[i] = torch.arange(q) + pos0
+        for j, t in enumerate(answer):
+            gb.append(i)
+            gt.append(start + j)
+            tgt.append(t)
+    return ids, pos, mask, list(past.unbind(0)), torch.tensor(gb), torch.tensor(gt), torch.tensor(tgt)
+
+
+def query_logits(trained: M.Decoder, cache: BlockCache, insts: list[Instance], out_vocab: torch.Tensor):
+    """Logits [k, len(out_vocab)] at the batch's k answer positions, the trained weights over the frozen blocks,
+    and the targets [k]."""
+    ids, pos, mask, past, gb, gt, tgt = query_batch(cache, insts)
+    h, _ = trained._hidden(ids, pos, mask, past)
+    h = h[gb, gt]
+    return torch.matmul(h, trained.embed_tokens.weight[out_vocab].t()), tgt
+
+
+def split_step(frozen: M.Decoder, trained: M.Decoder, held: dict):
+    """A contract step (decode.CachedPromptScorer's) whose prefill runs the prompt's header and blocks through the
+    frozen weights and the rest through the trained ones; held["p"] is the prompt being read (the builder's last,
+    see evaluate). Steps over a past (the answer's prefixes) run the trained weights."""
+    fstep, tstep = torch_step(frozen, resident=False), torch_step(trained, resident=False)
+
+    def step(ids, pos, mask, idx, past):
+        p = held.get("p")
+        if past[0].shape[1] == 0 and p is not None and p.segments and ids.shape[1] == len(p.ids):
+            q = p.segments[-1]
+            _, pre = fstep(ids[:, :q], pos[:, :q], np.ascontiguousarray(mask[:, :q, :q]),
+                           np.asarray([q - 1], np.int64), past)
+            logits, qkv = tstep(ids[:, q:], pos[:, q:], np.ascontiguousarray(mask[:, q:, :]),
+                                np.asarray(idx, np.int64) - q, pre)
+            return logits, [np.concatenate([a, b], axis=1) for a, b in zip(pre, qkv)]
+        return tstep(ids, pos, mask, idx, past)
+
+    return step
+
+
+def evaluate(rd: Reader, frozen: M.Decoder, trained: M.Decoder, n: int) -> dict:
+    """icicle.reader's held-out views, every prompt read with frozen blocks and the trained query side."""
+    held: dict = {}
+
+    def build(query, cands):
+        held["p"] = rd.build(query, cands)
+        return held["p"]
+
+    with torch.no_grad():
+        return rd.evaluate(trained, n, step=split_step(frozen, trained, held), build=build)
+
+
+def listed_blocks(rd: Reader, depth: int) -> list[list[int]]:
+    """The blocks of every document in the first `depth` of a training or held-out list (the evaluation reads 10)."""
+    docs = set()
+    for q in rd.rs["questions"]:
+        if q["kind"] in ("nq", "syn", "seen") or q["part"] != "train":
+            docs.update(q["list"][:depth])
+    out = []
+    for d in sorted(docs):
+        p = rd.prompt("x", [d], {})
+        if p.included:
+            out.append(list(p.ids[p.segments[0]: p.segments[1]]))
+    return out
+
+
+def _identity(init: str) -> str:
+    st = os.stat(init) if os.path.exists(init) else None
+    return f"{os.path.basename(os.path.dirname(os.path.abspath(init)))}/{os.path.basename(init)}" + (
+        f":{st.st_size}" if st else "")
+
+
+def setup(a: Args):
+    from .tokenizer import Tok, build_tokenizer
+
+    torch.set_num_threads(a.threads)
+    tok = Tok(build_tokenizer())
+    rd = Reader(readerdata.load(a.set), tok, a.reader_args())
+    frozen = load_model(a.init, tok.copy_id, torch.device("cpu")).eval()
+    frozen.requires_grad_(False)
+    header = rd.prompt("x", [], {})
+    cache = BlockCache(frozen, list(header.ids[: header.segments[0]]), os.path.join(a.work, "blocks"),
+                       _identity(a.init), a.cache_batch)
+    return tok, rd, frozen, cache
+
+
+def _log(work: str, rec: dict) -> None:
+    with open(os.path.join(work, "log.jsonl"), "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    print(json.dumps(rec), flush=True)
+
+
+def build_cache(a: Args) -> dict:
+    os.makedirs(a.work, exist_ok=True)
+    _, rd, _, cache = setup(a)
+    blocks = listed_blocks(rd, max(max(a.n), 10))
+    t0 = time.time()
+    made = cache.fill(blocks, log=lambda s: print(s, flush=True))
+    out = {"blocks": len(cache.kv), "computed": made, "seconds": round(time.time() - t0, 1),
+           "gb": round(cache.nbytes() / 1e9, 3), "tokens": sum(v.shape[1] for v in cache.kv.values())}
+    _log(a.work, {"cache": out})
+    return out
+
+
+def train(a: Args) -> dict:
+    os.makedirs(a.work, exist_ok=True)
+    path = os.path.join(a.work, "run.json")
+    fixed = {k: v for k, v in asdict(a).items() if k not in ("minutes", "instances", "threads", "eval_n",
+                                                              "save_every", "trim_above_gb", "cache_batch",
+                                                              "eval_at_start", "patience", "eval_every")}
+    if os.path.exists(path):
+        was = json.load(open(path))["args"]
+        diff = {k: (was.get(k), v) for k, v in fixed.items() if json.loads(json.dumps(v)) != was.get(k)}
+        if diff:
+            raise SystemExit(f"{a.work} holds a run with other arguments {diff}; use a new --work to change them")
+    with open(path, "w") as f:
+        json.dump({"args": asdict(a), "command": "python -m icicle.queryside " + " ".join(sys.argv[1:])}, f, indent=1)
+    tok, rd, frozen, cache = setup(a)
+    trained = load_model(a.init, tok.copy_id, torch.device("cpu"))
+    trained.embed_tokens.weight = frozen.embed_tokens.weight  # shared and frozen
+    params = [p for n, p in trained.named_parameters() if not n.startswith("embed_tokens")]
+    opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    rng = random.Random(a.seed)
+    ck_path = os.path.join(a.work, "ckpt.pt")
+    state = {"step": 0, "instances": 0, "seconds": 0.0, "best": -1.0, "flat": 0, "evaluated": -1}
+    if os.path.exists(ck_path):
+        ck = torch.load(ck_path, map_location="cpu", weights_only=False)
+        _load_trained(trained, ck["model"])
+        opt.load_state_dict(ck["opt"])
+        rng.setstate(ck["rng"])
+        torch.set_rng_state(ck["torch_rng"])
+        state = ck["state"]
+        _log(a.work, {"resumed": True, **state})
+    stop = {"now": False, "why": ""}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True, why="signal"))
+    signal.signal(signal.SIGINT, lambda *_: stop.update(now=True, why="signal"))
+    t0 = time.time()
+
+    def spent() -> float:
+        return state["seconds"] + time.time() - t0
+
+    def save() -> None:
+        s = dict(state, seconds=spent())
+        sd = {k: v for k, v in trained.state_dict().items() if not k.startswith("embed_tokens")}
+        torch.save({"model": sd, "opt": opt.state_dict(), "rng": rng.getstate(), "torch_rng": torch.get_rng_state(),
+                    "state": s}, ck_path + ".tmp")
+        os.replace(ck_path + ".tmp", ck_path)
+
+    def evaluation() -> None:
+        trained.eval()
+        ev = evaluate(rd, frozen, trained, a.eval_n)
+        trained.train()
+        pick = ev["heldout_shuffled"]["copy_pick"]
+        if pick > state["best"] + 1e-9:
+            state["best"], state["flat"] = pick, 0
+        else:
+            state["flat"] += 1
+        _log(a.work, {"instances": state["instances"], "step": state["step"], "seconds": round(spent()),
+                      "eval": ev, "best_shuffled_pick": state["best"], "flat": state["flat"]})
+        state["evaluated"] = state["instances"]
+        if a.patience and state["flat"] >= a.patience:
+            stop.update(now=True, why=f"stopping rule: {state['flat']} evaluations without a gain")
+
+    def more() -> bool:
+        if stop["now"]:
+            return False
+        if a.instances and state["instances"] >= a.instances:
+            return False
+        return bool(a.instances) or spent() < a.minutes * 60
+
+    if a.eval_at_start and state["step"] == 0 and a.eval_every:
+        evaluation()
+        save()
+    window: list[tuple[float, float, int]] = []
+    trained.train()
+    while more():
+        ts = time.perf_counter()
+        insts, teach = rd.batch(rng)
+        logits, tgt = query_logits(trained, cache, insts, rd.out_vocab)
+        loss = answer_loss(logits.float(), rd.out_vocab, tgt, insts, teach, a.kd)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        state["step"] += 1
+        state["instances"] += len(insts)
+        done = (state["instances"] / a.instances if a.instances else spent() / (a.minutes * 60))
+        for g in opt.param_groups:
+            g["lr"] = a.lr * lr_scale(state["step"], a.warmup, done, a.decay)
+        window.append((loss.item(), time.perf_counter() - ts, len(insts)))
+        if a.trim_above_gb > 0 and (rss_gb() or 0) > a.trim_above_gb:
+            release_free_memory()
+        if state["step"] % 25 == 0:
+            w = window[-25:]
+            _log(a.work, {"step": state["step"], "instances": state["instances"],
+                          "loss": round(sum(x[0] for x in w) / len(w), 4),
+                          "instances_per_hour": round(3600 * sum(x[2] for x in w) / sum(x[1] for x in w)),
+                          "lr": float(f"{opt.param_groups[0]['lr']:.3g}"), "seconds": round(spent()),
+                          "cache_misses": cache.misses, "rss_gb": rss_gb()})
+            cache.flush()
+        if state["step"] % a.save_every == 0:
+            save()
+        if a.eval_every and state["instances"] >= max(0, state["evaluated"]) + a.eval_every:
+            evaluation()
+            save()
+    cache.flush()
+    if not stop["now"] and state["evaluated"] != state["instances"]:
+        evaluation()
+    save()
+    res = {"instances": state["instances"], "steps": state["step"], "seconds": round(spent()),
+           "stopped": stop["why"] or "", "best_shuffled_pick": state["best"]}
+    _log(a.work, {"end": res})
+    return res
+
+
+def _load_trained(trained: M.Decoder, sd: dict) -> None:
+    """A checkpoint's trained weights: every weight but the (frozen, shared) token embedding."""
+    missing, unexpected = trained.load_state_dict(sd, strict=False)
+    if unexpected or [k for k in missing if not k.startswith("embed_tokens")]:
+        raise SystemExit(f"checkpoint mismatch: missing {missing}, unexpected {unexpected}")
+
+
+def evaluate_work(a: Args) -> dict:
+    tok, rd, frozen, _ = setup(a)
+    trained = load_model(a.init, tok.copy_id, torch.device("cpu"))
+    ck_path = os.path.join(a.work, "ckpt.pt")
+    if os.path.exists(ck_path):
+        _load_trained(trained, torch.load(ck_path, map_location="cpu", weights_only=False)["model"])
+    trained.eval()
+    return evaluate(rd, frozen, trained, a.eval_n)
+
+
+def parse(argv=None) -> tuple[str, Args]:
+    ap = argparse.ArgumentParser(prog="python -m icicle.queryside", description=__doc__.splitlines()[0])
+    ap.add_argument("cmd", choices=("cache", "train", "eval"))
+    d = Args(set="", work="")
+    for f in Args.__dataclass_fields__.values():
+        flag = "--" + f.name.replace("_", "-")
+        v = getattr(d, f.name)
+        if f.name in ("set", "work"):
+            ap.add_argument(flag, required=True)
+        elif isinstance(v, bool):
+            ap.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=v)
+        elif isinstance(v, tuple):
+            ap.add_argument(flag, type=int, nargs="+", default=list(v))
+        else:
+            ap.add_argument(flag, type=type(v), default=v)
+    ns = vars(ap.parse_args(argv))
+    cmd = ns.pop("cmd")
+    ns["n"] = tuple(ns["n"])
+    return cmd, Args(**ns)
+
+
+def main(argv=None) -> None:
+    cmd, a = parse(argv)
+    out = {"cache": build_cache, "train": train, "eval": evaluate_work}[cmd](a)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""icicle.queryside: the trained query side over frozen, cached blocks computes what block reading computes."""
+import copy
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from icicle import model as M
+from icicle.decode import CachedPromptScorer, block_attention
+from icicle.queryside import BlockCache, query_batch, query_logits, split_step
+from icicle.reader import batch_layout
+from icicle.train import Instance, _batch
+
+CFG = M.ModelConfig(vocab_size=40, hidden=32, layers=2, heads=4, kv_heads=2, head_dim=8, intermediate=48)
+HEADER = [1, 2, 3]
+OV = torch.arange(20, 30)
+
+
+def decoder(seed: int) -> M.Decoder:
+    torch.manual_seed(seed)
+    m = M.Decoder(CFG)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if "norm" not in name:
+                p.normal_(0.0, 0.3)  # far from uniform attention: a wrong position or mask changes the logits
+    return m.eval()
+
+
+def instance(blocks: list[list[int]], query: list[int], answer: list[int]) -> Instance:
+    prompt, segs = list(HEADER), [len(HEADER)]
+    for b in blocks:
+        prompt += b
+        segs.append(len(prompt))
+    return Instance(prompt + query, answer, segments=segs)
+
+
+INSTS = [instance([[4, 5, 6], [7, 8], [9, 10, 11, 12]], [13, 14], [20, 21, 22]),
+         instance([[7, 8], [15, 16, 17, 18, 19]], [13, 31, 14], [25, 26])]
+
+
+def block_reading_logits(m: M.Decoder, insts: list[Instance]) -> torch.Tensor:
+    """What icicle.reader --blocks shared computes: the whole prompt in one forward under the block layout."""
+    ids, pad, gb, gt, _ = _batch(insts)
+    lay = batch_layout(insts, ids.shape[1], "shared")
+    return m.train_logits(ids, pad, gb, gt, OV, layout=lay)
+
+
+def test_same_weights_equal_block_reading():
+    frozen = decoder(0)
+    cache = BlockCache(frozen, HEADER)
+    with torch.no_grad():
+        got, tgt = query_logits(copy.deepcopy(frozen), cache, INSTS, OV)
+        want = block_reading_logits(frozen, INSTS)
+        causal = frozen.train_logits(*_batch(INSTS)[:4], OV)
+    assert tgt.tolist() == [20, 21, 22, 25, 26]
+    # float16 keys and values in the cache: close, not equal
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+    assert (causal - want).abs().max() > 0.5  # the layout matters here, so the comparison above can fail
+
+
+def test_trained_query_side_equals_split_prefill():
+    frozen, trained = decoder(0), decoder(1)
+    trained.embed_tokens.weight = frozen.embed_tokens.weight
+    cache = BlockCache(frozen, HEADER)
+    inst = INSTS[0]
+    with torch.no_grad():
+        got, _ = query_logits(trained, cache, [inst], OV)
+    # the evaluation's path: a prefill split at the query, then the answer's prefixes over its keys and values
+    held = {"p": types.SimpleNamespace(ids=inst.prompt, segments=inst.segments)}
+    lay = block_attention(inst.segments, len(inst.prompt), "shared")
+    sc = CachedPromptScorer(split_step(frozen, trained, held), inst.prompt,
+                            [p.numpy() for p in trained.empty_past()], lay)
+    for j in range(len(inst.answer)):
+        z = sc.logits(tuple(inst.answer[:j]))
+        np.testing.assert_allclose(got[j].numpy(), z[OV.numpy()], atol=2e-2, rtol=2e-2)
+    # and not what the trained weights give when they read the blocks themselves
+    with torch.no_grad():
+        own = block_reading_logits(trained, [inst])
+    assert (own - got).abs().max() > 0.5
+
+
+def test_instance_without_blocks_runs_causally():
+    frozen = decoder(0)
+    inst = Instance([5, 6, 7, 8], [20, 21])
+    with torch.no_grad():
+        got, _ = query_logits(frozen, BlockCache(frozen, HEADER), [inst], OV)
+        want = frozen.train_logits(*_batch([inst])[:4], OV)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_batch_pads_past_and_query():
+    cache = BlockCache(decoder(0), HEADER)
+    ids, pos, mask, past, gb, gt, tgt = query_batch(cache, INSTS)
+    assert ids.shape == (2, 4) and len(past) == 2 * CFG.layers
+    assert past[0].shape[1] == 3 + 9  # the header and the first instance's three blocks
+    assert pos[0, 0].item() == 3 + 4 and pos[1, 0].item() == 3 + 5  # after the header and the longest block
+    assert (mask[1, :, 3 + 7: 12] < -1e8).all()  # the second instance's past is 10 long, then padding
+    assert (mask[1, :, :10] == 0).all()
+    assert gt.tolist() == [1, 2, 3, 2, 3] and gb.tolist() == [0, 0, 0, 1, 1]
+
+
+def test_cache_persists_and_refuses_other_weights(tmp_path):
+    frozen = decoder(0)
+    c = BlockCache(frozen, HEADER, str(tmp_path), "w0", batch=2)
+    blocks = [[4, 5, 6], [7, 8], [9, 10, 11, 12]]
+    assert c.fill(blocks, log=lambda s: None) == 3
+    assert c.fill(blocks, log=lambda s: None) == 0
+    again = BlockCache(frozen, HEADER, str(tmp_path), "w0")
+    assert len(again.kv) == 3
+    for b in blocks:
+        torch.testing.assert_close(again.get(b), c.get(b), atol=0, rtol=0)
+    assert again.misses == 0
+    with pytest.raises(SystemExit, match="other frozen weights"):
+        BlockCache(frozen, HEADER, str(tmp_path), "w1")
+
+
+def test_training_step_leaves_blocks_and_embedding():
+    frozen = decoder(0)
+    trained = copy.deepcopy(frozen)
+    trained.embed_tokens.weight = frozen.embed_tokens.weight
+    frozen.requires_grad_(False)
+    cache = BlockCache(frozen, HEADER)
+    with torch.no_grad():
+        query_logits(trained, cache, INSTS, OV)  # fills the cache
+    before = {k: v.clone() for k, v in cache.kv.items()}
+    params = [p for n, p in trained.named_parameters() if not n.startswith("embed_tokens")]
+    opt = torch.optim.AdamW(params, lr=1e-2)
+    emb = frozen.embed_tokens.weight.clone()
+    logits, tgt = query_logits(trained, cache, INSTS, OV)
+    torch.nn.functional.cross_entropy(logits, torch.searchsorted(OV, tgt)).backward()
+    opt.step()
+    assert torch.equal(frozen.embed_tokens.weight, emb)
+    assert all(torch.equal(cache.kv[k], v) for k, v in before.items()) and len(cache.kv) == 4
+    assert not torch.equal(trained.layers[0].mlp.up_proj.weight, frozen.layers[0].mlp.up_proj.weight)
