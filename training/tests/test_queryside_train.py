@@ -8,7 +8,7 @@ import torch
 
 from icicle import model as M
 from icicle.decode import CachedPromptScorer, block_attention
-from icicle.queryside import BlockCache, query_batch, query_logits, split_step
+from icicle.queryside import BlockCache, query_batch, query_logits, split_step, stopping_rule
 from icicle.reader import batch_layout
 from icicle.train import Instance, _batch
 
@@ -133,3 +133,12 @@ def test_training_step_leaves_blocks_and_embedding():
     assert torch.equal(frozen.embed_tokens.weight, emb)
     assert all(torch.equal(cache.kv[k], v) for k, v in before.items()) and len(cache.kv) == 4
     assert not torch.equal(trained.layers[0].mlp.up_proj.weight, frozen.layers[0].mlp.up_proj.weight)
+
+
+def test_stopping_rule_counts_evaluations_without_a_gain():
+    best, flat = -1.0, 0
+    for pick, want in ((0.60, 0), (0.62, 0), (0.62, 1), (0.61, 2)):
+        best, flat = stopping_rule(best, flat, pick)
+        assert flat == want
+    assert best == 0.62
+    assert stopping_rule(0.62, 2, 0.63) == (0.63, 0)
