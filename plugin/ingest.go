@@ -105,10 +105,14 @@ func (s *Server) ingest(c *gin.Context) (answer, error) {
 	if s.opts.Ingester == nil {
 		return answer{}, &offError{"ingestion is disabled on this server"}
 	}
-	var refresh bool
+	// As Elasticsearch reads it: true refreshes the index once the documents are written (what holds on an
+	// index at refresh_interval -1), wait_for waits for a refresh to make them visible.
+	var refresh, refreshAtEnd bool
 	switch q := c.Query("refresh"); q {
 	case "", "false":
-	case "true", "wait_for":
+	case "true":
+		refreshAtEnd = true
+	case "wait_for":
 		refresh = true
 	default:
 		return answer{}, &InputError{Field: "refresh", Problem: fmt.Sprintf("%q, want true, wait_for or false", q)}
@@ -200,7 +204,7 @@ func (s *Server) ingest(c *gin.Context) (answer, error) {
 			}
 		}
 	}
-	rep, ingestErr := s.opts.Ingester.Ingest(ctx, docs, adapter.IngestOptions{Refresh: refresh, KeepStored: true, Replace: replace,
+	rep, ingestErr := s.opts.Ingester.Ingest(ctx, docs, adapter.IngestOptions{Refresh: refresh, RefreshAtEnd: refreshAtEnd, KeepStored: true, Replace: replace,
 		Embed: s.opts.Embed, VectorModel: s.opts.VectorModel})
 	resp.Embedded = rep.Embedded
 	compErr := compressErr()

@@ -119,7 +119,8 @@ func TestIngestHandlerPartial(t *testing.T) {
 	}}
 	w, resp := postIngest(t, newIngestServer(t, ing, 0), "?refresh=true", body)
 	require.Equal(t, http.StatusMultiStatus, w.Code, w.Body.String())
-	require.True(t, ing.opts.Refresh)
+	require.True(t, ing.opts.RefreshAtEnd, "refresh=true: one refresh after the writes")
+	require.False(t, ing.opts.Refresh)
 	require.Equal(t, []string{"Alpha", "Beta", "Gamma", "Refused", "Shed"}, docIDsOf(ing.got))
 	require.Equal(t, 1, resp.Indexed)
 	require.Equal(t, 2, resp.Updated)
@@ -415,4 +416,17 @@ func TestIngestHandlerEmbeds(t *testing.T) {
 	w, resp = postIngest(t, s, "", lineGamma)
 	require.Equal(t, http.StatusOK, w.Code, "the slot is free again: %s", w.Body.String())
 	require.Equal(t, 1, resp.Embedded)
+}
+
+// refresh=true asks for one refresh after the writes (it holds on an index at refresh_interval -1, where
+// each bulk request's wait_for would wait until the budget), wait_for for the wait, as Elasticsearch reads them.
+func TestIngestRefreshModes(t *testing.T) {
+	for query, want := range map[string][2]bool{
+		"": {false, false}, "?refresh=false": {false, false}, "?refresh=true": {false, true}, "?refresh=wait_for": {true, false},
+	} {
+		ing := &fakeIngester{}
+		w, _ := postIngest(t, newIngestServer(t, ing, 0), query, `{"docid": "A", "title": "A", "text": "t"}`)
+		require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+		require.Equal(t, want, [2]bool{ing.opts.Refresh, ing.opts.RefreshAtEnd}, "query %q: Refresh, RefreshAtEnd", query)
+	}
 }
