@@ -45,7 +45,7 @@ from . import readerdata
 from .decode import torch_step
 from .device import release_free_memory, rss_gb
 from .reader import Args as ReaderArgs
-from .reader import Reader, answer_loss, load_model, lr_scale
+from .reader import Reader, _log, answer_loss, load_model, lr_scale
 from .train import Instance
 
 LAYOUT = "shared"
@@ -321,12 +321,6 @@ def setup(a: Args):
     cache = BlockCache(frozen, list(header.ids[: header.segments[0]]), os.path.join(a.work, "blocks"),
                        _identity(a.init), a.cache_batch)
     return tok, rd, frozen, cache
-
-
-def _log(work: str, rec: dict) -> None:
-    with open(os.path.join(work, "log.jsonl"), "a") as f:
-        f.write(json.dumps(rec) + "\n")
-    print(json.dumps(rec), flush=True)
 
 
 def build_cache(a: Args) -> dict:
