@@ -19,8 +19,8 @@ import (
 )
 
 // TestCalibrateFirstStageRefuses runs `icicle calibrate -first-stage` against the real node with the real encoder:
-// 150 nq_qed documents with their stored vectors and the labelled queries whose answer is among them. A forced
-// fit is written; fitting again against that fit (now the current setting, scored on the queries it was fitted
+// 150 nq_qed documents with their stored vectors and the labelled queries whose answer is among them. A forced,
+// unshrunk (-shrink 0) fit is written; fitting again against that fit (now the current setting, scored on the queries it was fitted
 // on) cannot be better held out, so it is refused: exit status 1, the reason printed, and the file already at the
 // output path left as it was.
 func TestCalibrateFirstStageRefuses(t *testing.T) {
@@ -47,7 +47,7 @@ func TestCalibrateFirstStageRefuses(t *testing.T) {
 
 	fit := filepath.Join(dir, "fit.json")
 	calibrate := []string{"calibrate", "-queries", queries, "-qrels", qrels, "-split", "", "-n", "1000"}
-	out, err = run(nil, append(calibrate, "-first-stage", fit, "-force")...)
+	out, err = run(nil, append(calibrate, "-first-stage", fit, "-force", "-shrink", "0")...)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "current setting (the configuration): method linear")
 	require.Contains(t, out, "Hits@1 held out less the current, query by query: ")

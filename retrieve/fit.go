@@ -122,8 +122,13 @@ func Grid(depth int) []Params {
 
 // FitResult is what Fit chose and how well it did.
 type FitResult struct {
-	// Params is the best setting on all samples.
+	// Params is the best setting on all samples, or the anchor where the best was not better by enough
+	// (FitOptions.Anchor).
 	Params Params `json:"params"`
+	// Passed is the grid's best on these samples where the anchor was kept instead (FitOptions.Anchor),
+	// with its in-sample score.
+	Passed      *Params `json:"passed,omitempty"`
+	PassedScore *Score  `json:"passed_score,omitempty"`
 	// Score is Params' score on all samples (in-sample: optimistic).
 	Score Score `json:"score"`
 	// HeldOut is the score of k-fold cross-validation: each fold ranked by the setting that was best on
@@ -193,25 +198,60 @@ func (r *FitResult) Compare(samples []Sample, current Params) error {
 		ErrNoImprovement, r.HeldOut.Hits1, r.HeldOut.MRR10, r.Folds, sc.Hits1, sc.MRR10, sc.N)
 }
 
+// FitOptions are Fit's: the folds of its cross-validation and the shrinkage toward the setting served now.
+type FitOptions struct {
+	// Folds is k of the k-fold cross-validation that estimates the fit's held-out score (at least 2).
+	Folds int
+	// Anchor, when set, is the setting served now. The grid's best replaces it only where it is better by
+	// more than Z standard errors of the paired per-query Hits@1 difference on the queries it was chosen
+	// on: with few labelled queries the best of many settings is mostly luck, and the anchor (tuned on far
+	// more queries, or measured on the team's) is the safer choice. The same rule runs inside every fold,
+	// so the held-out score is the rule's, not the unshrunk best's.
+	Anchor *Params
+	// Z is the shrinkage's threshold in standard errors (0: the grid's best whenever it scores higher).
+	Z float64
+}
+
+// DefaultShrinkZ is the threshold `icicle calibrate -first-stage` uses (its -shrink flag).
+const DefaultShrinkZ = 1.0
+
 // Fit picks the setting of grid with the best score on samples (Hits@1, then MRR@10; among equals the
-// earlier in grid, so the simpler), and estimates how it generalises by folds-fold cross-validation over
-// the samples in their order (fold i holds samples i, i+folds, ...).
-func Fit(samples []Sample, grid []Params, folds int) (FitResult, error) {
+// earlier in grid, so the simpler), shrunk toward o.Anchor (FitOptions), and estimates how that choice
+// generalises by o.Folds-fold cross-validation over the samples in their order (fold i holds samples i,
+// i+folds, ...).
+func Fit(samples []Sample, grid []Params, o FitOptions) (FitResult, error) {
 	if len(samples) == 0 || len(grid) == 0 {
 		return FitResult{}, fmt.Errorf("fit the first stage: %d samples, %d settings: need both", len(samples), len(grid))
 	}
-	folds = max(2, min(folds, len(samples)))
-	best := func(ss []Sample) (Params, Score) {
+	folds := max(2, min(o.Folds, len(samples)))
+	// choose returns the setting chosen on ss, its score there, and the grid's best where it was passed.
+	choose := func(ss []Sample) (Params, Score, *Params, Score) {
 		bp, bs := grid[0], Evaluate(ss, grid[0])
 		for _, p := range grid[1:] {
 			if sc := Evaluate(ss, p); sc.better(bs) {
 				bp, bs = p, sc
 			}
 		}
-		return bp, bs
+		if o.Anchor == nil {
+			return bp, bs, nil, Score{}
+		}
+		best, anchor := make([]float64, len(ss)), make([]float64, len(ss))
+		evaluate(ss, bp, best)
+		as := evaluate(ss, *o.Anchor, anchor)
+		if g := pairedGain(best, anchor); g.Estimate > 0 && g.Estimate > o.Z*(g.High-g.Estimate)/1.96 {
+			return bp, bs, nil, Score{}
+		}
+		if bp == *o.Anchor {
+			return bp, bs, nil, Score{}
+		}
+		return *o.Anchor, as, &bp, bs
 	}
 	res := FitResult{Folds: folds, heldHits: make([]float64, len(samples))}
-	res.Params, res.Score = best(samples)
+	var passed Score
+	res.Params, res.Score, res.Passed, passed = choose(samples)
+	if res.Passed != nil {
+		res.PassedScore = &passed
+	}
 	var held Score
 	for f := range folds {
 		var train, test []Sample
@@ -222,7 +262,7 @@ func Fit(samples []Sample, grid []Params, folds int) (FitResult, error) {
 				train = append(train, s)
 			}
 		}
-		p, _ := best(train)
+		p, _, _, _ := choose(train)
 		hits := make([]float64, len(test))
 		sc := evaluate(test, p, hits)
 		for j, h := range hits {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	"github.com/icicle-search/sidecar/internal/eval"
 	"github.com/icicle-search/sidecar/internal/gate"
 	"github.com/icicle-search/sidecar/plugin"
+	"github.com/icicle-search/sidecar/retrieve"
 )
 
 // calibrateFlags are the flags of `icicle calibrate`.
@@ -28,6 +30,7 @@ type calibrateFlags struct {
 	labelledFlags
 	subsets, outDir       string
 	folds, concurrency    int
+	shrink                float64
 	timeout               time.Duration
 	dryRun, force         bool
 	samplesOut, samplesIn string
@@ -54,6 +57,7 @@ func calibrate(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&f.concurrency, "concurrency", 2, "requests in flight at once; within the sidecar's concurrency.max_inflight + queue_size")
 	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "timeout of one request to the sidecar")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "fit and print, but write nothing")
+	fs.Float64Var(&f.shrink, "shrink", retrieve.DefaultShrinkZ, "with -first-stage: keep the current setting unless the grid's best beats it by more than this many standard errors of the per-query Hits@1 difference (0: take the best)")
 	fs.BoolVar(&f.force, "force", false, "with -first-stage: write the fit even when it is not better held out than the current setting")
 	fs.StringVar(&f.docids, "docids", "", "only queries with a relevant document in this file (one docid a line): e.g. the documents the model never trained on")
 	fs.StringVar(&f.samplesOut, "samples-out", "", "also write every labelled query's features and labels to this JSONL file")
@@ -64,6 +68,9 @@ func calibrate(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if f.n < 1 || f.concurrency < 1 || f.folds < 2 {
 		return errors.New("-n and -concurrency must be positive, -folds at least 2")
+	}
+	if f.shrink < 0 || math.IsNaN(f.shrink) {
+		return fmt.Errorf("-shrink %v: want a number of standard errors, 0 or more", f.shrink)
 	}
 	if f.firstStage != "" {
 		return calibrateFirstStage(ctx, f, f.firstStage, out, os.Stderr)

@@ -90,11 +90,11 @@ func calibrateFirstStage(ctx context.Context, f calibrateFlags, path string, out
 		}
 	}
 	fmt.Fprintf(log, "calibrate: first stage: %d queries searched in %.1f s\n", len(qs), time.Since(start).Seconds())
-	res, err := retrieve.Fit(samples, retrieve.Grid(depth), f.folds)
+	current, err := firstStageParams(cfg.FirstStage)
 	if err != nil {
 		return err
 	}
-	current, err := firstStageParams(cfg.FirstStage)
+	res, err := retrieve.Fit(samples, retrieve.Grid(depth), retrieve.FitOptions{Folds: f.folds, Anchor: &current, Z: f.shrink})
 	if err != nil {
 		return err
 	}
@@ -109,6 +109,10 @@ func calibrateFirstStage(ctx context.Context, f calibrateFlags, path string, out
 	fmt.Fprintf(out, "first stage fitted on %d queries of %s (split %q), index %s (BM25 over %s), encoder %s:\n", len(qs), f.queries, f.split,
 		es.Index(), strings.Join(cfg.Fields.Search, ", "), enc.Name())
 	fmt.Fprintf(out, "  chosen: method %s, dense_weight %.1f, rrf_k %g, depth %d, knn %d\n", p.Method, p.DenseWeight, p.RRFK, p.Depth, p.KNN)
+	if b := res.Passed; b != nil {
+		fmt.Fprintf(out, "  the current setting is kept over the grid's best (method %s, dense_weight %.1f, rrf_k %g, knn %d: %.3f / %.3f in sample): not better by more than %g standard errors (-shrink)\n",
+			b.Method, b.DenseWeight, b.RRFK, b.KNN, res.PassedScore.Hits1, res.PassedScore.MRR10, f.shrink)
+	}
 	fmt.Fprintf(out, "  Hits@1 / MRR@10: chosen %.3f / %.3f (in sample), %.3f / %.3f held out (%d-fold); BM25 %.3f / %.3f; default %.3f / %.3f\n",
 		res.Score.Hits1, res.Score.MRR10, res.HeldOut.Hits1, res.HeldOut.MRR10, res.Folds, res.BM25.Hits1, res.BM25.MRR10, res.Default.Hits1, res.Default.MRR10)
 	fmt.Fprintf(out, "  current setting (%s): method %s, dense_weight %.1f, rrf_k %g, depth %d, knn %d: %.3f / %.3f\n",

@@ -144,3 +144,8 @@ func TestCalibrate(t *testing.T) {
 		require.ErrorContains(t, runCalibrate(context.Background(), f, io.Discard, io.Discard), "-folds")
 	})
 }
+
+func TestCalibrateRejectsANegativeShrink(t *testing.T) {
+	err := calibrate(t.Context(), []string{"-first-stage", "x.json", "-shrink", "-1"}, io.Discard)
+	require.ErrorContains(t, err, "-shrink -1: want a number of standard errors, 0 or more")
+}
