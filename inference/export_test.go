@@ -114,3 +114,12 @@ func (e *Engine) HoldSessions() (release func()) {
 		}
 	}
 }
+
+// PromptIDs returns the ids and segment ends of the prompt Rank builds for query and cands.
+func (e *Engine) PromptIDs(query string, cands []Candidate, opts Options) (ids []int64, segments []int, err error) {
+	_, p, err := e.prompt(query, cands, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p.IDs, p.Segments, nil
+}

@@ -84,7 +84,13 @@ type Manifest struct {
 	// [COPY]) and "parametric" (a docid of the seen corpus from memory). Optional: absent means both. The
 	// engine offers only these at step 0, so that a model never trained to recall the seen corpus does not
 	// answer with an untrained route (nor spend Runs on it).
-	Routes      []Route  `json:"routes,omitempty"`
+	Routes []Route `json:"routes,omitempty"`
+	// BlockModel is the model directory (absolute, or relative to this one) whose fp32 graph computes the header's and the
+	// candidates' blocks, for a model trained only at the query and answer positions over that model's frozen
+	// blocks (`python -m icicle.queryside export`). Such a model reads only by shared blocks, and a block store
+	// filled for BlockModel serves it as it is (loader.BlockFile names the store after BlockModel): a
+	// retrained query side is swapped in without computing a block again. Optional.
+	BlockModel  string   `json:"block_model,omitempty"`
 	CopyTokenID int64    `json:"copy_token_id"`
 	EndTokenID  int64    `json:"end_token_id"`
 	Template    Template `json:"template"`
@@ -96,6 +102,40 @@ type Manifest struct {
 // Spec returns the model shapes the manifest declares.
 func (m *Manifest) Spec() Spec {
 	return Spec{VocabSize: m.VocabSize, NumLayers: m.NumLayers, NumKVHeads: m.NumKVHeads, HeadDim: m.HeadDim}
+}
+
+// CheckBlockModel says why b (the directory m's block_model names) cannot compute m's blocks: another shape,
+// tokenizer, prompt (template, format, summary cap) or rotary base would give blocks m's query side was not
+// trained over. tokSame says whether the two tokenizer files are byte for byte the same.
+func (m *Manifest) CheckBlockModel(b *Manifest, tokSame bool) error {
+	var why []string
+	if b.BlockModel != "" {
+		why = append(why, fmt.Sprintf("it names a block_model of its own (%s)", b.BlockModel))
+	}
+	if m.Spec() != b.Spec() {
+		why = append(why, fmt.Sprintf("its shape %+v is not %+v", b.Spec(), m.Spec()))
+	}
+	if !tokSame {
+		why = append(why, "its tokenizer file differs")
+	}
+	if m.Template != b.Template || m.PromptFormat != b.PromptFormat || m.MaxSummaryTokens != b.MaxSummaryTokens {
+		why = append(why, "its prompt (template, prompt_format or max_summary_tokens) differs")
+	}
+	if m.RopeTheta != b.RopeTheta || m.AttentionLengthRef != b.AttentionLengthRef {
+		why = append(why, "its rope_theta or attention_length_ref differs")
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: block_model %s cannot compute its blocks: %s", ErrBadModelDir, m.Dir, b.Dir, strings.Join(why, "; "))
+}
+
+// BlockModelDir is the directory block_model names: as written when absolute, else relative to m's.
+func (m *Manifest) BlockModelDir() string {
+	if filepath.IsAbs(m.BlockModel) {
+		return m.BlockModel
+	}
+	return m.Path(m.BlockModel)
 }
 
 // Path returns the absolute path of a file named in the manifest.
@@ -144,6 +184,11 @@ func (m *Manifest) validate() error {
 			bad(field, "missing")
 		} else if _, err := os.Stat(m.Path(name)); err != nil {
 			bad(field, "file %s: %v", name, err)
+		}
+	}
+	if m.BlockModel != "" {
+		if _, err := os.Stat(filepath.Join(m.BlockModelDir(), "manifest.json")); err != nil {
+			bad("block_model", "directory %s has no manifest: %v", m.BlockModel, err)
 		}
 	}
 	if m.ONNXQuantized != "" {

@@ -73,6 +73,7 @@ func TestLoadManifest(t *testing.T) {
 			m["int8_weight_bits"] = 4
 		}, []string{`"int8_weight_bits": must be 7 or 8, got 4`}},
 		{"int8 bits without an int8 file", func(m map[string]any) { m["int8_weight_bits"] = 7 }, []string{`"int8_weight_bits": is set but onnx_quantized names no int8 file`}},
+		{"block model without a manifest", func(m map[string]any) { m["block_model"] = "../nowhere" }, []string{`"block_model": directory ../nowhere has no manifest`}},
 		{"int8 head without an int8 file", func(m map[string]any) { m["int8_head"] = true }, []string{`"int8_head": is set but onnx_quantized names no int8 file`}},
 		{"format 2 title before summary", func(m map[string]any) {
 			m["prompt_format"] = 2
@@ -92,6 +93,28 @@ func TestLoadManifest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCheckBlockModel: a block model computes a query side's blocks only with the same shape, tokenizer, prompt
+// and rotary base, and without a block model of its own; every difference is named.
+func TestCheckBlockModel(t *testing.T) {
+	frozen, err := LoadManifest(writeModelDir(t, nil))
+	require.NoError(t, err)
+	q, err := LoadManifest(writeModelDir(t, func(m map[string]any) { m["block_model"] = frozen.Dir }))
+	require.NoError(t, err)
+	require.NoError(t, q.CheckBlockModel(frozen, true))
+
+	other := *frozen
+	other.HeadDim, other.MaxSummaryTokens, other.RopeTheta, other.BlockModel = 8, 24, 1e4, "x"
+	err = q.CheckBlockModel(&other, false)
+	require.ErrorIs(t, err, ErrBadModelDir)
+	for _, w := range []string{"block_model of its own (x)", "its shape", "its tokenizer file differs",
+		"its prompt (template, prompt_format or max_summary_tokens) differs", "its rope_theta"} {
+		require.ErrorContains(t, err, w)
+	}
+	tmpl := *frozen
+	tmpl.Template.Header = "other"
+	require.ErrorContains(t, q.CheckBlockModel(&tmpl, true), "its prompt")
 }
 
 func TestReadDocIDs(t *testing.T) {

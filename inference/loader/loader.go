@@ -5,6 +5,7 @@
 package loader
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -54,7 +55,7 @@ type Model struct {
 	// File is the ONNX file loaded (relative to the directory).
 	File string
 	// BlockFile is the ONNX file that computes the blocks when it is not File (the fp32 graph beside int8
-	// sessions with block reading); empty otherwise.
+	// sessions with block reading, or the block_model's graph), relative to the directory; empty otherwise.
 	BlockFile string
 	// Seen is the seen corpus, in file order.
 	Seen []string
@@ -67,6 +68,16 @@ func Open(dir string, opts Options) (_ *Model, err error) {
 	man, err := inference.LoadManifest(dir)
 	if err != nil {
 		return nil, err
+	}
+	// A query-side model reads only over the blocks its block_model computes: checked before any session.
+	var bman *inference.Manifest
+	if man.BlockModel != "" {
+		if opts.Blocks == nil || opts.BlockLayout != inference.BlockShared {
+			return nil, fmt.Errorf("open model %s: its query side was trained over the blocks of %s (block_model), so it reads only by them: serve it with experimental.block_reading: shared", dir, man.BlockModel)
+		}
+		if bman, err = BlockManifest(man); err != nil {
+			return nil, fmt.Errorf("open model %s: %w", dir, err)
+		}
 	}
 	file := man.ONNX
 	if opts.Quantized {
@@ -103,8 +114,15 @@ func Open(dir string, opts Options) (_ *Model, err error) {
 		models = append(models, m)
 	}
 	var blockModel inference.Model
-	if opts.Quantized && opts.Blocks != nil {
-		if blockModel, err = ort.Load(man.Path(man.ONNX), man.Spec(), opts.Runtime, opts.Logger); err != nil {
+	blockFile, blockName := "", ""
+	switch {
+	case bman != nil:
+		blockFile, blockName = bman.Path(bman.ONNX), filepath.Join(man.BlockModel, bman.ONNX)
+	case opts.Quantized && opts.Blocks != nil:
+		blockFile, blockName = man.Path(man.ONNX), man.ONNX
+	}
+	if blockFile != "" {
+		if blockModel, err = ort.Load(blockFile, man.Spec(), opts.Runtime, opts.Logger); err != nil {
 			return nil, fmt.Errorf("open model %s: the fp32 graph that computes the blocks: %w", dir, err)
 		}
 	}
@@ -118,9 +136,30 @@ func Open(dir string, opts Options) (_ *Model, err error) {
 	}
 	out := &Model{Engine: engine, Manifest: man, File: file, Seen: seen, tok: tk}
 	if blockModel != nil {
-		out.BlockFile = man.ONNX
+		out.BlockFile = blockName
 	}
 	return out, nil
+}
+
+// BlockManifest loads the manifest of man's block_model and checks that it computes the blocks man was
+// trained over (inference.Manifest.CheckBlockModel: shape, tokenizer file, prompt, rotary base).
+func BlockManifest(man *inference.Manifest) (*inference.Manifest, error) {
+	b, err := inference.LoadManifest(man.BlockModelDir())
+	if err != nil {
+		return nil, fmt.Errorf("block_model: %w", err)
+	}
+	mine, err := os.ReadFile(man.Path(man.Tokenizer))
+	if err != nil {
+		return nil, err
+	}
+	theirs, err := os.ReadFile(b.Path(b.Tokenizer))
+	if err != nil {
+		return nil, err
+	}
+	if err := man.CheckBlockModel(b, bytes.Equal(mine, theirs)); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // cpuFacts is what int8Runs needs to know of the CPU.
@@ -155,11 +194,20 @@ func (m *Model) Close() error {
 // and returns the model's spec: the name holds a hash of the manifest (less onnx_quantized and int8_weight_bits),
 // the tokenizer and the fp32 ONNX file, which computes the blocks whether the sessions are int8 or not (Options.Quantized), so that
 // blocks are only ever read by the model, template and tokenizer that computed them, and adding an int8 file to a
-// directory keeps its store. It reads the whole ONNX file (about 0.5 s for 540 MB).
+// directory keeps its store. A directory with a block_model is given its block model's file: every query side
+// trained over the same frozen blocks reads one store. It reads the whole ONNX file (about 0.5 s for 540 MB).
 func BlockFile(blockDir, dir, layout, precision string) (string, inference.Spec, error) {
 	man, err := inference.LoadManifest(dir)
 	if err != nil {
 		return "", inference.Spec{}, err
+	}
+	if man.BlockModel != "" {
+		// The blocks are the block model's: its file, shared by every query side trained over it.
+		bman, err := BlockManifest(man)
+		if err != nil {
+			return "", inference.Spec{}, fmt.Errorf("block file of %s: %w", dir, err)
+		}
+		return BlockFile(blockDir, bman.Dir, layout, precision)
 	}
 	facts := *man
 	facts.ONNXQuantized, facts.Int8WeightBits = "", 0

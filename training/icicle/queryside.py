@@ -3,6 +3,7 @@
     python -m icicle.queryside cache --set SET --work WORK [--init ../models/b7/delta.safetensors]
     python -m icicle.queryside train --set SET --work WORK [--instances N | --minutes M] [--batch 16] ...
     python -m icicle.queryside eval  --set SET --work WORK      # the held-out table of WORK's latest weights
+    python -m icicle.queryside export --set SET --work WORK --out ../models/NAME [--rank 128]  # a servable directory
 
 A block reader (`--blocks shared`, icicle.reader) reads a prompt as a header, one block per candidate (each block
 sees the header and itself, every block at the positions right after the header) and the query, then the answer.
@@ -460,9 +461,132 @@ def evaluate_work(a: Args) -> dict:
     return evaluate(rd, frozen, trained, a.eval_n)
 
 
-def parse(argv=None) -> tuple[str, Args]:
+GOLDEN_TOP = 20
+
+
+def _empty_past(model: M.Decoder) -> list[np.ndarray]:
+    c = model.c
+    return [np.zeros((1, 0, c.kv_heads, c.head_dim), np.float32) for _ in range(2 * c.layers)]
+
+
+def _top(z: np.ndarray, k: int = GOLDEN_TOP) -> list[list]:
+    idx = np.argsort(-z)[:k]
+    return [[int(i), float(z[i])] for i in idx]
+
+
+def block_golden(frozen: M.Decoder, trained: M.Decoder, man: dict, cases: list[dict], encode) -> list[dict]:
+    """For each case (query, candidates with title and summary), the prompt the Go engine builds from the manifest
+    (its template, prompt_format, max_summary_tokens as the fixed cap of block reading, max_prompt_tokens) and the
+    top logits after its last token, read as the sidecar reads it: header and blocks by the frozen weights in the
+    shared layout, the query by the trained ones (split_step)."""
+    from .decode import block_attention
+    from .prompt import Candidate, build_prompt
+
+    out = []
+    for c in cases:
+        cands = [Candidate(x["title"], x.get("summary", "")) for x in c["candidates"]]
+        p = build_prompt(encode, c["query"], cands, man["max_prompt_tokens"], max_summary_tokens=man["max_summary_tokens"],
+                         template=man["template"], prompt_format=man["prompt_format"], fixed_cap=True)
+        n = len(p.ids)
+        attend, pos = block_attention(p.segments, n, LAYOUT)
+        mask = np.where(attend, 0.0, -1e9).astype(np.float32)[None]
+        step = split_step(frozen, trained, {"p": p})
+        logits, _ = step(np.asarray([p.ids], np.int64), pos[None], mask, np.asarray([n - 1], np.int64),
+                         _empty_past(trained))
+        out.append({"query": c["query"], "candidates": c["candidates"][: p.included], "input_ids": list(p.ids),
+                    "segments": list(p.segments), "layout": LAYOUT, "last_logits_top": _top(logits[0, -1])})
+    return out
+
+
+def causal_golden(model: M.Decoder, rows: list[dict]) -> list[dict]:
+    """golden/logits.jsonl's rows (prompt ids) with model's top logits after the last id, read causally: what
+    icicle.graft checks a rebuilt graph against."""
+    from .decode import causal_mask_np, torch_step
+
+    step = torch_step(model, resident=False)
+    out = []
+    for r in rows:
+        ids = r["input_ids"]
+        n = len(ids)
+        logits, _ = step(np.asarray([ids], np.int64), np.arange(n, dtype=np.int64)[None], causal_mask_np(0, n),
+                         np.asarray([n - 1], np.int64), _empty_past(model))
+        out.append({"input_ids": ids, "last_logits_top": _top(logits[0, -1])})
+    return out
+
+
+def export_dir(a: Args, out: str, rank: int = 128, name: str = "", version: str = "", cases: int = 4) -> dict:
+    """A model directory the sidecar serves by blocks: the trained weights as a delta on the backbone (the format of
+    models/b7, rebuilt by scripts/model.sh), the frozen reader's graph, tokenizer and seen corpus, a manifest whose
+    block_model names the frozen reader's directory (its graph computes the header and the blocks, so a block store
+    filled for it serves this reader too), golden/logits.jsonl (causal, for the rebuild's check) and
+    golden/blocks.jsonl (block reading with frozen blocks, for the Go parity suite), and train_report.json. The
+    goldens are computed from the packed delta, i.e. the weights the directory serves."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from .delta import FORMAT, _sha256, base_state_dict, pack
+    from .configs import get_config
+    from .tokenizer import Tok, build_tokenizer, gguf_path
+
+    frozen_dir = os.path.dirname(os.path.abspath(a.init))
+    fman = json.load(open(os.path.join(frozen_dir, "manifest.json")))
+    ck_path = os.path.join(a.work, "ckpt.pt")
+    if not os.path.exists(ck_path):
+        raise SystemExit(f"{a.work}: no ckpt.pt to export (run `train` first)")
+    torch.set_num_threads(a.threads)
+    tok = Tok(build_tokenizer())
+    frozen = load_model(a.init, tok.copy_id, torch.device("cpu")).eval()
+    trained = load_model(a.init, tok.copy_id, torch.device("cpu"))
+    ck = torch.load(ck_path, map_location="cpu", weights_only=False)
+    _load_trained(trained, ck["model"])
+    cfg = get_config(fman["config"])
+    os.makedirs(os.path.join(out, "golden"), exist_ok=True)
+    delta = pack({k: v.detach() for k, v in trained.state_dict().items()}, base_state_dict(cfg), rank)
+    dpath = os.path.join(out, "delta.safetensors")
+    save_file(delta, dpath, metadata={"format": FORMAT, "config": cfg.name, "rank": str(rank),
+                                      "base_gguf_sha256": _sha256(gguf_path()), "block_model": fman["name"]})
+    served = load_model(dpath, tok.copy_id, torch.device("cpu")).eval()
+    for f in ("graph.onnx", "graph.json", "tokenizer.json", fman["seen_docids"], "seen_heldout_queries.jsonl"):
+        if os.path.exists(os.path.join(frozen_dir, f)):
+            shutil.copyfile(os.path.join(frozen_dir, f), os.path.join(out, f))
+    st = ck["state"]
+    man = dict(fman)  # its int8 file (onnx_quantized) too, made by scripts/model.sh from the rebuilt graph
+    man.update(name=name or f"icicle-{os.path.basename(os.path.abspath(out))}",
+               model_version=version or time.strftime("%Y-%m-%d"),
+               block_model=os.path.relpath(frozen_dir, os.path.abspath(out)))
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump(man, f, indent=2)
+        f.write("\n")
+    rows = [json.loads(x) for x in open(os.path.join(frozen_dir, "golden", "logits.jsonl"))]
+    dec = [json.loads(x) for x in open(os.path.join(frozen_dir, "golden", "decode.jsonl"))]
+    dec = [c for c in dec if len(c.get("candidates", [])) >= 2][:cases]
+    with torch.no_grad():
+        golden = {"logits.jsonl": causal_golden(served, rows),
+                  "blocks.jsonl": block_golden(frozen, served, man, dec, tok.encode)}
+    for fname, rs in golden.items():
+        with open(os.path.join(out, "golden", fname), "w") as f:
+            for r in rs:
+                f.write(json.dumps(r) + "\n")
+    evals = [json.loads(x) for x in open(os.path.join(a.work, "log.jsonl")) if '"eval"' in x]
+    report = {"config": cfg.name, "trainer": "icicle.queryside", "frozen": man["block_model"],
+              "instances": st["instances"], "steps": st["step"], "seconds": round(st["seconds"]),
+              "args": json.load(open(os.path.join(a.work, "run.json")))["args"], "delta_rank": rank,
+              "curve": [{"instances": e["instances"], **{v: e["eval"][v] for v in e["eval"]}} for e in evals]}
+    with open(os.path.join(out, "train_report.json"), "w") as f:
+        json.dump(report, f, indent=1)
+        f.write("\n")
+    return {"out": out, "instances": st["instances"], "delta_bytes": os.path.getsize(dpath),
+            "golden": {k: len(v) for k, v in golden.items()}}
+
+
+def parse(argv=None) -> tuple[str, Args, dict]:
     ap = argparse.ArgumentParser(prog="python -m icicle.queryside", description=__doc__.splitlines()[0])
-    ap.add_argument("cmd", choices=("cache", "train", "eval"))
+    ap.add_argument("cmd", choices=("cache", "train", "eval", "export"))
+    ap.add_argument("--out", default="", help="export: the model directory to write")
+    ap.add_argument("--rank", type=int, default=128, help="export: the delta's rank (models/b7's is 128)")
+    ap.add_argument("--name", default="", help="export: the manifest's name (default icicle-<out's base name>)")
+    ap.add_argument("--version", default="", help="export: the manifest's model_version (default today)")
     d = Args(set="", work="")
     for f in Args.__dataclass_fields__.values():
         flag = "--" + f.name.replace("_", "-")
@@ -477,13 +601,19 @@ def parse(argv=None) -> tuple[str, Args]:
             ap.add_argument(flag, type=type(v), default=v)
     ns = vars(ap.parse_args(argv))
     cmd = ns.pop("cmd")
+    ex = {k: ns.pop(k) for k in ("out", "rank", "name", "version")}
+    if cmd == "export" and not ex["out"]:
+        ap.error("export needs --out")
     ns["n"], ns["kinds"] = tuple(ns["n"]), tuple(ns["kinds"])
-    return cmd, Args(**ns)
+    return cmd, Args(**ns), ex
 
 
 def main(argv=None) -> None:
-    cmd, a = parse(argv)
-    out = {"cache": build_cache, "train": train, "eval": evaluate_work}[cmd](a)
+    cmd, a, ex = parse(argv)
+    if cmd == "export":
+        out = export_dir(a, ex["out"], ex["rank"], ex["name"], ex["version"])
+    else:
+        out = {"cache": build_cache, "train": train, "eval": evaluate_work}[cmd](a)
     print(json.dumps(out, indent=1))
 
 

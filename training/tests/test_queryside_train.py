@@ -142,3 +142,38 @@ def test_stopping_rule_counts_evaluations_without_a_gain():
         assert flat == want
     assert best == 0.62
     assert stopping_rule(0.62, 2, 0.63) == (0.63, 0)
+
+
+def _encode(s: str) -> list[int]:
+    return [3 + ord(c) % 30 for c in s]
+
+
+MAN = {"max_prompt_tokens": 200, "max_summary_tokens": 4, "prompt_format": 2,
+       "template": {"header": "H:\n", "candidate": "- {summary}\nT:\n{title}\n", "candidate_title_only": "- T:\n{title}\n",
+                    "query": "Q: {query}\nA:\n"}}
+CASE = {"query": "who", "candidates": [{"title": "ab", "summary": "long summary"}, {"title": "c", "summary": "xy"}]}
+
+
+def test_block_golden_reads_frozen_blocks_and_the_trained_query():
+    from icicle.prompt import Candidate, build_prompt
+    from icicle.queryside import block_golden, causal_golden
+
+    frozen = decoder(0)
+    p = build_prompt(_encode, CASE["query"], [Candidate(**c) for c in CASE["candidates"]], 200, max_summary_tokens=4,
+                     template=MAN["template"], prompt_format=2, fixed_cap=True)
+    with torch.no_grad():
+        same = block_golden(frozen, copy.deepcopy(frozen), MAN, [CASE], _encode)[0]
+        other = block_golden(frozen, decoder(1), MAN, [CASE], _encode)[0]
+        n = len(p.ids)
+        attend, pos = block_attention(p.segments, n, "shared")
+        mask = torch.from_numpy(np.where(attend, 0.0, -1e9).astype(np.float32))[None]
+        past = frozen.empty_past()
+        whole = frozen.step(torch.tensor([p.ids]), torch.from_numpy(pos)[None], mask, torch.tensor([n - 1]), *past)[0][0, -1]
+        causal = causal_golden(frozen, [{"input_ids": p.ids}])[0]
+    assert same["input_ids"] == p.ids and same["segments"] == p.segments and p.summary_tokens == [4, 2]
+    # with the trained weights equal to the frozen ones, the split read is the one-pass block reading
+    for tok, val in same["last_logits_top"]:
+        assert abs(float(whole[tok]) - val) < 1e-4
+    assert [t for t, _ in other["last_logits_top"]] != [t for t, _ in same["last_logits_top"]]
+    # and not causal reading (so the comparison above can fail)
+    assert max(abs(a[1] - b[1]) for a, b in zip(causal["last_logits_top"], same["last_logits_top"])) > 1e-2
