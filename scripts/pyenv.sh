@@ -51,6 +51,19 @@ if [[ $force == 0 && -f $marker ]]; then
   exit 0
 fi
 
+# One build at a time per venv: a second caller (a test run beside a training command) waits for the first and
+# then finds its marker, rather than deleting the venv under it.
+mkdir -p "$cache/venv"
+exec 9>"$venv.lock"
+if ! flock -n 9; then
+  echo "pyenv.sh: waiting for another pyenv.sh building $venv" >&2
+  flock 9
+fi
+if [[ $force == 0 && -f $marker ]]; then
+  echo "$venv"
+  exit 0
+fi
+
 py=${ICICLE_PYTHON:-}
 if [[ -z $py ]]; then
   for cand in python3.11 python3; do
