@@ -22,10 +22,11 @@ without --swap-titles (a block shows its own document's title, or it could not b
 
 A run lives in WORK: ckpt.pt (trained weights, optimizer, instances and seconds so far, RNG states; on SIGTERM and
 every --save-every steps), log.jsonl (the loss every 25 steps with instances an hour, each evaluation), run.json.
-`train` on a WORK that has ckpt.pt continues it. The stopping rule (written before the runs): every
---eval-every instances (10,000) the held-out views are read (icicle.reader's evaluation: heldout, heldout_shuffled,
-seen_heldout); when --patience (2) successive evaluations have not raised the held-out shuffled copy pick above the
-best so far, the run stops and says so.
+`train` on a WORK that has ckpt.pt continues it; `train --start DIR` continues, in a new WORK, the run that `export`
+wrote to DIR (when its ckpt.pt is lost). The stopping rule (written before the runs): every --eval-every instances
+(10,000) the held-out views are read (icicle.reader's evaluation: heldout, heldout_shuffled, seen_heldout); when
+--patience (2) successive evaluations have not raised the held-out shuffled copy pick above the best so far, the run
+stops and says so.
 """
 from __future__ import annotations
 
@@ -82,6 +83,10 @@ class Args:
     trim_above_gb: float = 15.0
     cache_batch: int = 32
     eval_at_start: bool = True
+    # a directory written by `export` (its delta.safetensors and train_report.json) that a new WORK continues from:
+    # the trained weights start as it serves them (the delta's rank), the counts (instances, steps, seconds, the
+    # stopping rule's) as its report gives them; AdamW's moments start at zero. For a run whose ckpt.pt is lost.
+    start: str = ""
 
     def reader_args(self) -> ReaderArgs:
         return ReaderArgs(set=self.set, work=self.work, init=self.init, batch=self.batch, n=self.n,
@@ -350,13 +355,19 @@ def train(a: Args) -> dict:
     with open(path, "w") as f:
         json.dump({"args": asdict(a), "command": "python -m icicle.queryside " + " ".join(sys.argv[1:])}, f, indent=1)
     tok, rd, frozen, cache = setup(a)
-    trained = load_model(a.init, tok.copy_id, torch.device("cpu"))
+    ck_path = os.path.join(a.work, "ckpt.pt")
+    started = _start_state(a) if a.start and not os.path.exists(ck_path) else None
+    trained = load_model(os.path.join(a.start, "delta.safetensors") if started else a.init, tok.copy_id,
+                         torch.device("cpu"))
     trained.embed_tokens.weight = frozen.embed_tokens.weight  # shared and frozen
     params = [p for n, p in trained.named_parameters() if not n.startswith("embed_tokens")]
     opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
     rng = random.Random(a.seed)
-    ck_path = os.path.join(a.work, "ckpt.pt")
     state = {"step": 0, "instances": 0, "seconds": 0.0, "best": -1.0, "flat": 0, "evaluated": -1}
+    if started:
+        state = started
+        rng = random.Random(f"{a.seed}/{state['instances']}")  # not the first run's instances again
+        _log(a.work, {"started_from": a.start, **state})
     if os.path.exists(ck_path):
         ck = torch.load(ck_path, map_location="cpu", weights_only=False)
         _load_trained(trained, ck["model"])
@@ -442,6 +453,25 @@ def train(a: Args) -> dict:
            "stopped": stop["why"] or "", "best_shuffled_pick": state["best"]}
     _log(a.work, {"end": res})
     return res
+
+
+def _start_state(a: Args) -> dict:
+    """The counts a run continued from an exported directory (--start) begins with: its report's instances, steps
+    and seconds, and the stopping rule replayed over its curve. Refuses a directory over other frozen weights."""
+    path = os.path.join(a.start, "train_report.json")
+    if not os.path.exists(path):
+        raise SystemExit(f"--start {a.start}: no train_report.json (a directory written by `export`)")
+    rep = json.load(open(path))
+    frozen = os.path.normpath(os.path.join(os.path.abspath(a.start), rep.get("frozen", "")))
+    if rep.get("trainer") != "icicle.queryside" or frozen != os.path.dirname(os.path.abspath(a.init)):
+        raise SystemExit(f"--start {a.start}: trained over {frozen} by {rep.get('trainer')}, not over --init's "
+                         f"{os.path.dirname(os.path.abspath(a.init))} by icicle.queryside")
+    best, flat, evaluated = -1.0, 0, -1
+    for e in rep.get("curve", []):
+        best, flat = stopping_rule(best, flat, e["heldout_shuffled"]["copy_pick"])
+        evaluated = e["instances"]
+    return {"step": rep["steps"], "instances": rep["instances"], "seconds": float(rep["seconds"]), "best": best,
+            "flat": flat, "evaluated": evaluated}
 
 
 def _load_trained(trained: M.Decoder, sd: dict) -> None:

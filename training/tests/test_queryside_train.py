@@ -8,7 +8,7 @@ import torch
 
 from icicle import model as M
 from icicle.decode import CachedPromptScorer, block_attention
-from icicle.queryside import BlockCache, query_batch, query_logits, split_step, stopping_rule
+from icicle.queryside import Args, BlockCache, _start_state, query_batch, query_logits, split_step, stopping_rule
 from icicle.reader import batch_layout
 from icicle.train import Instance, _batch
 
@@ -142,6 +142,27 @@ def test_stopping_rule_counts_evaluations_without_a_gain():
         assert flat == want
     assert best == 0.62
     assert stopping_rule(0.62, 2, 0.63) == (0.63, 0)
+
+
+def test_start_continues_an_exported_run_and_refuses_other_frozen_weights(tmp_path):
+    import json
+
+    frozen, out = tmp_path / "b7", tmp_path / "q1"
+    frozen.mkdir()
+    out.mkdir()
+    curve = [{"instances": 0, "heldout_shuffled": {"copy_pick": 0.58}},
+             {"instances": 10000, "heldout_shuffled": {"copy_pick": 0.57}}]
+    rep = {"trainer": "icicle.queryside", "frozen": "../b7", "instances": 12000, "steps": 750, "seconds": 7000,
+           "curve": curve}
+    (out / "train_report.json").write_text(json.dumps(rep))
+    a = Args(set="s", work=str(tmp_path / "w"), init=str(frozen / "delta.safetensors"), start=str(out))
+    assert _start_state(a) == {"step": 750, "instances": 12000, "seconds": 7000.0, "best": 0.58, "flat": 1,
+                               "evaluated": 10000}
+    other = Args(set="s", work=str(tmp_path / "w"), init=str(tmp_path / "r24a" / "delta.safetensors"), start=str(out))
+    with pytest.raises(SystemExit, match="not over --init"):
+        _start_state(other)
+    with pytest.raises(SystemExit, match="no train_report.json"):
+        _start_state(Args(set="s", work="w", init=a.init, start=str(frozen)))
 
 
 def _encode(s: str) -> list[int]:
