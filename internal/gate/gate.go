@@ -185,9 +185,9 @@ func (g *Gate) Unfitted(why []string) *Gate {
 	return &c
 }
 
-// Default is the gate of a model directory without gate.json: it never overrides BM25.
+// Default is the gate of a model directory without gate.json: it never overrides the first stage.
 func Default() *Gate {
-	return &Gate{Version: Version, Features: FeatureNames, Never: true, Threshold: 1, Source: "default (no " + FileName + ": BM25's order is kept)"}
+	return &Gate{Version: Version, Features: FeatureNames, Never: true, Threshold: 1, Source: "default (no " + FileName + ": the first stage's order is kept)"}
 }
 
 // Decision is one query's verdict.
