@@ -93,7 +93,7 @@ type configFlags struct {
 // register defines -config (with the command's own help) and -profile on fs.
 func (c *configFlags) register(fs *flag.FlagSet, help string) {
 	fs.StringVar(&c.path, "config", "", help)
-	fs.StringVar(&c.profile, "profile", "", "reader profile: a name in config/profiles (b7, r24e, reader135, gpu) or a "+
+	fs.StringVar(&c.profile, "profile", "", "reader profile: a name in config/profiles (b7, q1, r24e, reader135, gpu) or a "+
 		"YAML file, applied before -config (default $"+config.EnvProfile+"; none: the first stage alone)")
 }
 
