@@ -455,6 +455,22 @@ def train(a: Args) -> dict:
     return res
 
 
+def _portable(args: dict) -> dict:
+    """A run's arguments as a committed report shows them: paths inside the repository relative to it, paths under
+    the home directory with ~, so that no machine's layout is written into a model directory."""
+    repo, home = os.path.realpath(readerdata.REPO), os.path.expanduser("~")
+    out = {}
+    for k, v in args.items():
+        if isinstance(v, str) and os.path.isabs(v):
+            r = os.path.realpath(v)
+            if r.startswith(repo + os.sep):
+                v = os.path.relpath(r, repo)
+            elif r.startswith(home + os.sep):
+                v = "~" + r[len(home):]
+        out[k] = v
+    return out
+
+
 def _start_state(a: Args) -> dict:
     """The counts a run continued from an exported directory (--start) begins with: its report's instances, steps
     and seconds, and the stopping rule replayed over its curve. Refuses a directory over other frozen weights."""
@@ -601,7 +617,7 @@ def export_dir(a: Args, out: str, rank: int = 128, name: str = "", version: str 
     evals = [json.loads(x) for x in open(os.path.join(a.work, "log.jsonl")) if '"eval"' in x]
     report = {"config": cfg.name, "trainer": "icicle.queryside", "frozen": man["block_model"],
               "instances": st["instances"], "steps": st["step"], "seconds": round(st["seconds"]),
-              "args": json.load(open(os.path.join(a.work, "run.json")))["args"], "delta_rank": rank,
+              "args": _portable(json.load(open(os.path.join(a.work, "run.json")))["args"]), "delta_rank": rank,
               "curve": [{"instances": e["instances"], **{v: e["eval"][v] for v in e["eval"]}} for e in evals]}
     with open(os.path.join(out, "train_report.json"), "w") as f:
         json.dump(report, f, indent=1)

@@ -8,7 +8,7 @@ import torch
 
 from icicle import model as M
 from icicle.decode import CachedPromptScorer, block_attention
-from icicle.queryside import Args, BlockCache, _start_state, query_batch, query_logits, split_step, stopping_rule
+from icicle.queryside import Args, BlockCache, _portable, _start_state, query_batch, query_logits, split_step, stopping_rule
 from icicle.reader import batch_layout
 from icicle.train import Instance, _batch
 
@@ -163,6 +163,18 @@ def test_start_continues_an_exported_run_and_refuses_other_frozen_weights(tmp_pa
         _start_state(other)
     with pytest.raises(SystemExit, match="no train_report.json"):
         _start_state(Args(set="s", work="w", init=a.init, start=str(frozen)))
+
+
+def test_portable_report_args_name_no_machine_path():
+    import os
+
+    from icicle import readerdata
+
+    got = _portable({"init": os.path.join(readerdata.REPO, "models", "b7", "delta.safetensors"),
+                     "set": os.path.expanduser("~/.cache/icicle/readerset/readerset.json.gz"), "batch": 16,
+                     "out": "/srv/elsewhere/x"})
+    assert got == {"init": "models/b7/delta.safetensors", "set": "~/.cache/icicle/readerset/readerset.json.gz",
+                   "batch": 16, "out": "/srv/elsewhere/x"}
 
 
 def _encode(s: str) -> list[int]:
