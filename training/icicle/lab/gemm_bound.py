@@ -88,7 +88,8 @@ def main() -> None:
                       + f"  {mix:.0f} (the layers' mix)")
     linear = LAYERS * (4 * WIDTH * WIDTH + 2 * WIDTH * FFN) * 2 * a.tokens
     attention = LAYERS * 4 * a.tokens ** 2 * WIDTH
-    print(f"a {a.tokens}-token passage: {linear / 1e9:.2f} GOP in the linear layers, {attention / 1e9:.2f} GOP in attention")
+    print(f"a {a.tokens}-token passage: {linear / 1e9:.2f} GOP in the linear layers, "
+          f"{attention / 1e9:.2f} GOP in attention")
     for threads in a.threads:
         ms = (linear / best[(True, threads)] + attention / best[(False, threads)]) / 1e6
         print(f"bound with {threads} thread(s): {ms:.1f} ms a passage, {1000 / ms:.1f} passages a second")

@@ -13,7 +13,8 @@ every document stand in for the node's kNN and cosine look-ups).
     # e5 document vectors (/tmp/e5/e5.yaml: first_stage: {encoder_dir: training/icicle/lab/e5-small-v2-q})
     bin/icicle vectors -corpus data/SET/corpus.jsonl.gz -out /tmp/e5/SET.docs.gz -config /tmp/e5/e5.yaml
     # query vectors by the same Go path (`queries` below), for ENC/ENCDIR (from the repository root)
-    # bge/models/bge-small-en-v15-q and e5/training/icicle/lab/e5-small-v2-q (/tmp/e5/q-ENC.yaml: first_stage: {encoder_dir: /tmp/e5/query-ENC})
+    # bge/models/bge-small-en-v15-q and e5/training/icicle/lab/e5-small-v2-q
+    # (/tmp/e5/q-ENC.yaml: first_stage: {encoder_dir: /tmp/e5/query-ENC})
     cd training && python -m icicle.lab.second_encoder queries --data ../data/SET --split S \\
         --encoder ../ENCDIR --out /tmp/e5/SET.q-ENC.jsonl --manifest-dir /tmp/e5/query-ENC
     cd .. && bin/icicle vectors -corpus /tmp/e5/SET.q-ENC.jsonl -out /tmp/e5/SET.q-ENC.gz -config /tmp/e5/q-ENC.yaml
