@@ -502,9 +502,9 @@ type FirstStage struct {
 	// no vectors at ingest. A directory that is set but broken stops start-up with a message naming it.
 	// Default "models/bge-small-en-v15-q".
 	EncoderDir string `yaml:"encoder_dir"`
-	// EncoderThreads is the encoder session's intra-op thread count; 0 is ONNX Runtime's default (one per
+	// EncoderThreads is the serving encoder's intra-op thread count; 0 is ONNX Runtime's default (one per
 	// core). Default 1: a query takes a few milliseconds, and one thread leaves the other cores to the
-	// decoder.
+	// decoder. icicle ingest, enrich and vectors take -threads instead (default one per core).
 	EncoderThreads int `yaml:"encoder_threads"`
 	// VectorIndex is the index_options type of the vector field in an index the sidecar creates (icicle
 	// ingest, or the vector fields it adds): "hnsw" keeps float vectors and exact cosines; "int8_hnsw" and

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"io"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -31,6 +33,18 @@ func TestParseSlice(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.Equal(t, [2]int{tt.slice, tt.of}, [2]int{slice, of})
+		})
+	}
+}
+
+func TestEncoderThreadsRefusesNegative(t *testing.T) {
+	for name, run := range map[string]func(context.Context, []string, io.Writer) error{
+		"enrich": enrich, "vectors": vectors,
+		"ingest": func(ctx context.Context, args []string, _ io.Writer) error { return ingest(ctx, args) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := run(context.Background(), []string{"-threads", "-1"}, io.Discard)
+			require.ErrorContains(t, err, "-threads -1: want 0 (one per core) or more")
 		})
 	}
 }

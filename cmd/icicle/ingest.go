@@ -41,8 +41,12 @@ func ingest(ctx context.Context, args []string) error {
 	llmURL := fs.String("llm-url", "", "OpenAI-compatible base URL up to /v1 for -compressor llm (default: compressor.llm_url)")
 	llmModel := fs.String("llm-model", "", "model name for -compressor llm (default: compressor.llm_model)")
 	vectorsFile := fs.String("vectors", "", "precomputed vectors (`icicle vectors`) of the first stage's encoder: a document whose title and text have one is not embedded again")
+	threads := encoderThreadsFlag(fs)
 	noVectors := fs.Bool("no-vectors", false, "write documents without the first stage's vectors (`icicle enrich` adds them later; default: embed with first_stage.encoder_dir when set)")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := checkThreads(*threads); err != nil {
 		return err
 	}
 	cfg, err := cf.load()
@@ -77,7 +81,7 @@ func ingest(ctx context.Context, args []string) error {
 	if *noVectors {
 		cfg.FirstStage.EncoderDir = ""
 	}
-	enc, closeEnc, err := openIngestEncoder(cfg, log)
+	enc, closeEnc, err := openIngestEncoder(cfg, *threads, log)
 	if err != nil {
 		return err
 	}
@@ -178,18 +182,32 @@ func ingest(ctx context.Context, args []string) error {
 	return nil
 }
 
+// encoderThreadsFlag registers -threads, the encoder's intra-op threads of a command that embeds documents.
+func encoderThreadsFlag(fs *flag.FlagSet) *int {
+	return fs.Int("threads", 0, "the encoder's threads (0: one per core; a worker sharing its machine with N-1 others: cores/N)")
+}
+
+// checkThreads refuses a -threads value below 0.
+func checkThreads(n int) error {
+	if n < 0 {
+		return fmt.Errorf("-threads %d: want 0 (one per core) or more", n)
+	}
+	return nil
+}
+
 // openIngestEncoder initialises ONNX Runtime and opens the first stage's encoder for a command that
-// writes vectors (ingest, enrich); without first_stage.encoder_dir it returns nil and nothing to close.
-func openIngestEncoder(cfg config.Config, log *slog.Logger) (*dense.Encoder, func(), error) {
+// writes vectors (ingest, enrich, vectors) with threads intra-op threads (0: one per core: such a command
+// has the machine to itself unless told otherwise); without first_stage.encoder_dir it returns nil and
+// nothing to close.
+func openIngestEncoder(cfg config.Config, threads int, log *slog.Logger) (*dense.Encoder, func(), error) {
 	if cfg.FirstStage.EncoderDir == "" {
 		return nil, func() {}, nil
 	}
 	if err := ort.Init(cfg.Model.ORTLibrary); err != nil {
 		return nil, nil, fmt.Errorf("init onnx runtime %q for the first stage's encoder (set model.ort_library or ICICLE_ORT_LIB; or -no-vectors): %w", cfg.Model.ORTLibrary, err)
 	}
-	// Ingestion has the machine to itself: the encoder may use every core.
 	fc := cfg.FirstStage
-	fc.EncoderThreads = 0
+	fc.EncoderThreads = threads
 	enc, err := openEncoder(fc, log)
 	if err != nil {
 		_ = ort.Shutdown()
