@@ -251,7 +251,7 @@ def replay_cmd(a: argparse.Namespace) -> None:
         base = firsts[DEFAULT_RULE]  # RULES starts with the default
         won, lost = int((first & ~base).sum()), int((~first & base).sum())
         results[rule] = {"hits_at_1": hits1 / len(qs), "mrr_at_10": mrr / len(qs), "won": won, "lost": lost}
-        print(f"{name} ({len(qs)}) | {rule} | {hits1 / len(qs):.3f} ({mrr / len(qs):.3f})"
+        print(f"{name} ({len(qs)}) | {rule.replace('e5', a.second)} | {hits1 / len(qs):.3f} ({mrr / len(qs):.3f})"
               f" | top 1 against the default: +{won} -{lost}")
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
@@ -280,6 +280,10 @@ def main() -> None:
             s.add_argument("--work", required=True,
                            help="holds SET.docs.gz, SET.q-{bge,e5}.gz, SET.bm25.json, query-{bge,e5}/")
             s.add_argument("--json", help="also write the scores here")
+            s.add_argument("--second", default="e5",
+                           help="the second encoder's name in the printed rules; its files keep e5's names "
+                                "(SET.docs.gz, SET.q-e5.gz, query-e5/), so another encoder (bge's fp32 graph) can "
+                                "stand in its place")
     a = p.parse_args()
     {"queries": queries_cmd, "bm25": bm25_cmd, "replay": replay_cmd}[a.cmd](a)
 
