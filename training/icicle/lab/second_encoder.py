@@ -42,13 +42,15 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import json
 import os
 import urllib.parse
 import urllib.request
 
 import numpy as np
+
+from .million import key, read_vectors
+from .querylikelihood import judged
 
 BGE_VECTORS = "vectors.bge-small-en-v1.5-q.gz"
 ENCODERS = ("bge", "e5")
@@ -57,42 +59,21 @@ ENCODERS = ("bge", "e5")
 def labelled(data: str, split: str) -> list[tuple[str, str, set[str]]]:
     """The judged queries of split ('' every one) as (qid, text, relevant docids), in file order, as
     internal/dataset.ReadLabelled reads them (relevance 0 is not relevant)."""
-    rel: dict[str, set[str]] = {}
-    with open(os.path.join(data, "qrels.tsv"), encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            row = line.rstrip("\n").split("\t")
-            if len(row) < 3 or i == 0 and row[0] == "qid" or row[2].strip() == "0":
-                continue
-            rel.setdefault(row[0], set()).add(row[1])
+    rel = judged(data)
     out = []
     with gzip.open(os.path.join(data, "queries.jsonl.gz"), "rt", encoding="utf-8") as f:
         for line in f:
             q = json.loads(line)
-            qid, text = q.get("qid") or q.get("_id"), q.get("query") or q.get("text") or ""
-            if split and q.get("split") != split or not rel.get(qid) or not text.strip():
+            if split and q.get("split") != split or not rel.get(q["qid"]) or not q["query"].strip():
                 continue
-            out.append((qid, text, rel[qid]))
+            out.append((q["qid"], q["query"], set(rel[q["qid"]])))
     return out
 
 
-def key(title: str, text: str) -> bytes:
-    """A vector file's record key (internal/vecfile.Key)."""
-    return hashlib.sha256((title + "\n" + text).encode()).digest()[:8]
-
-
-def read_vectors(path: str) -> tuple[str, dict[bytes, np.ndarray]]:
-    """A vector file (internal/vecfile): its encoder and each key's vector, scaled to unit length as the sidecar
-    does with file vectors."""
-    with gzip.open(path, "rb") as f:
-        head = json.loads(f.readline())
-        dims, n = head["dims"], head["count"]
-        raw = np.frombuffer(f.read(), dtype=np.uint8)
-    if head["dtype"] != "float16" or raw.size != n * (8 + 2 * dims):
-        raise ValueError(f"{path}: header {head} does not match {raw.size} bytes of records")
-    rec = raw.reshape(n, 8 + 2 * dims)
-    vecs = rec[:, 8:].copy().view("<f2").astype(np.float32)
-    vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
-    return head["encoder"], {bytes(r[:8]): v for r, v in zip(rec, vecs)}
+def unit_vectors(path: str) -> tuple[str, dict[bytes, np.ndarray]]:
+    """A vector file's encoder and each key's vector, scaled to unit length as the sidecar does with file vectors."""
+    head, vecs = read_vectors(path)
+    return head["encoder"], {k: v / max(float(np.linalg.norm(v)), 1e-12) for k, v in vecs.items()}
 
 
 def queries_cmd(a: argparse.Namespace) -> None:
@@ -219,8 +200,8 @@ def replay_cmd(a: argparse.Namespace) -> None:
     cos: dict[str, np.ndarray] = {}
     for enc in ENCODERS:
         doc_file, q_file = files[enc]
-        d_name, dv = read_vectors(doc_file)
-        q_name, qv = read_vectors(q_file)
+        d_name, dv = unit_vectors(doc_file)
+        q_name, qv = unit_vectors(q_file)
         if d_name != q_name:
             raise SystemExit(f"{doc_file} is by {d_name}, {q_file} by {q_name}")
         with open(os.path.join(a.work, f"query-{enc}", "encoder.json"), encoding="utf-8") as f:
