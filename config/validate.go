@@ -202,6 +202,9 @@ func (c Config) Validate() error {
 	if fs.DenseWeight < 0 || fs.DenseWeight > 1 || math.IsNaN(fs.DenseWeight) {
 		v.add("first_stage.dense_weight", "want 0..1, got %v", fs.DenseWeight)
 	}
+	if fs.DenseWeightSpread < -20 || fs.DenseWeightSpread > 20 || math.IsNaN(fs.DenseWeightSpread) {
+		v.add("first_stage.dense_weight_spread", "want -20..20, got %v", fs.DenseWeightSpread)
+	}
 	if !(fs.RRFK > 0) {
 		v.add("first_stage.rrf_k", "want > 0, got %v", fs.RRFK)
 	}

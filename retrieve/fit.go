@@ -103,13 +103,17 @@ func evaluate(samples []Sample, p Params, hits []float64) Score {
 	return sc
 }
 
-// Grid is the settings Fit tries: linear at dense weights 0, 0.1, ..., 1 (0 is BM25's order) and rrf at
-// k 10, 30, 60 with dense weights 0.3 .. 0.7, each with kNN 0, 10 and 100, at the given depth.
+// Grid is the settings Fit tries: linear at dense weights 0, 0.1, ..., 1 (0 is BM25's order), linear at
+// 0.4, 0.5, 0.55, 0.6 and 0.7 + 3 x the cosine spread (Params.DenseWeightSpread; the default's form) and rrf
+// at k 10, 30, 60 with dense weights 0.3 .. 0.7, each with kNN 0, 10 and 100, at the given depth.
 func Grid(depth int) []Params {
 	var out []Params
 	for _, knn := range []int{0, 10, 100} {
 		for i := 0; i <= 10; i++ {
 			out = append(out, Params{Method: MethodLinear, DenseWeight: float64(i) / 10, RRFK: 60, Depth: depth, KNN: knn})
+		}
+		for _, w := range []float64{0.4, 0.5, 0.55, 0.6, 0.7} {
+			out = append(out, Params{Method: MethodLinear, DenseWeight: w, DenseWeightSpread: 3, RRFK: 60, Depth: depth, KNN: knn})
 		}
 		for _, k := range []float64{10, 30, 60} {
 			for _, w := range []float64{0.3, 0.4, 0.5, 0.6, 0.7} {

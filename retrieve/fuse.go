@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/icicle-search/sidecar/adapter"
@@ -29,8 +30,14 @@ const (
 type Params struct {
 	// Method is MethodLinear, MethodRRF or MethodBM25.
 	Method string `json:"method"`
-	// DenseWeight is w, the dense side's weight, 0..1.
+	// DenseWeight is w, the dense side's weight, 0..1; with DenseWeightSpread, its value at a spread of 0.
 	DenseWeight float64 `json:"dense_weight"`
+	// DenseWeightSpread is added to DenseWeight per unit of the query's cosine spread (Spread: the
+	// candidates' highest cosine less their SpreadAt-th), the sum clamped to 0..1; 0 keeps the weight fixed.
+	// The encoder's top cosines lie close together (a spread of 0.04-0.06) where it tells documents apart
+	// poorly, as on scientific abstracts, and far apart (0.15) on the Wikipedia questions it was trained
+	// for, so the weight follows how much the encoder's scores say for this query.
+	DenseWeightSpread float64 `json:"dense_weight_spread,omitempty"`
 	// RRFK is k of MethodRRF (> 0).
 	RRFK float64 `json:"rrf_k"`
 	// Depth is how many BM25 hits are fetched and re-scored, 1..adapter.MaxK.
@@ -39,8 +46,49 @@ type Params struct {
 	KNN int `json:"knn"`
 }
 
-// DefaultParams is the first stage when nothing is calibrated.
-var DefaultParams = Params{Method: MethodLinear, DenseWeight: 0.8, RRFK: 60, Depth: 100, KNN: 10}
+// DefaultParams is the first stage when nothing is calibrated: linear, w = 0.55 + 3 x the spread (0.68 at
+// scientific abstracts' median spread, 1 from a spread of 0.15), chosen without each corpus's labels on four
+// kinds of labelled corpus (docs/evaluation.md, "The first stage").
+var DefaultParams = Params{Method: MethodLinear, DenseWeight: 0.55, DenseWeightSpread: 3, RRFK: 60, Depth: 100, KNN: 10}
+
+// SpreadAt is the rank whose cosine Spread takes from the top one.
+const SpreadAt = 10
+
+// Spread is the highest cosine of hits (those with one) less their SpreadAt-th highest (the lowest where
+// fewer have one); 0 without two cosines.
+func Spread(hits []adapter.Hit) float64 {
+	var cos []float64
+	for _, h := range hits {
+		if h.HasDense {
+			cos = append(cos, h.Dense)
+		}
+	}
+	if len(cos) < 2 {
+		return 0
+	}
+	slices.SortFunc(cos, func(a, b float64) int { return cmp.Compare(b, a) })
+	return cos[0] - cos[min(SpreadAt, len(cos))-1]
+}
+
+// WeightText is the dense weight as people read it: "0.8", or "0.55 + 3 x spread".
+func (p Params) WeightText() string {
+	if p.DenseWeightSpread == 0 {
+		return fmt.Sprintf("%g", p.DenseWeight)
+	}
+	sign := "+"
+	if p.DenseWeightSpread < 0 {
+		sign = "-"
+	}
+	return fmt.Sprintf("%g %s %g x spread", p.DenseWeight, sign, math.Abs(p.DenseWeightSpread))
+}
+
+// Weight is the dense weight of a query whose candidates' cosine spread is spread.
+func (p Params) Weight(spread float64) float64 {
+	if p.DenseWeightSpread == 0 {
+		return p.DenseWeight
+	}
+	return min(1, max(0, p.DenseWeight+p.DenseWeightSpread*spread))
+}
 
 // Validate reports every problem at once, naming the field.
 func (p Params) Validate() error {
@@ -52,6 +100,9 @@ func (p Params) Validate() error {
 	}
 	if p.DenseWeight < 0 || p.DenseWeight > 1 {
 		errs = append(errs, fmt.Errorf("dense_weight: %g, want 0..1", p.DenseWeight))
+	}
+	if math.IsNaN(p.DenseWeightSpread) || p.DenseWeightSpread < -20 || p.DenseWeightSpread > 20 {
+		errs = append(errs, fmt.Errorf("dense_weight_spread: %g, want -20..20", p.DenseWeightSpread))
 	}
 	if p.Method == MethodRRF && p.RRFK <= 0 {
 		errs = append(errs, fmt.Errorf("rrf_k: %g, want > 0", p.RRFK))
@@ -93,7 +144,7 @@ func Fuse(bm25, knn []adapter.Hit, dense map[string]float64, p Params) []adapter
 	if len(union) == 0 {
 		return union
 	}
-	w := p.DenseWeight
+	w := p.Weight(Spread(union))
 	switch p.Method {
 	case MethodLinear:
 		dLo, dHi := minMax(union, func(h adapter.Hit) (float64, bool) { return h.Dense, h.HasDense })

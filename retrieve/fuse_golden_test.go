@@ -126,9 +126,12 @@ func TestFuseGolden(t *testing.T) {
 // hits, ten kNN hits, cosines of bge-small) under the served params and others.
 func goldenCases() []fusionCase {
 	served := Params{Method: MethodLinear, DenseWeight: 0.9, RRFK: 60, Depth: 100, KNN: 10} // data/nq_qed/first_stage.json
-	with := func(m string, w, k float64) Params {
-		p := DefaultParams
-		p.Method, p.DenseWeight, p.RRFK = m, w, k
+	with := func(m string, w, k float64) Params {                                           // a fixed weight
+		return Params{Method: m, DenseWeight: w, RRFK: k, Depth: 100, KNN: 10}
+	}
+	spread := func(m string, w, s float64) Params { // w + s x the spread
+		p := with(m, w, 60)
+		p.DenseWeightSpread = s
 		return p
 	}
 	bm := func(pairs ...any) []scored {
@@ -160,12 +163,22 @@ func goldenCases() []fusionCase {
 			BM25: bm("a", 4.0, "b", 3.0, "c", 2.0), KNN: []string{"d"},
 			Dense: map[string]float64{"a": -0.2, "b": -0.1, "d": 0.3}},
 		{Name: "empty", Params: served, BM25: []scored{}, KNN: []string{}, Dense: map[string]float64{}},
+		// Four cosines: the spread is 0.9 - 0.3 (the lowest, fewer than ten), w = 0.2 + 0.5 x 0.6 = 0.5, as in
+		// "linear, half"; at 0.55 + 3 x 0.6 it is clamped to 1, as in "linear, dense alone".
+		{Name: "linear, weight from the spread", Params: spread(MethodLinear, 0.2, 0.5), BM25: abc, KNN: []string{"c", "k"}, Dense: abcDense},
+		{Name: "linear, weight from the spread, clamped", Params: spread(MethodLinear, 0.55, 3), BM25: abc, KNN: []string{"c", "k"}, Dense: abcDense},
+		{Name: "rrf, weight from the spread", Params: spread(MethodRRF, 0.1, 1), BM25: abc, KNN: []string{"c", "k"}, Dense: abcDense},
+		{Name: "linear, one cosine: no spread", Params: spread(MethodLinear, 0.6, 3), BM25: bm("a", 3.0, "b", 2.5), KNN: []string{},
+			Dense: map[string]float64{"b": 0.9}},
 	}
 	rng := rand.New(rand.NewPCG(7, 11))
-	for i, p := range []Params{served, served, served, DefaultParams, with(MethodLinear, 0.3, 60), with(MethodRRF, 0.5, 60),
-		with(MethodBM25, 0.9, 60)} {
+	for i, p := range []Params{served, served, served, with(MethodLinear, 0.8, 60), with(MethodLinear, 0.3, 60), with(MethodRRF, 0.5, 60),
+		with(MethodBM25, 0.9, 60), DefaultParams, DefaultParams, spread(MethodLinear, 0.4, 6)} {
 		c := nqLike(rng)
 		c.Name, c.Params = fmt.Sprintf("nq_qed-like %d, %s %g", i+1, p.Method, p.DenseWeight), p
+		if p.DenseWeightSpread != 0 {
+			c.Name += fmt.Sprintf(" + %g x spread", p.DenseWeightSpread)
+		}
 		cases = append(cases, c)
 	}
 	return cases

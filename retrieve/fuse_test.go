@@ -77,3 +77,41 @@ func TestParamsValidate(t *testing.T) {
 	}
 	require.ErrorContains(t, Params{Method: MethodRRF, RRFK: 0, Depth: 1}.Validate(), "rrf_k")
 }
+
+func TestSpreadAndWeight(t *testing.T) {
+	hits := func(cos ...float64) []adapter.Hit {
+		out := []adapter.Hit{{ID: "none"}} // no vector: not counted
+		for i, c := range cos {
+			out = append(out, adapter.Hit{ID: string(rune('a' + i)), Dense: c, HasDense: true})
+		}
+		return out
+	}
+	require.Zero(t, Spread(hits()))
+	require.Zero(t, Spread(hits(0.7)))
+	require.InDelta(t, 0.4, Spread(hits(0.3, 0.7, 0.5)), 1e-12, "fewer than ten: the highest less the lowest")
+	twelve := hits(0.90, 0.89, 0.88, 0.87, 0.86, 0.85, 0.84, 0.83, 0.82, 0.81, 0.10, 0.05)
+	require.InDelta(t, 0.09, Spread(twelve), 1e-12, "the highest less the tenth, whatever lies below it")
+
+	p := Params{Method: MethodLinear, DenseWeight: 0.55, DenseWeightSpread: 3}
+	require.InDelta(t, 0.55, p.Weight(0), 1e-12)
+	require.InDelta(t, 0.55+3*0.043, p.Weight(0.043), 1e-12)
+	require.Equal(t, 1.0, p.Weight(0.2), "clamped above")
+	require.Equal(t, 0.0, Params{DenseWeight: 0.1, DenseWeightSpread: -3}.Weight(0.1), "clamped below")
+	require.Equal(t, 0.8, Params{DenseWeight: 0.8}.Weight(0.5), "no slope: the fixed weight")
+	require.Equal(t, "0.55 + 3 x spread", p.WeightText())
+	require.Equal(t, "0.1 - 3 x spread", Params{DenseWeight: 0.1, DenseWeightSpread: -3}.WeightText())
+	require.Equal(t, "0.8", Params{DenseWeight: 0.8}.WeightText())
+
+	// Fuse at the spread's weight ranks as Fuse at that weight fixed.
+	dense := map[string]float64{"a": 0.5, "b": 0.3, "c": 0.9, "k": 0.8}
+	knn := []adapter.Hit{{ID: "c", DocID: "dc", Dense: 0.9, HasDense: true}, {ID: "k", DocID: "dk", Dense: 0.8, HasDense: true}}
+	bySpread := Fuse(bm25Hits("a", "b", "c"), knn, dense, Params{Method: MethodLinear, DenseWeight: 0.2, DenseWeightSpread: 0.5})
+	fixed := Fuse(bm25Hits("a", "b", "c"), knn, dense, Params{Method: MethodLinear, DenseWeight: 0.5})
+	require.Equal(t, order(fixed), order(bySpread))
+	for i := range fixed {
+		require.InDelta(t, fixed[i].Score, bySpread[i].Score, 1e-12)
+	}
+
+	require.ErrorContains(t, Params{Method: MethodLinear, DenseWeight: 0.5, DenseWeightSpread: 50, Depth: 10}.Validate(),
+		"dense_weight_spread: 50, want -20..20")
+}

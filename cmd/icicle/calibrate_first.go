@@ -108,15 +108,15 @@ func calibrateFirstStage(ctx context.Context, f calibrateFlags, path string, out
 	p := res.Params
 	fmt.Fprintf(out, "first stage fitted on %d queries of %s (split %q), index %s (BM25 over %s), encoder %s:\n", len(qs), f.queries, f.split,
 		es.Index(), strings.Join(cfg.Fields.Search, ", "), enc.Name())
-	fmt.Fprintf(out, "  chosen: method %s, dense_weight %.1f, rrf_k %g, depth %d, knn %d\n", p.Method, p.DenseWeight, p.RRFK, p.Depth, p.KNN)
+	fmt.Fprintf(out, "  chosen: method %s, dense_weight %s, rrf_k %g, depth %d, knn %d\n", p.Method, p.WeightText(), p.RRFK, p.Depth, p.KNN)
 	if b := res.Passed; b != nil {
-		fmt.Fprintf(out, "  the current setting is kept over the grid's best (method %s, dense_weight %.1f, rrf_k %g, knn %d: %.3f / %.3f in sample): not better by more than %g standard errors (-shrink)\n",
-			b.Method, b.DenseWeight, b.RRFK, b.KNN, res.PassedScore.Hits1, res.PassedScore.MRR10, f.shrink)
+		fmt.Fprintf(out, "  the current setting is kept over the grid's best (method %s, dense_weight %s, rrf_k %g, knn %d: %.3f / %.3f in sample): not better by more than %g standard errors (-shrink)\n",
+			b.Method, b.WeightText(), b.RRFK, b.KNN, res.PassedScore.Hits1, res.PassedScore.MRR10, f.shrink)
 	}
 	fmt.Fprintf(out, "  Hits@1 / MRR@10: chosen %.3f / %.3f (in sample), %.3f / %.3f held out (%d-fold); BM25 %.3f / %.3f; default %.3f / %.3f\n",
 		res.Score.Hits1, res.Score.MRR10, res.HeldOut.Hits1, res.HeldOut.MRR10, res.Folds, res.BM25.Hits1, res.BM25.MRR10, res.Default.Hits1, res.Default.MRR10)
-	fmt.Fprintf(out, "  current setting (%s): method %s, dense_weight %.1f, rrf_k %g, depth %d, knn %d: %.3f / %.3f\n",
-		cmp.Or(cfg.FirstStage.ParamsFile, "the configuration"), current.Method, current.DenseWeight, current.RRFK, current.Depth, current.KNN,
+	fmt.Fprintf(out, "  current setting (%s): method %s, dense_weight %s, rrf_k %g, depth %d, knn %d: %.3f / %.3f\n",
+		cmp.Or(cfg.FirstStage.ParamsFile, "the configuration"), current.Method, current.WeightText(), current.RRFK, current.Depth, current.KNN,
 		res.Current.Hits1, res.Current.MRR10)
 	if g := res.Gain; g != nil {
 		fmt.Fprintf(out, "  Hits@1 held out less the current, query by query: %+.3f (95%% interval %+.3f to %+.3f)\n", g.Estimate, g.Low, g.High)

@@ -35,7 +35,8 @@ func openEncoder(c config.FirstStage, log *slog.Logger) (*dense.Encoder, error) 
 
 // firstStageParams are the fusion settings of c, replaced by c.ParamsFile's when it is set.
 func firstStageParams(c config.FirstStage) (retrieve.Params, error) {
-	p := retrieve.Params{Method: c.Method, DenseWeight: c.DenseWeight, RRFK: c.RRFK, Depth: c.Depth, KNN: c.KNN}
+	p := retrieve.Params{Method: c.Method, DenseWeight: c.DenseWeight, DenseWeightSpread: c.DenseWeightSpread, RRFK: c.RRFK,
+		Depth: c.Depth, KNN: c.KNN}
 	if c.ParamsFile == "" {
 		return p, p.Validate()
 	}

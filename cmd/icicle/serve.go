@@ -148,7 +148,7 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	log.Info("first stage", "encoder", stage.Encoder(), "method", params.Method, "dense_weight", params.DenseWeight,
+	log.Info("first stage", "encoder", stage.Encoder(), "method", params.Method, "dense_weight", params.DenseWeight, "dense_weight_spread", params.DenseWeightSpread,
 		"rrf_k", params.RRFK, "depth", params.Depth, "knn", params.KNN, "params_file", cfg.FirstStage.ParamsFile)
 
 	var impressions *abtest.ImpressionLog

@@ -153,9 +153,11 @@ def fuse(bm25: Sequence[tuple[str, float]], knn: Sequence[str], dense: Mapping[s
     the kNN's docids nearest first, dense the cosine of each document that has a vector. The union (a document in
     both keeps its BM25 rank) ranked by params["method"] as (docid, fused score), best first: "linear" is w x
     minmax(cosine) + (1 - w) x BM25 / max BM25 (w = dense_weight; no cosine, no dense term; a kNN document, no BM25
-    term), "rrf" w / (rrf_k + rank by cosine) + (1 - w) / (rrf_k + BM25 rank), "bm25" the BM25 list itself. Ties go
-    to the better BM25 rank, then the docid. Same arithmetic in float64 as Go's, so the same rankings and scores
-    (tests/test_fusion.py, against retrieve/testdata/fusion_golden.json)."""
+    term), "rrf" w / (rrf_k + rank by cosine) + (1 - w) / (rrf_k + BM25 rank), "bm25" the BM25 list itself. With
+    params["dense_weight_spread"] s, w is dense_weight + s x the spread (the union's highest cosine less its tenth,
+    or its lowest where fewer have one), clamped to 0..1. Ties go to the better BM25 rank, then the docid. Same
+    arithmetic in float64 as Go's, so the same rankings and scores (tests/test_fusion.py, against
+    retrieve/testdata/fusion_golden.json)."""
     method, w = params["method"], params["dense_weight"]
     if method == "bm25":
         return [(d, float(x)) for d, x in bm25]
@@ -168,6 +170,11 @@ def fuse(bm25: Sequence[tuple[str, float]], knn: Sequence[str], dense: Mapping[s
             rank[d] = (float(x), r)
             union.append(d)
     union += [d for d in dict.fromkeys(knn) if d not in rank]
+    slope = params.get("dense_weight_spread", 0.0)
+    if slope:
+        top = sorted((dense[d] for d in union if d in dense), reverse=True)
+        spread = top[0] - top[min(10, len(top)) - 1] if len(top) >= 2 else 0.0
+        w = min(1.0, max(0.0, w + slope * spread))
     score = dict.fromkeys(union, 0.0)
     if method == "linear":
         cos = [dense[d] for d in union if d in dense]
