@@ -20,7 +20,7 @@ import (
 
 // TestCalibrateFirstStageRefuses runs `icicle calibrate -first-stage` against the real node with the real encoder:
 // 150 nq_qed documents with their stored vectors and the labelled queries whose answer is among them. A forced,
-// unshrunk (-shrink 0) fit is written; fitting again against that fit (now the current setting, scored on the queries it was fitted
+// unshrunk (-shrink 0) fit against BM25's order is written; fitting again against that fit (now the current setting, scored on the queries it was fitted
 // on) cannot be better held out, so it is refused: exit status 1, the reason printed, and the file already at the
 // output path left as it was.
 func TestCalibrateFirstStageRefuses(t *testing.T) {
@@ -47,9 +47,13 @@ func TestCalibrateFirstStageRefuses(t *testing.T) {
 
 	fit := filepath.Join(dir, "fit.json")
 	calibrate := []string{"calibrate", "-queries", queries, "-qrels", qrels, "-split", "", "-n", "1000"}
-	out, err = run(nil, append(calibrate, "-first-stage", fit, "-force", "-shrink", "0")...)
+	// The current setting of the first fit is BM25's order (linear, w 0), so that the fit's held-out first results
+	// differ from the current's on some queries and the gain's interval has a width (against the default, which
+	// the grid holds, a fit on these queries can rank every query as the default does: an interval of [0, 0]).
+	bm25Order := []string{"ICICLE_FIRST_STAGE_DENSE_WEIGHT=0", "ICICLE_FIRST_STAGE_DENSE_WEIGHT_SPREAD=0"}
+	out, err = run(bm25Order, append(calibrate, "-first-stage", fit, "-force", "-shrink", "0")...)
 	require.NoError(t, err, out)
-	require.Contains(t, out, "current setting (the configuration): method linear")
+	require.Contains(t, out, "current setting (the configuration): method linear, dense_weight 0,")
 	require.Contains(t, out, "Hits@1 held out less the current, query by query: ")
 	var written struct {
 		Method string `json:"method"`
