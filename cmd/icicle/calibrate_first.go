@@ -47,7 +47,7 @@ func calibrateFirstStage(ctx context.Context, f calibrateFlags, path string, out
 		return fmt.Errorf("no labelled queries of split %q in %s", f.split, f.queries)
 	}
 	logger := newLogger(cfg.Log, os.Stderr)
-	enc, closeEnc, err := openIngestEncoder(cfg, 0, logger)
+	enc, closeEnc, err := openIngestEncoder(cfg, 0, 1, logger)
 	if err != nil {
 		return err
 	}

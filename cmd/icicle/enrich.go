@@ -31,12 +31,12 @@ func enrich(ctx context.Context, args []string, out io.Writer) error {
 	summaries := fs.Bool("summaries", true, "add a summary (the compressor of compressor.kind) where there is none")
 	seenFlags := fs.Bool("seen", true, "add the seen flag where there is none: true for the docids of the model's seen_docids.txt")
 	modelDir := fs.String("model-dir", "", "model directory whose seen_docids.txt marks documents seen (default: model.dir)")
-	threads := encoderThreadsFlag(fs)
+	encFlags := registerEncoderFlags(fs)
 	sliceFlag := fs.String("slice", "", "I/N: enrich only part I (0-based) of N, one worker of N on other machines or processes; N at most the index's primary shards")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := checkThreads(*threads); err != nil {
+	if err := encFlags.check(); err != nil {
 		return err
 	}
 	if *page < 1 || *page > 10000 {
@@ -57,7 +57,7 @@ func enrich(ctx context.Context, args []string, out io.Writer) error {
 		if cfg.FirstStage.EncoderDir == "" {
 			return errors.New("-vectors: first_stage.encoder_dir is empty: there is no encoder to make vectors with (or -vectors=false)")
 		}
-		enc, closeEnc, err := openIngestEncoder(cfg, *threads, log)
+		enc, closeEnc, err := openIngestEncoder(cfg, *encFlags.threads, encFlags.passageRuns(), log)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -45,6 +46,25 @@ func TestEncoderThreadsRefusesNegative(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			err := run(context.Background(), []string{"-threads", "-1"}, io.Discard)
 			require.ErrorContains(t, err, "-threads -1: want 0 (one per core) or more")
+			err = run(context.Background(), []string{"-runs", "-1"}, io.Discard)
+			require.ErrorContains(t, err, "-runs -1: want 0 (the cores / -threads) or more")
 		})
+	}
+}
+
+func TestPassageRunsFromFlags(t *testing.T) {
+	cores := runtime.GOMAXPROCS(0)
+	for _, c := range []struct {
+		threads, runs, want int
+	}{
+		{1, 0, cores},     // the default: a passage a core
+		{0, 0, 1},         // every core on one passage
+		{cores, 0, 1},     // the same, named
+		{1, 3, 3},         // as asked
+		{2 * cores, 0, 1}, // more threads than cores: one at a time
+		{max(1, cores/2), 0, cores / max(1, cores/2)}, // half the cores a passage
+	} {
+		f := encoderFlags{threads: &c.threads, runs: &c.runs}
+		require.Equal(t, c.want, f.passageRuns(), "threads %d runs %d", c.threads, c.runs)
 	}
 }

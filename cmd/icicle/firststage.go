@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -19,13 +20,15 @@ import (
 	"github.com/icicle-search/sidecar/retrieve"
 )
 
-// openEncoder opens first_stage.encoder_dir (nil, nil when it is ""). ONNX Runtime must be initialised.
-func openEncoder(c config.FirstStage, log *slog.Logger) (*dense.Encoder, error) {
+// openEncoder opens first_stage.encoder_dir (nil, nil when it is ""), embedding up to passageRuns passages
+// at once (dense.Options.PassageRuns). ONNX Runtime must be initialised.
+func openEncoder(c config.FirstStage, passageRuns int, log *slog.Logger) (*dense.Encoder, error) {
 	if c.EncoderDir == "" {
 		return nil, nil
 	}
 	enc, err := loader.OpenEncoder(c.EncoderDir, loader.EncoderOptions{
-		Runtime: ort.Options{Threads: c.EncoderThreads, InterOpThreads: 1}, Logger: log})
+		Runtime: ort.Options{Threads: c.EncoderThreads, InterOpThreads: 1},
+		Encoder: dense.Options{PassageRuns: passageRuns, MaxRuns: max(passageRuns, runtime.GOMAXPROCS(0))}, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("first stage encoder (first_stage.encoder_dir %q): %w", c.EncoderDir, err)
 	}

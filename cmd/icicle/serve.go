@@ -66,7 +66,7 @@ func serve(ctx context.Context, args []string) error {
 		}
 	}()
 	// The first stage's encoder: a configured one that cannot open stops the start, naming the file.
-	enc, err := openEncoder(cfg.FirstStage, log)
+	enc, err := openEncoder(cfg.FirstStage, 1, log)
 	if err != nil {
 		return err
 	}

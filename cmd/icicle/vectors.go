@@ -23,12 +23,12 @@ func vectors(ctx context.Context, args []string, out io.Writer) error {
 	cf.register(fs, "YAML config file (first_stage.encoder_dir)")
 	corpus := fs.String("corpus", "", "BEIR corpus JSONL (.gz allowed): docid, title, text")
 	dst := fs.String("out", "", "vector file to write (gzip: a header line, then each document's key and half-precision vector)")
-	threads := encoderThreadsFlag(fs)
+	encFlags := registerEncoderFlags(fs)
 	batch := fs.Int("batch", 64, "documents given to the encoder at once (it batches by length within its own limits)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := checkThreads(*threads); err != nil {
+	if err := encFlags.check(); err != nil {
 		return err
 	}
 	if *corpus == "" || *dst == "" {
@@ -39,7 +39,7 @@ func vectors(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	log := newLogger(cfg.Log, os.Stderr)
-	enc, closeEnc, err := openIngestEncoder(cfg, *threads, log)
+	enc, closeEnc, err := openIngestEncoder(cfg, *encFlags.threads, encFlags.passageRuns(), log)
 	if err != nil {
 		return err
 	}

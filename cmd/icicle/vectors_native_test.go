@@ -39,7 +39,7 @@ func TestDemoVectorsAreTheEncoders(t *testing.T) {
 
 	fc := config.Default().FirstStage
 	fc.EncoderDir = filepath.Join("..", "..", fc.EncoderDir)
-	enc, err := openEncoder(fc, slog.New(slog.DiscardHandler))
+	enc, err := openEncoder(fc, 1, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = enc.Close() })
 	require.Equal(t, enc.Name(), set.Encoder)

@@ -191,3 +191,43 @@ func TestMaxRuns(t *testing.T) {
 	_, err = New(testManifest(PoolCLS), fakeTokenizer{}, s, Options{MaxRuns: -1})
 	require.ErrorContains(t, err, "max runs")
 }
+
+// TestPassageRuns: with PassageRuns 2 a Passages call runs two of its batches at once (never more, within
+// MaxRuns), and the vectors are those of one batch at a time, each in its text's place.
+func TestPassageRuns(t *testing.T) {
+	texts := []string{"a bb", "ccc", "dddd e", "ff", "g hh iii", "jjjj"}
+	one, err := New(testManifest(PoolMean), fakeTokenizer{}, &fakeSession{}, Options{BatchSize: 1})
+	require.NoError(t, err)
+	want, err := one.Passages(t.Context(), texts)
+	require.NoError(t, err)
+
+	s := &blockingSession{release: make(chan struct{}), started: make(chan struct{}, 8)}
+	two, err := New(testManifest(PoolMean), fakeTokenizer{}, s, Options{BatchSize: 1, PassageRuns: 2, MaxRuns: 4})
+	require.NoError(t, err)
+	type result struct {
+		vs  [][]float32
+		err error
+	}
+	done := make(chan result)
+	go func() {
+		vs, err := two.Passages(context.Background(), texts)
+		done <- result{vs, err}
+	}()
+	<-s.started
+	<-s.started // two batches of the one call in progress at once
+	close(s.release)
+	got := <-done
+	require.NoError(t, got.err)
+	require.Equal(t, want, got.vs)
+	require.Equal(t, int32(2), s.most.Load(), "never more than PassageRuns of one call at once")
+	s.mu.Lock()
+	require.Len(t, s.batches, len(texts))
+	s.mu.Unlock()
+
+	_, err = New(testManifest(PoolMean), fakeTokenizer{}, &fakeSession{err: errors.New("x")}, Options{PassageRuns: -1})
+	require.ErrorContains(t, err, "passage runs -1")
+	failing, err := New(testManifest(PoolMean), fakeTokenizer{}, &fakeSession{err: errors.New("run failed")}, Options{BatchSize: 1, PassageRuns: 2})
+	require.NoError(t, err)
+	_, err = failing.Passages(t.Context(), texts)
+	require.ErrorContains(t, err, "run failed")
+}
