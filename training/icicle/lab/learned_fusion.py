@@ -11,7 +11,7 @@ relevant documents' share of the softmax over the candidates), each training cor
 each corpus left out in turn and scored by Hits@1.
 """
 import numpy as np
-from icicle.lab import third_corpus as T
+from . import third_corpus as T
 
 SETS = {"nq_qed-train": ("../data/nq_qed", "train", "/tmp/e5train"), "nq_qed": ("../data/nq_qed", "dev", "/tmp/e5"),
         "cranfield": ("../data/cranfield", "", "/tmp/e5"), "cacm": ("../data/cacm", "", "/tmp/e5"),
