@@ -90,6 +90,15 @@ func (p Params) Weight(spread float64) float64 {
 	return min(1, max(0, p.DenseWeight+p.DenseWeightSpread*spread))
 }
 
+// weightOf is the dense weight for candidates hits: Weight of their Spread, read only when the weight
+// follows it.
+func (p Params) weightOf(hits []adapter.Hit) float64 {
+	if p.DenseWeightSpread == 0 {
+		return p.DenseWeight
+	}
+	return p.Weight(Spread(hits))
+}
+
 // Validate reports every problem at once, naming the field.
 func (p Params) Validate() error {
 	var errs []error
@@ -144,7 +153,7 @@ func Fuse(bm25, knn []adapter.Hit, dense map[string]float64, p Params) []adapter
 	if len(union) == 0 {
 		return union
 	}
-	w := p.Weight(Spread(union))
+	w := p.weightOf(union)
 	switch p.Method {
 	case MethodLinear:
 		dLo, dHi := minMax(union, func(h adapter.Hit) (float64, bool) { return h.Dense, h.HasDense })

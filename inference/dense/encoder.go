@@ -161,18 +161,14 @@ func (e *Encoder) embed(ctx context.Context, texts []string) ([][]float32, error
 	}
 	out := make([][]float32, len(texts))
 	bs := batches(toks, e.opts.BatchSize, e.opts.MaxBatchTokens)
-	if e.opts.PassageRuns == 1 || len(bs) == 1 {
-		for _, b := range bs {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			if err := e.run(ctx, toks, b, out); err != nil {
-				return nil, err
-			}
+	if len(bs) == 1 { // a query: no goroutine
+		if err := e.run(ctx, toks, bs[0], out); err != nil {
+			return nil, err
 		}
 		return out, nil
 	}
-	// Several batches at once: each writes only its own rows of out; the first error stops the rest.
+	// PassageRuns batches at once (one: in turn), each writing only its own rows of out; the first error
+	// stops the rest.
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(e.opts.PassageRuns)
 	for _, b := range bs {

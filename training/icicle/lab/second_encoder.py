@@ -162,6 +162,11 @@ def fuse(bm25: list, lists: list[list[int]], dense: list[np.ndarray], method: st
     return [cand[i] for i in ranked]
 
 
+def first_relevant(ranked: list[int], docids: list[str], rel: set[str]) -> int | None:
+    """The place (0-based) of the first relevant document in ranked's top 10, or None."""
+    return next((r for r, i in enumerate(ranked[:10]) if docids[i] in rel), None)
+
+
 DEFAULT_RULE = "bge: linear 0.8, kNN 10 (the default)"
 # name -> (method, dense sides, weights (BM25 first; 1 - w as Fuse computes it), kNN depth); "cosine" ranks every
 # document by the mean of the sides' cosines.
@@ -222,12 +227,10 @@ def replay_cmd(a: argparse.Namespace) -> None:
             else:
                 lists = [list(np.argsort(-v, kind="stable")[:knn]) for v in dense]
                 ranked = fuse(bm25[qid], lists, dense, method, list(weights), 60.0, docids, index)
-            for r, i in enumerate(ranked[:10]):
-                if docids[i] in rel:
-                    hits1 += r == 0
-                    first[j] = r == 0
-                    mrr += 1 / (r + 1)
-                    break
+            if (r := first_relevant(ranked, docids, rel)) is not None:
+                hits1 += r == 0
+                first[j] = r == 0
+                mrr += 1 / (r + 1)
         firsts[rule] = first
         base = firsts[DEFAULT_RULE]  # RULES starts with the default
         won, lost = int((first & ~base).sum()), int((~first & base).sum())

@@ -39,7 +39,7 @@ from collections import Counter
 
 import numpy as np
 
-from .second_encoder import BGE_VECTORS, fuse, key, labelled, unit_vectors
+from .second_encoder import BGE_VECTORS, first_relevant, fuse, key, labelled, unit_vectors
 
 
 def smart_records(text: str) -> list[dict[str, str]]:
@@ -138,7 +138,6 @@ def rules_cmd(a: argparse.Namespace) -> None:
     name = os.path.basename(os.path.normpath(a.data))
     docids, index, bm25, qs, cos = _load(a.data, a.split, a.work)
     rules = {"BM25 alone": None, "bge cosine alone": None, "RRF k 60, w 0.5, kNN 100": None, **WEIGHTS}
-    spreads = []
     subsets = {"all": list(range(len(qs)))}
     if a.seen:
         with open(a.seen, encoding="utf-8") as f:
@@ -150,7 +149,6 @@ def rules_cmd(a: argparse.Namespace) -> None:
         hits1 = mrr = 0.0
         for j, (qid, _, rel) in enumerate(qs):
             order = np.argsort(-cos[j], kind="stable")
-            spreads.append(cos[j][order[0]] - cos[j][order[9]])
             if rule == "BM25 alone":
                 ranked = [index[d] for d, _ in bm25[qid]]
             elif rule == "bge cosine alone":
@@ -161,15 +159,14 @@ def rules_cmd(a: argparse.Namespace) -> None:
                 weight, knn = spec
                 w = weight(cos[j][order[:10]])
                 ranked = fuse(bm25[qid], [list(order[:knn])], [cos[j]], "linear", [1 - w, w], 60.0, docids, index)
-            for r, i in enumerate(ranked[:10]):
-                if docids[i] in rel:
-                    hits1 += r == 0
-                    first[j] = r == 0
-                    mrr += 1 / (r + 1)
-                    break
+            if (r := first_relevant(ranked, docids, rel)) is not None:
+                hits1 += r == 0
+                first[j] = r == 0
+                mrr += 1 / (r + 1)
         parts = " | ".join(f"{k} ({len(v)}) {first[v].mean():.3f}" for k, v in subsets.items())
         print(f"{name} | {rule} | {parts} | MRR@10 {mrr / len(qs):.3f}")
-    print(f"{name}: median dense spread (top cosine less the tenth) {np.median(spreads[:len(qs)]):.3f}")
+    top = -np.sort(-cos, axis=1)[:, :10]
+    print(f"{name}: median dense spread (top cosine less the tenth) {np.median(top[:, 0] - top[:, -1]):.3f}")
 
 
 GRID_W = np.linspace(0.0, 1.0, 401)
