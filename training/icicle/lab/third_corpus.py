@@ -173,10 +173,15 @@ GRID_W = np.linspace(0.0, 1.0, 401)
 
 
 def top1_table(data: str, split: str, work: str, knn: int = 10):
-    """For each query: whether the linear fusion's first result is relevant at each w of GRID_W, and the
-    query's spread (the candidates' top cosine less their tenth). The candidates are ordered by Fuse's tie
-    order (BM25 rank, then the docid) so that argmax's first maximum is Fuse's first result."""
-    docids, index, bm25, qs, cos = _load(data, split, work)
+    """top1_of the set's loaded files."""
+    return top1_of(_load(data, split, work), knn)
+
+
+def top1_of(loaded, knn: int = 10):
+    """For each query of a loaded set (_load): whether the linear fusion's first result is relevant at each w of
+    GRID_W, and the query's spread (the candidates' top cosine less their tenth). The candidates are ordered by
+    Fuse's tie order (BM25 rank, then the docid) so that argmax's first maximum is Fuse's first result."""
+    docids, index, bm25, qs, cos = loaded
     hits = np.zeros((len(qs), len(GRID_W)), dtype=bool)
     spread = np.zeros(len(qs))
     for j, (qid, _, rel) in enumerate(qs):
@@ -199,6 +204,29 @@ def top1_table(data: str, split: str, work: str, knn: int = 10):
     return hits, spread
 
 
+GRID_A = np.round(np.arange(0.0, 1.0001, 0.05), 2)
+GRID_B = np.round(np.arange(0.0, 8.0001, 0.5), 2)
+
+
+def hits_at(table, ca: float, cb: float) -> np.ndarray:
+    """Per query of a top1 table: whether w = clamp(ca + cb x spread) puts a relevant document first."""
+    h, sp = table
+    idx = np.rint(np.clip(ca + cb * sp, 0.0, 1.0) * (len(GRID_W) - 1)).astype(int)
+    return h[np.arange(len(sp)), idx]
+
+
+def choose(tables: list, fixed: bool) -> tuple[float, float, float]:
+    """(mean Hits@1, a, b) of the a + b x spread (b 0 when fixed) best on the tables' mean; the smallest a, then
+    b, on a tie."""
+    best = None
+    for ca in GRID_A:
+        for cb in ([0.0] if fixed else GRID_B):
+            m = float(np.mean([hits_at(t, ca, cb).mean() for t in tables]))
+            if best is None or m > best[0] + 1e-12:
+                best = (m, ca, cb)
+    return best
+
+
 def loo_cmd(a: argparse.Namespace) -> None:
     sets = {}
     for spec in a.sets:  # name=data:split:work
@@ -206,37 +234,20 @@ def loo_cmd(a: argparse.Namespace) -> None:
         data, split, work = rest.split(":")
         sets[name] = top1_table(data, split, work)
         print(f"{name}: {len(sets[name][1])} queries, median spread {np.median(sets[name][1]):.3f}", flush=True)
-    grid_a = np.round(np.arange(0.0, 1.0001, 0.05), 2)
-    grid_b = np.round(np.arange(0.0, 8.0001, 0.5), 2)
-
     def hits1(name: str, ca: float, cb: float) -> float:
-        h, sp = sets[name]
-        w = np.clip(ca + cb * sp, 0.0, 1.0)
-        idx = np.rint(w * (len(GRID_W) - 1)).astype(int)
-        return float(h[np.arange(len(sp)), idx].mean())
-
-    def choose(names: list[str], fixed: bool):
-        best = None
-        for ca in grid_a:
-            for cb in ([0.0] if fixed else grid_b):
-                m = float(np.mean([hits1(n, ca, cb) for n in names]))
-                if best is None or m > best[0] + 1e-12:
-                    best = (m, ca, cb)
-        return best
+        return float(hits_at(sets[name], ca, cb).mean())
 
     report = [n for n in sets if not n.endswith("-train")]
-    choosers = {n: [m for m in sets if m != n and m != n + "-train" and m.replace("-train", "") != n] for n in report}
-    for n in report:
-        choosers[n] = [m for m in sets if m not in report and m.replace("-train", "") != n] + \
-                      [m for m in report if m != n and m + "-train" not in sets]
+    choosers = {n: [m for m in sets if m not in report and m.replace("-train", "") != n] +
+                   [m for m in report if m != n and m + "-train" not in sets] for n in report}
     for fixed in (True, False):
         kind = "a fixed weight a" if fixed else "a + b x spread"
         for n in report:
-            m, ca, cb = choose(choosers[n], fixed)
+            m, ca, cb = choose([sets[m] for m in choosers[n]], fixed)
             print(f"{kind} | held out {n}, chosen on {', '.join(choosers[n])}: a {ca} b {cb} (mean {m:.3f}) | "
                   f"{n} {hits1(n, ca, cb):.3f} | default {hits1(n, 0.8, 0.0):.3f}")
         every = [m for m in sets if m not in report] + [m for m in report if m + "-train" not in sets]
-        m, ca, cb = choose(every, fixed)
+        m, ca, cb = choose([sets[m] for m in every], fixed)
         print(f"{kind} | chosen on {', '.join(every)}: a {ca} b {cb} (mean {m:.3f}) | " +
               " | ".join(f"{n} {hits1(n, ca, cb):.3f}" for n in report))
 
@@ -244,17 +255,10 @@ def loo_cmd(a: argparse.Namespace) -> None:
 def pseudo_cmd(a: argparse.Namespace) -> None:
     """A label-free fit: a + b x spread chosen on queries made from a set's own documents (each its own gold;
     pseudoqueries.py), scored on the set's real judged queries, beside the default and the best cheap rules."""
-    grid_a = np.round(np.arange(0.0, 1.0001, 0.05), 2)
-    grid_b = np.round(np.arange(0.0, 8.0001, 0.5), 2)
 
-    def hits1(table, ca: float, cb: float) -> np.ndarray:
-        h, sp = table
-        idx = np.rint(np.clip(ca + cb * sp, 0.0, 1.0) * (len(GRID_W) - 1)).astype(int)
-        return h[np.arange(len(sp)), idx]
-
-    def cheap(data: str, split: str, work: str) -> tuple[float, float]:
+    def cheap(loaded) -> tuple[float, float]:
         """BM25 alone and the cosine alone (over every document): Hits@1."""
-        docids, _, bm25, qs, cos = _load(data, split, work)
+        docids, _, bm25, qs, cos = loaded
         b = np.mean([bool(bm25[q]) and bm25[q][0][0] in rel for q, _, rel in qs])
         c = np.mean([docids[int(np.argmax(cos[j]))] in rel for j, (_, _, rel) in enumerate(qs)])
         return float(b), float(c)
@@ -262,16 +266,16 @@ def pseudo_cmd(a: argparse.Namespace) -> None:
     for spec in a.sets:  # NAME=PSEUDO_DATA:PSEUDO_WORK:REAL_DATA:REAL_SPLIT:REAL_WORK
         name, rest = spec.split("=", 1)
         pdata, pwork, rdata, rsplit, rwork = rest.split(":")
-        pt, rt = top1_table(pdata, "", pwork), top1_table(rdata, rsplit, rwork)
-        (pb, pc), (rb, rc) = cheap(pdata, "", pwork), cheap(rdata, rsplit, rwork)
-        best = max(((hits1(pt, ca, cb).mean(), -ca, -cb) for ca in grid_a for cb in grid_b))
-        fixed = max(((hits1(pt, ca, 0.0).mean(), -ca) for ca in grid_a))
-        ca, cb = -best[1], -best[2]
-        print(f"{name} | pseudo ({len(pt[1])}): BM25 {pb:.3f}, cosine {pc:.3f}, default {hits1(pt, 0.55, 3).mean():.3f}, "
+        pl, rl = _load(pdata, "", pwork), _load(rdata, rsplit, rwork)
+        pt, rt = top1_of(pl), top1_of(rl)
+        (pb, pc), (rb, rc) = cheap(pl), cheap(rl)
+        m, ca, cb = choose([pt], fixed=False)
+        fm, fa, _ = choose([pt], fixed=True)
+        print(f"{name} | pseudo ({len(pt[1])}): BM25 {pb:.3f}, cosine {pc:.3f}, default {hits_at(pt, 0.55, 3).mean():.3f}, "
               f"median spread {np.median(pt[1]):.3f} | real ({len(rt[1])}): BM25 {rb:.3f}, cosine {rc:.3f}, "
-              f"default {hits1(rt, 0.55, 3).mean():.3f}, median spread {np.median(rt[1]):.3f} | "
-              f"chosen on pseudo: {ca} + {cb} x spread ({best[0]:.3f}) reads {hits1(rt, ca, cb).mean():.3f} on real; "
-              f"fixed {-fixed[1]} ({fixed[0]:.3f}) reads {hits1(rt, -fixed[1], 0.0).mean():.3f}", flush=True)
+              f"default {hits_at(rt, 0.55, 3).mean():.3f}, median spread {np.median(rt[1]):.3f} | "
+              f"chosen on pseudo: {ca} + {cb} x spread ({m:.3f}) reads {hits_at(rt, ca, cb).mean():.3f} on real; "
+              f"fixed {fa} ({fm:.3f}) reads {hits_at(rt, fa, 0.0).mean():.3f}", flush=True)
 
 
 def main() -> None:
